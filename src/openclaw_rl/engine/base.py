@@ -1,0 +1,57 @@
+"""The engine contract (see the package docstring)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Protocol
+
+from openclaw_rl.types import SamplingParams, Score, TokenStep
+
+
+class EngineError(RuntimeError):
+    """The engine could not serve a request (it was stopped, or the request was invalid)."""
+
+
+class ContextLengthError(EngineError):
+    """The prompt does not fit in the model's context window."""
+
+
+@dataclass(frozen=True)
+class Started:
+    """First event of a stream: the request is admitted and its policy version fixed."""
+
+    policy_version: int
+    prompt_token_count: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Last event of a stream."""
+
+    reason: str  # "stop" (end-of-sequence token) | "length"
+
+
+StreamEvent = Started | TokenStep | Finished
+
+
+class Engine(Protocol):
+    policy_version: int
+    max_context: int
+    eos_token_ids: frozenset[int]
+
+    def stream(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StreamEvent]:
+        """Started, then one TokenStep per sampled token, then Finished.
+
+        Closing the iterator early (stop string found, client gone) cancels the request.
+        """
+        ...
+
+    async def score(
+        self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0, top_k: int = 0
+    ) -> Score: ...
+
+    async def load_weights(self, state_dict: dict[str, Any], policy_version: int) -> None: ...
+
+    def stats(self) -> dict[str, Any]: ...
+
+    async def aclose(self) -> None: ...

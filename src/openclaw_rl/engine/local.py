@@ -1,0 +1,413 @@
+"""The local engine: a transformers model driven by our own continuous-batching loop.
+
+Why our own loop and not `model.generate`: fp32 decode of a small model on CPU is
+memory-bound, so the only big win is to share each pass over the weights between many
+requests. One worker thread owns the model and runs, forever:
+
+    admit waiting requests -> prefill them together -> merge their KV cache into the batch
+    -> one decode step for every row -> drop finished rows (and their cache)
+
+New requests join the running batch at the next step (continuous batching): their
+left-padded cache is padded to the batch's length and concatenated. Each row keeps its
+own rotary positions, so padding never shifts a position. Models whose cache is not a
+plain per-layer key/value list (sliding windows, state-space layers) fall back to
+dynamic batching: newcomers wait until the batch drains.
+
+The same thread runs scoring jobs and weight updates between steps, so only one torch
+computation touches the model at a time (two pools on two cores slow each other 5-10x).
+A weight update waits for the rows in flight to finish, admits nothing meanwhile, then
+swaps: every response comes from exactly one policy version and no request is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, AsyncIterator, Callable
+
+import torch
+import torch.nn.functional as F
+
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, StreamEvent
+from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
+from openclaw_rl.types import SamplingParams, Score, TokenStep
+
+log = logging.getLogger(__name__)
+
+_IDLE_WAIT_S = 0.5
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt_ids: list[int]
+    params: SamplingParams
+    emit: Callable[[StreamEvent | BaseException], None]
+    cancelled: bool = False
+    submitted_at: float = field(default_factory=time.monotonic)
+
+
+@dataclass(eq=False)
+class _Row:
+    request: _Request
+    position: int  # rotary position of the next token fed
+    generator: torch.Generator | None
+    pending_token: int = -1  # sampled, not yet fed to the model
+    generated: int = 0
+    done: bool = False
+
+
+@dataclass(eq=False)
+class _Job:
+    """Work other than decoding that must run on the model's thread."""
+
+    run: Callable[[], Any]
+    done: Callable[[Any, BaseException | None], None]
+    needs_idle: bool = False  # weight updates wait for the batch to drain
+
+
+class LocalEngine:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        threads: int | None = None,
+        max_batch_size: int = 16,
+        max_context: int | None = None,
+        policy_version: int = 0,
+        device: str | None = None,
+    ):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.threads = threads or min(2, os.cpu_count() or 1)
+        torch.set_num_threads(self.threads)
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_dir = Path(model_dir)
+        self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
+        self.model.eval().requires_grad_(False)
+        self.model_name = self.model_dir.name
+        config = self.model.config
+        self.max_context = max_context or int(getattr(config, "max_position_embeddings", 2048))
+        self.eos_token_ids = frozenset(_eos_ids(self.model, self.tokenizer))
+        self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
+        self.max_batch_size = max_batch_size
+        self.policy_version = policy_version
+        # transformers renamed `past_key_values` to `cache` (5.x); speak whichever it knows.
+        forward_params = inspect.signature(self.model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._accepts_logits_to_keep = "logits_to_keep" in forward_params
+
+        self._lock = threading.Condition()
+        self._waiting: collections.deque[_Request] = collections.deque()
+        self._jobs: collections.deque[_Job] = collections.deque()
+        self._rows: list[_Row] = []
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None  # (B, S) 1 = real token, 0 = left padding
+        self._can_merge = True
+        self._stopping = False
+        self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0}
+        self._thread = threading.Thread(target=self._run, name="openclaw-engine", daemon=True)
+        self._thread.start()
+
+    # -- the async face ---------------------------------------------------------------
+
+    async def stream(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StreamEvent]:
+        if not prompt_ids:
+            raise EngineError("empty prompt")
+        if len(prompt_ids) >= self.max_context:
+            raise ContextLengthError(
+                f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.max_context}"
+            )
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[StreamEvent | BaseException] = asyncio.Queue()
+
+        def emit(event: StreamEvent | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(events.put_nowait, event)
+            except RuntimeError:  # the event loop is gone; nobody is listening
+                request.cancelled = True
+
+        request = _Request(list(prompt_ids), params, emit)
+        with self._lock:
+            if self._stopping:
+                raise EngineError("the engine is shut down")
+            self._waiting.append(request)
+            self._lock.notify()
+        try:
+            while True:
+                event = await events.get()
+                if isinstance(event, BaseException):
+                    raise event
+                yield event
+                if isinstance(event, Finished):
+                    return
+        finally:
+            request.cancelled = True
+
+    async def score(
+        self,
+        prompt_ids: list[int],
+        response_ids: list[int],
+        *,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+    ) -> Score:
+        if not prompt_ids or not response_ids:
+            raise EngineError("score needs a non-empty prompt and response")
+        return await self._call(lambda: self._score(prompt_ids, response_ids, temperature, top_p, top_k))
+
+    async def load_weights(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
+        """Swap in new weights once the rows in flight finish; admit nothing meanwhile."""
+        await self._call(lambda: self._load(state_dict, policy_version), needs_idle=True)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "policy_version": self.policy_version,
+                "active_rows": len(self._rows),
+                "waiting_requests": len(self._waiting),
+                **self._counters,
+            }
+
+    async def aclose(self) -> None:
+        with self._lock:
+            self._stopping = True
+            self._lock.notify()
+        await asyncio.to_thread(self._thread.join, 30)
+
+    async def _call(self, fn: Callable[[], Any], *, needs_idle: bool = False) -> Any:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future = loop.create_future()
+
+        def done(result: Any, error: BaseException | None) -> None:
+            def settle() -> None:
+                if future.done():
+                    return
+                if error is not None:
+                    future.set_exception(error)
+                else:
+                    future.set_result(result)
+
+            loop.call_soon_threadsafe(settle)
+
+        with self._lock:
+            if self._stopping:
+                raise EngineError("the engine is shut down")
+            self._jobs.append(_Job(fn, done, needs_idle))
+            self._lock.notify()
+        return await future
+
+    # -- the model thread -------------------------------------------------------------
+
+    def _run(self) -> None:
+        with torch.inference_mode():
+            while True:
+                try:
+                    if not self._tick():
+                        break
+                except Exception as error:  # a failed step fails its rows, never the engine
+                    log.exception("decode step failed; failing %d rows", len(self._rows))
+                    for row in self._rows:
+                        row.request.emit(EngineError(f"generation failed: {error}"))
+                    self._reset_batch()
+        for row in self._rows:
+            row.request.emit(EngineError("the engine shut down"))
+        for request in self._waiting:
+            request.emit(EngineError("the engine shut down"))
+        for job in self._jobs:
+            job.done(None, EngineError("the engine shut down"))
+
+    def _tick(self) -> bool:
+        with self._lock:
+            if not self._rows and not self._waiting and not self._jobs and not self._stopping:
+                self._lock.wait(_IDLE_WAIT_S)
+            if self._stopping:
+                return False
+            jobs = [j for j in self._jobs if not j.needs_idle or not self._rows]
+            for job in jobs:
+                self._jobs.remove(job)
+            idle_job_waiting = any(j.needs_idle for j in self._jobs)
+            admit: list[_Request] = []
+            if not idle_job_waiting and (self._can_merge or not self._rows):
+                while self._waiting and len(self._rows) + len(admit) < self.max_batch_size:
+                    request = self._waiting.popleft()
+                    if not request.cancelled:
+                        admit.append(request)
+        for job in jobs:
+            try:
+                job.done(job.run(), None)
+            except Exception as error:
+                job.done(None, error)
+        if admit:
+            self._admit(admit)
+        if self._rows:
+            self._decode_step()
+        return True
+
+    def _admit(self, requests: list[_Request]) -> None:
+        from transformers import DynamicCache
+
+        width = max(len(r.prompt_ids) for r in requests)
+        ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(requests), width), dtype=torch.long)
+        for i, request in enumerate(requests):
+            n = len(request.prompt_ids)
+            ids[i, width - n :] = torch.tensor(request.prompt_ids)
+            mask[i, width - n :] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache, last_only=True)
+        self._counters["prefills"] += 1
+        rows = []
+        for request in requests:
+            params = request.params
+            generator = None
+            if not params.greedy:
+                generator = torch.Generator(device=self.device)
+                generator.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+            rows.append(_Row(request, position=len(request.prompt_ids), generator=generator))
+            request.emit(Started(self.policy_version, len(request.prompt_ids)))
+        self._sample(rows, logits)
+        if self._rows:
+            self._cache, self._mask = _merge_caches(self._cache, self._mask, cache, mask)
+        else:
+            self._cache, self._mask = cache, mask
+            self._can_merge = _is_plain_cache(cache)
+        self._rows.extend(rows)
+        self._counters["max_batch_seen"] = max(self._counters["max_batch_seen"], len(self._rows))
+        self._prune()
+
+    def _decode_step(self) -> None:
+        ids = torch.tensor([[row.pending_token] for row in self._rows], dtype=torch.long)
+        positions = torch.tensor([[row.position] for row in self._rows], dtype=torch.long)
+        self._mask = torch.cat([self._mask, torch.ones((len(self._rows), 1), dtype=torch.long)], dim=-1)
+        logits = self._forward(ids, self._mask, positions, self._cache, last_only=True)
+        for row in self._rows:
+            row.position += 1
+        self._counters["decode_steps"] += 1
+        self._sample(self._rows, logits)
+        self._prune()
+
+    def _forward(self, ids, mask, positions, cache, *, last_only: bool) -> torch.Tensor:
+        kwargs = dict(
+            input_ids=ids.to(self.device),
+            attention_mask=mask.to(self.device),
+            position_ids=positions.to(self.device),
+            use_cache=True,
+        )
+        kwargs[self._cache_kwarg] = cache
+        if last_only and self._accepts_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        return self.model(**kwargs).logits[:, -1, :]  # (B, V)
+
+    def _sample(self, rows: list[_Row], logits: torch.Tensor) -> None:
+        params = [row.request.params for row in rows]
+        temperature = torch.tensor([p.temperature for p in params], device=logits.device)
+        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        logprobs = sampling_logprobs(logits, temperature, top_p)  # (B, V)
+        tokens = sample_tokens(logprobs, temperature <= 0, [row.generator for row in rows])
+        chosen = logprobs.gather(-1, tokens[:, None])[:, 0]
+        n_top = max(p.top_logprobs for p in params)
+        top_ids = top_lps = None
+        if n_top:
+            top_ids, top_lps = top_alternatives(logprobs, n_top)
+            top_ids, top_lps = top_ids.tolist(), top_lps.tolist()
+        for i, (row, token, logprob) in enumerate(zip(rows, tokens.tolist(), chosen.tolist())):
+            want = row.request.params.top_logprobs
+            top = tuple(zip(top_ids[i][:want], top_lps[i][:want])) if want else ()
+            row.pending_token = token
+            row.generated += 1
+            row.request.emit(TokenStep(token, logprob, top))
+            if token in self.eos_token_ids:
+                row.done = True
+                row.request.emit(Finished("stop"))
+            elif row.generated >= row.request.params.max_new_tokens or row.position + 1 >= self.max_context:
+                row.done = True
+                row.request.emit(Finished("length"))
+        self._counters["tokens_generated"] += len(rows)
+
+    def _prune(self) -> None:
+        keep = [i for i, row in enumerate(self._rows) if not row.done and not row.request.cancelled]
+        if len(keep) == len(self._rows):
+            return
+        if not keep:
+            self._reset_batch()
+            return
+        self._rows = [self._rows[i] for i in keep]
+        index = torch.tensor(keep, device=self.device)
+        self._cache.batch_select_indices(index)
+        self._mask = self._mask[keep]
+        # Columns that are padding for every remaining row are dead weight: crop them.
+        lead = int((self._mask.cumsum(-1) == 0).sum(-1).min())
+        if lead and self._can_merge:
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, lead:, :]
+                layer.values = layer.values[:, :, lead:, :]
+            self._mask = self._mask[:, lead:]
+
+    def _reset_batch(self) -> None:
+        self._rows, self._cache, self._mask = [], None, None
+
+    def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
+        ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=self.device)
+        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # (T, V)
+        t = len(response_ids)
+        logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
+        chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
+        top_ids: list[list[int]] = [[] for _ in range(t)]
+        top_lps: list[list[float]] = [[] for _ in range(t)]
+        if top_k:
+            ids_k, lps_k = top_alternatives(logprobs, top_k)
+            top_ids, top_lps = ids_k.tolist(), lps_k.tolist()
+        return Score(chosen.tolist(), top_ids, top_lps)
+
+    def _load(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
+        params = dict(self.model.named_parameters())
+        unknown = sorted(set(state_dict) - set(params))
+        if unknown:
+            raise EngineError(f"weights for unknown parameters: {unknown[:5]}")
+        for name, tensor in state_dict.items():
+            params[name].copy_(tensor.to(params[name].dtype))
+        self.policy_version = policy_version
+        log.info("serving policy version %d", policy_version)
+
+
+def _eos_ids(model, tokenizer) -> set[int]:
+    ids: set[int] = set()
+    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
+        if isinstance(source, int):
+            ids.add(source)
+        elif source:
+            ids.update(source)
+    return ids
+
+
+def _is_plain_cache(cache) -> bool:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _merge_caches(cache_a, mask_a: torch.Tensor, cache_b, mask_b: torch.Tensor):
+    """Stack two left-padded batches: pad the shorter on the left, concatenate rows."""
+    width = max(mask_a.shape[1], mask_b.shape[1])
+
+    def pad(t: torch.Tensor, dim_len: int) -> torch.Tensor:  # (B, H, S, D) -> (B, H, width, D)
+        return F.pad(t, (0, 0, width - dim_len, 0))
+
+    for layer_a, layer_b in zip(cache_a.layers, cache_b.layers):
+        layer_a.keys = torch.cat([pad(layer_a.keys, mask_a.shape[1]), pad(layer_b.keys, mask_b.shape[1])])
+        layer_a.values = torch.cat([pad(layer_a.values, mask_a.shape[1]), pad(layer_b.values, mask_b.shape[1])])
+    mask = torch.cat(
+        [F.pad(mask_a, (width - mask_a.shape[1], 0)), F.pad(mask_b, (width - mask_b.shape[1], 0))]
+    )
+    return cache_a, mask

@@ -1,0 +1,64 @@
+"""Turning logits into sampled tokens, with log-probs of the distribution sampled from.
+
+Pure functions of tensors, shared by the decode loop (behaviour log-probs) and by
+scoring (teacher and trainer log-probs), so every part of the loop measures a token
+under the same transformation: logits / T, then top-p truncation and renormalisation.
+Greedy rows (T = 0) record the untempered, untruncated model distribution (T = 1).
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def sampling_logprobs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Log-probs of the distribution actually sampled from.
+
+    logits: (B, V) float; temperature, top_p: (B,). A row with temperature <= 0 is
+    greedy: its log-probs are those of the plain model (T = 1, no truncation).
+    Tokens cut by top-p get -inf.
+    """
+    logits = logits.float()
+    greedy = temperature <= 0
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.dtype)
+    logprobs = torch.log_softmax(logits / temp[:, None], dim=-1)  # (B, V)
+    needs_top_p = (top_p < 1.0) & ~greedy
+    if bool(needs_top_p.any()):
+        rows = needs_top_p.nonzero(as_tuple=True)[0]
+        logprobs[rows] = _top_p_renormalise(logprobs[rows], top_p[rows].to(logits.dtype))
+    return logprobs
+
+
+def _top_p_renormalise(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
+    """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise."""
+    sorted_lp, order = torch.sort(logprobs, dim=-1, descending=True)  # (R, V)
+    probs = sorted_lp.exp()
+    mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of strictly better tokens
+    drop_sorted = mass_before >= top_p[:, None]
+    drop_sorted[:, 0] = False  # the best token always survives
+    drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+    kept = logprobs.masked_fill(drop, float("-inf"))
+    return torch.log_softmax(kept, dim=-1)
+
+
+def sample_tokens(
+    logprobs: torch.Tensor,
+    greedy: torch.Tensor,
+    generators: list[torch.Generator | None],
+) -> torch.Tensor:
+    """One token per row: argmax for greedy rows, else a draw from exp(logprobs).
+
+    Each row draws from its own generator so a seeded request gives the same tokens
+    whatever else shares its batch.
+    """
+    tokens = logprobs.argmax(dim=-1)  # (B,)
+    probs = logprobs.exp()
+    for row in (~greedy).nonzero(as_tuple=True)[0].tolist():
+        tokens[row] = torch.multinomial(probs[row], 1, generator=generators[row])[0]
+    return tokens
+
+
+def top_alternatives(logprobs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n most likely tokens per row: (ids (B, n), log-probs (B, n))."""
+    values, ids = torch.topk(logprobs, k=n, dim=-1)
+    return ids, values

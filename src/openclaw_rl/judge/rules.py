@@ -1,0 +1,223 @@
+"""Rule-based hint extraction: the directive half of the CPU judge, without a model.
+
+A next state that corrects the agent usually says so in a recognisable way: an
+imperative ("Use plain text."), a prohibition ("don't", "no more"), a comparison
+("... instead"), a wish ("you should", "please"); a tool or environment that rejects an
+action prints an error line. These rules find such sentences and rewrite them as short,
+self-contained instructions that can be appended to the user's message (SPEC section 2,
+step 5). They miss indirect corrections and irony; the model judge covers those.
+
+Decisions and why:
+
+- Precision over recall. A wrong hint pulls the policy towards the wrong behaviour,
+  while a missed hint only costs one directive sample, so question sentences (other than
+  polite requests such as "could you ...?") and approvals ("that works, thanks") are
+  skipped, and approval wording only loses to explicit negation.
+- Adjacent corrective sentences are one correction said in parts ("Don't use headings.
+  Just write plain sentences.") and are joined into one hint, up to a length limit.
+- For tool and environment output, error lines come first (the last line of a Python
+  traceback, lines with "Error:", "error:", "FAILED", "command not found"); code-like
+  lines are never read as sentences, so `return x` is not taken as an instruction.
+"""
+
+from __future__ import annotations
+
+import re
+
+from openclaw_rl.judge.votes import MIN_HINT_CHARS, dedupe_hints
+
+__all__ = ["MAX_HINTS", "extract_hints"]
+
+MAX_HINTS = 3
+MAX_SENTENCE_CHARS = 200  # longer sentences are cut at a word boundary
+MAX_MERGED_CHARS = 160  # adjacent corrections are joined while the hint stays this short
+MAX_ERROR_CHARS = 160
+
+_ROLES = ("user", "feedback", "tool", "environment")
+_MACHINE_ROLES = ("tool", "environment")
+
+_IMPERATIVE_VERBS = frozenset(
+    """add always answer apply avoid be call change check convert cut delete do drop
+    explain fix focus follow format give include keep leave limit list make mention move
+    never only put remove rename replace reply respond rewrite run say send show skip sort
+    spell start stick stop switch tell try update use write""".split()
+)
+
+# Sentence openings that are lower case in the middle of a joined hint.
+_LOWERCASE_STARTS = frozenset("a an the it its this that these those your my there each every all no".split())
+
+# Strong cues say "do it differently" on their own; weak cues lose to approval wording.
+_STRONG_CUES = re.compile(
+    r"\binstead\b|(?<!\bi )(?<!\bwe )\b(?:don't|dont|do not)\b|\bno more\b", re.IGNORECASE
+)
+_WEAK_CUES = re.compile(r"\bshould\b(?! i\b)(?! we\b)|\bplease\b|\bwithout\b", re.IGNORECASE)
+_APPROVAL = re.compile(
+    r"\b(?:thanks?|thank you|perfect|great|exactly|correct|awesome|nice|love|works?|worked)\b",
+    re.IGNORECASE,
+)
+_NEGATION = re.compile(r"\b(?:not|no|never|wrong|instead)\b|n't\b", re.IGNORECASE)
+
+# Leading words dropped before reading a sentence as an instruction. Interjections only
+# go when punctuation follows them ("No, use X" but not "No more X").
+_LEADING_INTERJECTION = re.compile(
+    r"^(?:thanks|thank you|thx|ty|hm+|uh+|um+|ugh+|no+|nope|nah|ok(?:ay)?|k|well|hey|hi|"
+    r"hello|oh+|ah+|yes|yeah|yep|sure|great|good|nice|cool|perfect|alright|right|sorry|"
+    r"wait|lol)\b\s*[,.!:;\u2026\u2013\u2014-]+\s*",
+    re.IGNORECASE,
+)
+_LEADING_FILLER = re.compile(
+    r"^(?:please|just|also|and|but|so|actually|again|then|instead|next time)\b[\s,]*", re.IGNORECASE
+)
+_POLITE_REQUEST = re.compile(
+    r"^(?:(?:can|could|would|will) you(?: please)?|why don't you|why not|"
+    r"(?:i want|i'd like|i would like|i need) you to)\s+",
+    re.IGNORECASE,
+)
+_YOU_SHOULD_NOT = re.compile(r"^you (?:should not|shouldn't|must not|mustn't)\s+", re.IGNORECASE)
+_YOU_SHOULD = re.compile(r"^you (?:should|need to|must|have to)\s+(?!have\b)", re.IGNORECASE)
+_TRAILING_FILLER = re.compile(r"(?:[\s,]+(?:please|thanks|thank you|thx))+\s*(?=[.!?]*$)", re.IGNORECASE)
+_DONT = re.compile(r"\b(?:don't|dont)\b", re.IGNORECASE)
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+_BULLET = re.compile(r"^\s*(?:[-*\u2022>]+|\d+[.)])\s+")
+_QUOTES = "\"'`\u201c\u201d\u2018\u2019"
+_CODE_CHARS = set("{}()[]=<>;$|\\")
+
+_TRACEBACK_HEADER = "Traceback (most recent call last)"
+_ERROR_LINE = re.compile(r"Error:|error:|ERROR:|FAILED|command not found")
+
+
+def extract_hints(next_state_text: str, role: str) -> list[str]:
+    """Up to 3 distinct instructions, each longer than 10 characters, read from a next state.
+
+    `role` is the next state's role (user, feedback, tool, environment); tool and
+    environment output is also searched for error lines, which come first.
+    """
+    if role not in _ROLES:
+        raise ValueError(f"next state role {role!r} is not one of {', '.join(_ROLES)}")
+    text = next_state_text.replace("\u2019", "'").replace("\r\n", "\n")
+    hints: list[str] = []
+    prose_lines = text.splitlines()
+    if role in _MACHINE_ROLES:
+        errors, error_line_numbers = _error_lines(prose_lines)
+        hints += [_error_hint(line) for line in errors]
+        prose_lines = [
+            line
+            for i, line in enumerate(prose_lines)
+            if i not in error_line_numbers and not _looks_like_code(line)
+        ]
+    hints += _corrections(prose_lines)
+    return dedupe_hints([h for h in hints if len(h) > MIN_HINT_CHARS], MAX_HINTS)
+
+
+def _corrections(lines: list[str]) -> list[str]:
+    """Corrective sentences as instructions, adjacent ones joined into one hint."""
+    hints: list[str] = []
+    joinable = False  # whether the previous sentence was a correction
+    for line in lines:
+        for sentence in _SENTENCE_END.split(line):
+            instruction = _as_instruction(sentence)
+            if instruction is None:
+                joinable = False
+                continue
+            if joinable and not hints[-1].endswith("...") and len(hints[-1]) + len(instruction) + 1 <= MAX_MERGED_CHARS:
+                hints[-1] = f"{hints[-1][:-1]}; {_continue_clause(instruction)}"
+            else:
+                hints.append(instruction)
+            joinable = True
+    return hints
+
+
+def _as_instruction(sentence: str) -> str | None:
+    """The sentence rewritten as an instruction, or None if it is not a correction."""
+    sentence = _BULLET.sub("", sentence).replace("**", "").replace("__", "")
+    sentence = " ".join(sentence.split())
+    if len(sentence) >= 2 and sentence[0] in _QUOTES and sentence[-1] in _QUOTES:
+        sentence = sentence[1:-1].strip()
+    if not sentence:
+        return None
+
+    stripped = _strip_lead(sentence)
+    polite = _POLITE_REQUEST.match(stripped)
+    if polite:
+        stripped = stripped[polite.end() :]
+    if sentence.endswith("?") and not polite:
+        return None  # a real question asks, it does not correct
+
+    strong, weak = _STRONG_CUES.search(sentence), _WEAK_CUES.search(sentence)
+    approval = _APPROVAL.search(sentence) and not _NEGATION.search(sentence)
+    imperative = _first_word(stripped) in _IMPERATIVE_VERBS
+    if not (strong or imperative or polite or (weak and not approval)):
+        return None
+
+    instruction = _YOU_SHOULD_NOT.sub("do not ", stripped)
+    instruction = _YOU_SHOULD.sub("", instruction)
+    instruction = _DONT.sub("do not", instruction)
+    instruction = _TRAILING_FILLER.sub("", instruction)
+    instruction = instruction.rstrip(" .!?,;:" + _QUOTES).strip()
+    if not instruction:
+        return None
+    if len(instruction) > MAX_SENTENCE_CHARS:
+        instruction = instruction[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + "..."
+    return instruction[0].upper() + instruction[1:] + ("" if instruction.endswith("...") else ".")
+
+
+def _strip_lead(sentence: str) -> str:
+    """The sentence without greetings, interjections and filler words in front."""
+    previous = None
+    while previous != sentence:
+        previous = sentence
+        sentence = _LEADING_INTERJECTION.sub("", sentence)
+        sentence = _LEADING_FILLER.sub("", sentence)
+    return sentence
+
+
+def _first_word(text: str) -> str:
+    match = re.match(r"([A-Za-z']+)(?=[\s,]|$)", text)
+    return match.group(1).lower() if match else ""
+
+
+def _continue_clause(instruction: str) -> str:
+    """A following instruction as the second half of a joined hint ("...; write ...")."""
+    first = _first_word(instruction)
+    if first in _IMPERATIVE_VERBS or first in _LOWERCASE_STARTS or instruction.startswith("Do not"):
+        return instruction[0].lower() + instruction[1:]
+    return instruction  # may start with a name ("Python ...") or "I"
+
+
+def _error_lines(lines: list[str]) -> tuple[list[str], set[int]]:
+    """Error lines of tool output, and the line numbers they and tracebacks occupy."""
+    errors: list[str] = []
+    taken: set[int] = set()
+    i = 0
+    while i < len(lines):
+        if lines[i].strip().startswith(_TRACEBACK_HEADER):
+            # The frames are indented; the exception itself is the first unindented line.
+            end = i + 1
+            while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+                end += 1
+            taken.update(range(i, min(end + 1, len(lines))))
+            if end < len(lines):
+                errors.append(lines[end].strip())
+            i = end + 1
+            continue
+        if _ERROR_LINE.search(lines[i]):
+            errors.append(lines[i].strip())
+            taken.add(i)
+        i += 1
+    return errors, taken
+
+
+def _error_hint(line: str) -> str:
+    line = " ".join(line.split())
+    if len(line) > MAX_ERROR_CHARS:
+        line = line[:MAX_ERROR_CHARS].rsplit(" ", 1)[0] + "..."
+    return f"Avoid the error the previous action caused: {line}"
+
+
+def _looks_like_code(line: str) -> bool:
+    stripped = line.strip()
+    if not stripped or line[0] in " \t":
+        return True
+    code_chars = sum(ch in _CODE_CHARS for ch in stripped)
+    return code_chars / len(stripped) > 0.05 or len(stripped.split()) < 3

@@ -1,0 +1,1 @@
+"""Training: samples to batches, losses, the trainer and weight publishing."""

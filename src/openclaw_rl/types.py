@@ -1,0 +1,151 @@
+"""The vocabulary of the online loop (see SPEC section 1).
+
+Small frozen records only: anything that needs behaviour lives next to the component
+that owns it. Token ids and log-probs are plain lists so a record round-trips through
+JSON and SQLite unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+TurnKind = Literal["main", "side"]
+FinishReason = Literal["stop", "length", "tool_calls", "cancelled"]
+Message = dict[str, Any]  # an OpenAI chat message, as the client sent it
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How one response is sampled. temperature 0 means greedy decoding."""
+
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    top_logprobs: int = 0  # how many alternatives to report per token (0 = none)
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature behaviour log-probs are measured at.
+
+        A greedy pick has probability 1 under its own (degenerate) distribution, which
+        carries no signal, so greedy turns record log-probs of the untempered model
+        (T = 1, no top-p). Teacher and trainer use this same value.
+        """
+        return 1.0 if self.greedy else self.temperature
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "stop": list(self.stop),
+            "seed": self.seed,
+            "top_logprobs": self.top_logprobs,
+        }
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One sampled token as it leaves the decode loop."""
+
+    token_id: int
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()  # (token id, log-prob), best first
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A finished response: the exact sampled ids, their log-probs and who made them."""
+
+    text: str
+    token_ids: list[int]
+    logprobs: list[float]
+    top_logprobs: list[tuple[tuple[int, float], ...]]
+    finish_reason: FinishReason
+    policy_version: int
+    prompt_token_count: int
+
+
+@dataclass(frozen=True)
+class Score:
+    """Log-probs of a given response under a prompt, with the top-k at each position."""
+
+    logprobs: list[float]  # (T,)
+    top_ids: list[list[int]]  # (T, k)
+    top_logprobs: list[list[float]]  # (T, k)
+
+
+@dataclass(frozen=True)
+class NextState:
+    """What followed a main turn: a user reply, tool results, feedback or an observation."""
+
+    role: str  # user | tool | feedback | environment
+    content: str
+    messages: list[Message] = field(default_factory=list)
+    at: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"role": self.role, "content": self.content, "messages": self.messages, "at": self.at}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NextState:
+        return cls(role=d["role"], content=d["content"], messages=d.get("messages", []), at=d.get("at", 0.0))
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One chat-completion call, exactly as it was sampled."""
+
+    id: int
+    session_id: str
+    index: int  # position within the session, main and side turns together
+    kind: TurnKind
+    policy_version: int
+    prompt_messages: list[Message]
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    behaviour_logprobs: list[float]
+    response_text: str
+    tool_calls: list[dict[str, Any]]
+    sampling: dict[str, Any]
+    finish_reason: str
+    created_at: float
+    next_state: NextState | None = None
+    closed: bool = False  # no next state will come (session ended first)
+
+    def public_dict(self) -> dict[str, Any]:
+        """The view `GET /v1/sessions/{id}` shows (no token ids or log-probs)."""
+        return {
+            "index": self.index,
+            "kind": self.kind,
+            "policy_version": self.policy_version,
+            "prompt_messages": self.prompt_messages,
+            "response_text": self.response_text,
+            "tool_calls": self.tool_calls or None,
+            "response_token_count": len(self.response_token_ids),
+            "finish_reason": self.finish_reason,
+            "created_at": self.created_at,
+            "next_state": (
+                {"role": self.next_state.role, "content": self.next_state.content}
+                if self.next_state
+                else None
+            ),
+            "closed": self.closed,
+            "verdict": None,
+        }
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    created_at: float
+    closed_at: float | None
+    source: str  # how the id was chosen: header | user | inferred | new
+    turn_count: int = 0
