@@ -56,9 +56,9 @@ def assert_values(actual: torch.Tensor, expected: object) -> None:
     ],
 )
 def test_ppo_single_token_by_hand(ratio: float, advantage: float, expected_loss: float, clipped: bool) -> None:
-    logprobs = t([math.log(ratio) - 0.7], dtype=torch.float64)
-    behaviour = t([-0.7], dtype=torch.float64)
-    loss, stats = ppo_clip_loss(logprobs, behaviour, t([advantage]), mask([1]))
+    logprobs = f64([[math.log(ratio) - 0.7]])
+    behaviour = f64([[-0.7]])
+    loss, stats = ppo_clip_loss(logprobs, behaviour, f64([[advantage]]), mask([[1]]))
     assert loss.item() == pytest.approx(expected_loss, abs=1e-9)
     assert stats["clip_fraction"] == (1.0 if clipped else 0.0)
     assert stats["ratio_mean"] == pytest.approx(ratio)
@@ -67,20 +67,20 @@ def test_ppo_single_token_by_hand(ratio: float, advantage: float, expected_loss:
 
 def test_ppo_clip_gives_zero_gradient_and_unclipped_gives_rho_times_a() -> None:
     # token 0: ratio 2, A +1 -> clipped, no gradient; token 1: ratio 1, A +3 -> d(-rho A)/dlp = -3.
-    logprobs = t([LN2, 0.0]).requires_grad_()
-    loss, _ = ppo_clip_loss(logprobs, t([0.0, 0.0]), t([1.0, 3.0]), mask([1, 1]))
+    logprobs = f32([[LN2, 0.0]]).requires_grad_()
+    loss, _ = ppo_clip_loss(logprobs, f32([[0.0, 0.0]]), f32([[1.0, 3.0]]), mask([[1, 1]]))
     loss.backward()
     assert loss.item() == pytest.approx((-1.28 - 3.0) / 2)
-    assert logprobs.grad.tolist() == pytest.approx([0.0, -1.5])  # token mean over 2 tokens
+    assert_values(logprobs.grad, [[0.0, -1.5]])  # token mean over 2 tokens
 
 
 def test_ppo_aggregates_per_sample_token_mean_then_mean_over_samples_with_tokens() -> None:
     # Ratio 1 everywhere so each token's loss is -A.
-    advantages = t([1.0, 3.0, 100.0], [5.0, 100.0, 100.0], [100.0, 100.0, 100.0])
-    loss_mask = mask([1, 1, 0], [1, 0, 0], [0, 0, 0])
+    advantages = f32([[1.0, 3.0, 100.0], [5.0, 100.0, 100.0], [100.0, 100.0, 100.0]])
+    loss_mask = mask([[1, 1, 0], [1, 0, 0], [0, 0, 0]])
     # Masked positions hold garbage that must not leak into value or gradient.
-    logprobs = t([-1.0, -2.0, NAN], [-1.0, -INF, NAN], [NAN, NAN, -INF]).requires_grad_()
-    behaviour = t([-1.0, -2.0, -INF], [-1.0, NAN, 0.0], [0.0, NAN, NAN])
+    logprobs = f32([[-1.0, -2.0, NAN], [-1.0, -INF, NAN], [NAN, NAN, -INF]]).requires_grad_()
+    behaviour = f32([[-1.0, -2.0, -INF], [-1.0, NAN, 0.0], [0.0, NAN, NAN]])
     loss, stats = ppo_clip_loss(logprobs, behaviour, advantages, loss_mask)
     # sample 0: mean(-1, -3) = -2; sample 1: -5; sample 2 has no tokens and is left out.
     # (A token mean would give -3, a mean over all 3 samples -7/3.)
@@ -88,12 +88,12 @@ def test_ppo_aggregates_per_sample_token_mean_then_mean_over_samples_with_tokens
     assert stats["samples"] == 2.0
     loss.backward()
     expected_grad = [[-1 / 2 / 2, -3 / 2 / 2, 0.0], [-5 / 1 / 2, 0.0, 0.0], [0.0, 0.0, 0.0]]
-    assert logprobs.grad.tolist() == pytest.approx(expected_grad)
+    assert_values(logprobs.grad, expected_grad)
 
 
 def test_ppo_with_every_token_masked_is_zero_and_backward_works() -> None:
-    logprobs = t([-1.0, NAN]).unsqueeze(0).requires_grad_()
-    loss, stats = ppo_clip_loss(logprobs, t([[-2.0, 0.0]]), t([[1.0, 1.0]]), mask([0, 0]))
+    logprobs = f32([[-1.0, NAN]]).requires_grad_()
+    loss, stats = ppo_clip_loss(logprobs, f32([[-2.0, 0.0]]), f32([[1.0, 1.0]]), mask([[0, 0]]))
     loss.backward()
     assert loss.item() == 0.0
     assert stats["samples"] == 0.0
@@ -102,12 +102,12 @@ def test_ppo_with_every_token_masked_is_zero_and_backward_works() -> None:
 
 def test_ppo_rejects_a_clip_range_that_is_not_one() -> None:
     with pytest.raises(ValueError, match="eps_low"):
-        ppo_clip_loss(t([0.0]), t([0.0]), t([1.0]), mask([1]), eps_low=1.5)
+        ppo_clip_loss(f32([[0.0]]), f32([[0.0]]), f32([[1.0]]), mask([[1]]), eps_low=1.5)
 
 
 def test_ppo_rejects_mismatched_shapes() -> None:
     with pytest.raises(ValueError, match=r"advantages has shape \(1, 2\)"):
-        ppo_clip_loss(t([[0.0]]), t([[0.0]]), t([[1.0, 1.0]]), mask([1]))
+        ppo_clip_loss(f32([[0.0]]), f32([[0.0]]), f32([[1.0, 1.0]]), mask([[1]]))
 
 
 # --- k3 KL -------------------------------------------------------------------------
@@ -115,44 +115,44 @@ def test_ppo_rejects_mismatched_shapes() -> None:
 
 def test_k3_by_hand_with_aggregation() -> None:
     # ref - lp = ln 2 gives 2 - ln 2 - 1; ref == lp gives 0; ref - lp = -ln 2 gives 0.5 + ln 2 - 1.
-    logprobs = t([-1.0, -1.0, NAN], [-1.0, NAN, NAN])
-    ref = t([-1.0 + LN2, -1.0, 0.0], [-1.0 - LN2, NAN, 0.0])
-    kl = k3_kl(logprobs, ref, mask([1, 1, 0], [1, 0, 0]))
+    logprobs = f32([[-1.0, -1.0, NAN], [-1.0, -INF, NAN]]).requires_grad_()
+    ref = f32([[-1.0 + LN2, -1.0, 0.0], [-1.0 - LN2, NAN, 0.0]])
+    kl = k3_kl(logprobs, ref, mask([[1, 1, 0], [1, 0, 0]]))
     sample0 = ((1 - LN2) + 0.0) / 2
     sample1 = 0.5 + LN2 - 1
     assert kl.item() == pytest.approx((sample0 + sample1) / 2)
+    # d/dlp = 1 - exp(ref - lp), scaled by 1 / (tokens in the sample) / (2 samples).
+    kl.backward()
+    assert_values(logprobs.grad, [[(1 - 2) / 4, 0.0, 0.0], [(1 - 0.5) / 2, 0.0, 0.0]])
 
 
 # --- advantages --------------------------------------------------------------------
 
 
 def test_opd_advantage_is_clipped_gap_and_zero_without_teacher() -> None:
-    behaviour = t([-1.0, -1.0, -1.0, -1.0, -1.0])
-    teacher = t([-0.5, 2.0, -3.0, NAN, -0.2])  # the 4th and 5th have no teacher
-    teacher_mask = t([1, 1, 1, 0, 0], dtype=torch.bool)
-    adv = opd_advantages(teacher, behaviour, teacher_mask, clip_c=1.0)
-    assert adv.tolist() == pytest.approx([0.5, 1.0, -1.0, 0.0, 0.0])
-    assert opd_advantages(teacher, behaviour, teacher_mask, clip_c=0.25).tolist() == pytest.approx(
-        [0.25, 0.25, -0.25, 0.0, 0.0]
-    )
+    behaviour = f32([[-1.0, -1.0, -1.0, -1.0, -1.0]])
+    teacher = f32([[-0.5, 2.0, -3.0, NAN, -0.2]])  # the 4th and 5th have no teacher
+    teacher_mask = mask([[1, 1, 1, 0, 0]])
+    assert_values(opd_advantages(teacher, behaviour, teacher_mask, clip_c=1.0), [[0.5, 1.0, -1.0, 0.0, 0.0]])
+    assert_values(opd_advantages(teacher, behaviour, teacher_mask, clip_c=0.25), [[0.25, 0.25, -0.25, 0.0, 0.0]])
 
 
 def test_opd_advantage_carries_no_gradient() -> None:
-    teacher = t([-0.5]).requires_grad_()
-    assert not opd_advantages(teacher, t([-1.0]), mask([1])[0]).requires_grad
+    teacher = f32([[-0.5]]).requires_grad_()
+    assert not opd_advantages(teacher, f32([[-1.0]]), mask([[1]])).requires_grad
 
 
 def test_combined_advantages_by_hand() -> None:
-    reward = t(1.0, -1.0, 1.0, 0.0, 0.0, 0.0)
-    has_reward = t(1, 1, 0, 0, 1, 1, dtype=torch.bool)
+    reward = f32([1.0, -1.0, 1.0, 0.0, 0.0, 0.0])
+    has_reward = mask([1, 1, 0, 0, 1, 1])
     # samples: r=+1 & teacher | r=-1, no teacher | no verdict (r=+1 ignored) & teacher
     #        | neither | r=0 verdict, no teacher | r=0 verdict & teacher
-    opd = t([0.5, -0.25, 0.0], [0.0, 0.0, 0.0], [0.3, 0.3, 0.0], [0.0] * 3, [0.0] * 3, [-0.5, 1.0, 0.0])
-    has_teacher = t(1, 0, 1, 0, 0, 1, dtype=torch.bool)
-    loss_mask = mask([1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 0])
+    opd = f32([[0.5, -0.25, 0.0], [0.0] * 3, [0.3, 0.3, 0.0], [0.0] * 3, [0.0] * 3, [-0.5, 1.0, 0.0]])
+    has_teacher = mask([1, 0, 1, 0, 0, 1])
+    loss_mask = mask([[1, 1, 0], [1, 1, 1], [1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 0]])
     adv, keep = combined_advantages(reward, has_reward, opd, has_teacher, loss_mask, w_rl=2.0, w_opd=0.5)
-    assert adv.tolist() == pytest.approx(
-        [[2.25, 1.875, 0.0], [-2.0, -2.0, -2.0], [0.15, 0.15, 0.0], [0.0] * 3, [0.0] * 3, [-0.25, 0.5, 0.0]]
+    assert_values(
+        adv, [[2.25, 1.875, 0.0], [-2.0, -2.0, -2.0], [0.15, 0.15, 0.0], [0.0] * 3, [0.0] * 3, [-0.25, 0.5, 0.0]]
     )
     assert keep.tolist() == [
         [True, True, False],  # padding stays masked
@@ -165,17 +165,15 @@ def test_combined_advantages_by_hand() -> None:
 
 
 def test_combined_with_token_level_teacher_mask_keeps_only_taught_tokens() -> None:
-    adv, keep = combined_advantages(
-        t(0.0), t(0, dtype=torch.bool), t([0.5, 0.7]), mask([1, 0]), mask([1, 1])
-    )
-    assert adv.tolist() == pytest.approx([[0.5, 0.0]])
+    adv, keep = combined_advantages(f32([0.0]), mask([0]), f32([[0.5, 0.7]]), mask([[1, 0]]), mask([[1, 1]]))
+    assert_values(adv, [[0.5, 0.0]])
     assert keep.tolist() == [[True, False]]
 
 
 def test_binary_advantages_mask_zero_reward_and_missing_verdict() -> None:
-    reward = t(1.0, -1.0, 0.0, 1.0)
-    has_reward = t(1, 1, 1, 0, dtype=torch.bool)  # the last has no verdict: its 1.0 is stale
-    loss_mask = mask([1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1])
+    reward = f32([1.0, -1.0, 0.0, 1.0])
+    has_reward = mask([1, 1, 1, 0])  # the last has no verdict: its 1.0 is stale
+    loss_mask = mask([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 1, 1]])
     adv, keep = binary_advantages(reward, has_reward, loss_mask)
     assert adv.tolist() == [[1.0, 1.0, 0.0], [-1.0, -1.0, -1.0], [0.0] * 3, [0.0] * 3]
     assert keep.tolist() == [[True, True, False], [True, True, True], [False] * 3, [False] * 3]
@@ -185,7 +183,7 @@ def test_stepwise_standardizes_within_task_and_step_and_drops_flat_groups() -> N
     # (task, step): outcome + mean(votes) = r
     records = [
         ("a", 0, 1.0, [1.0, 1.0]),  # r = 2
-        ("b", 1, 0.0, [0.0]),  # r = 0
+        ("b", 1, -1.0, [1.0, 1.0]),  # r = 0: the votes are averaged, not summed
         ("a", 1, 1.0, [0.0]),  # r = 1
         ("a", 0, 0.0, [1.0, -1.0]),  # r = 0
         ("b", 0, 0.0, [1.0, 1.0, 0.0, 0.0]),  # r = 0.5, alone in its group
@@ -205,9 +203,8 @@ def test_stepwise_standardizes_within_task_and_step_and_drops_flat_groups() -> N
 
 
 def test_stepwise_accepts_tensors() -> None:
-    adv, keep = stepwise_advantages(
-        torch.tensor([7, 7, 7]), torch.tensor([0, 0, 0]), torch.tensor([1.0, 0.0, 0.0]), torch.tensor([[1.0], [1.0], [-1.0]])
-    )
+    tasks, steps = torch.tensor([7, 7, 7]), torch.tensor([0, 0, 0])
+    adv, keep = stepwise_advantages(tasks, steps, f32([1.0, 0.0, 0.0]), f32([[1.0], [1.0], [-1.0]]))
     # r = [2, 1, -1], mean 2/3, population var (16 + 1 + 25) / 27 = 42 / 27.
     std = math.sqrt(42 / 27)
     assert adv.tolist() == pytest.approx([(4 / 3) / std, (1 / 3) / std, (-5 / 3) / std], rel=1e-6)
@@ -227,38 +224,34 @@ def _logits(*probs: float) -> list[float]:
 
 
 def test_topk_reverse_kl_by_hand() -> None:
-    student = t([_logits(0.5, 0.25, 0.125, 0.125)])  # (1, 1, 4) after unsqueeze
+    student = f32([[_logits(0.5, 0.25, 0.125, 0.125)]])  # (1, 1, 4)
     ids = torch.tensor([[[1, 0]]])
-    teacher = t([[math.log(0.5), math.log(0.25)]])
+    teacher = f32([[[math.log(0.5), math.log(0.25)]]])
     # student bins (0.25, 0.5, tail 0.25), teacher bins (0.5, 0.25, tail 0.25):
     # 0.25 ln(0.25/0.5) + 0.5 ln(0.5/0.25) + 0 = 0.25 ln 2.
-    kl = topk_reverse_kl(student.unsqueeze(0), ids, teacher.unsqueeze(0), mask([1]))
+    kl = topk_reverse_kl(student, ids, teacher, mask([[1]]))
     assert kl.item() == pytest.approx(0.25 * LN2, rel=1e-6)
     # Log-probs instead of logits give the same number.
-    as_logprobs = torch.log_softmax(student.unsqueeze(0), -1)
-    assert topk_reverse_kl(as_logprobs, ids, teacher.unsqueeze(0), mask([1])).item() == pytest.approx(
-        0.25 * LN2, rel=1e-6
-    )
+    as_logprobs = torch.log_softmax(student, -1)
+    assert topk_reverse_kl(as_logprobs, ids, teacher, mask([[1]])).item() == pytest.approx(0.25 * LN2, rel=1e-6)
 
 
 def test_topk_reverse_kl_floors_an_empty_teacher_tail() -> None:
-    student = t([[_logits(0.5, 0.25, 0.125, 0.125)]])
+    student = f32([[_logits(0.5, 0.25, 0.125, 0.125)]])
     ids = torch.tensor([[[0, 1]]])
-    teacher = t([[[math.log(0.6), math.log(0.4)]]])  # teacher tail = 0 -> floor 1e-8
+    teacher = f32([[[math.log(0.6), math.log(0.4)]]])  # teacher tail = 0 -> floor 1e-8
     expected = 0.5 * math.log(0.5 / 0.6) + 0.25 * math.log(0.25 / 0.4) + 0.25 * math.log(0.25 / 1e-8)
-    kl = topk_reverse_kl(student, ids, teacher, mask([1]))
+    kl = topk_reverse_kl(student, ids, teacher, mask([[1]]))
     assert kl.item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_topk_reverse_kl_aggregates_and_ignores_padding() -> None:
     same = _logits(0.5, 0.25, 0.125, 0.125)
-    student = t([same, same], [same, same]).requires_grad_()  # (2, 2, 4)
+    student = f32([[same, same], [same, same]]).requires_grad_()  # (2, 2, 4)
     ids = torch.tensor([[[1, 0], [-1, -1]], [[0, 1], [-1, -1]]])  # -1: padding ids
-    teacher = t(
-        [[math.log(0.5), math.log(0.25)], [NAN, NAN]],
-        [[math.log(0.5), math.log(0.25)], [NAN, NAN]],
-    )
-    kl = topk_reverse_kl(student, ids, teacher, mask([1, 0], [1, 0]))
+    top = [math.log(0.5), math.log(0.25)]
+    teacher = f32([[top, [NAN, NAN]], [top, [NAN, NAN]]])
+    kl = topk_reverse_kl(student, ids, teacher, mask([[1, 0], [1, 0]]))
     # sample 0 as in the hand test (0.25 ln 2); sample 1 matches the teacher exactly (0).
     assert kl.item() == pytest.approx(0.25 * LN2 / 2, rel=1e-6)
     kl.backward()
@@ -295,7 +288,11 @@ def _ref_ppo(lp, blp, adv, m, eps_low=0.2, eps_high=0.28):  # float64, one token
 def _ref_k3(lp, ref, m):
     rows = []
     for b in range(lp.shape[0]):
-        rows.append([torch.exp(ref[b, i] - lp[b, i]) - (ref[b, i] - lp[b, i]) - 1 if m[b, i] else None for i in range(lp.shape[1])])
+        row = []
+        for i in range(lp.shape[1]):
+            d = ref[b, i] - lp[b, i]
+            row.append(torch.exp(d) - d - 1 if m[b, i] else None)
+        rows.append(row)
     return _ref_aggregate(rows)
 
 
@@ -376,14 +373,14 @@ def test_topk_value_and_gradient_match_float64_reference(seed: int) -> None:
 def _method_batch() -> dict[str, torch.Tensor]:
     # sample 0: reward +1 and a teacher; sample 1: reward +1, no teacher;
     # sample 2: no verdict, a teacher. Behaviour == current, so every ratio is 1.
-    behaviour = t([-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0])
     return {
-        "loss_mask": mask([1, 1], [1, 1], [1, 0]),
-        "behaviour_logprobs": behaviour,
-        "reward": t(1.0, 1.0, 0.0),
-        "has_reward": t(1, 1, 0, dtype=torch.bool),
-        "teacher_logprobs": t([-0.5, -3.0], [NAN, NAN], [-0.8, NAN]),  # gaps +0.5, -2 -> -1; ; +0.2
-        "teacher_mask": mask([1, 1], [0, 0], [1, 0]),
+        "loss_mask": mask([[1, 1], [1, 1], [1, 0]]),
+        "behaviour_logprobs": f32([[-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]]),
+        "reward": f32([1.0, 1.0, 0.0]),
+        "has_reward": mask([1, 1, 0]),
+        # gaps: +0.5 and -2 (clipped to -1); none; +0.2
+        "teacher_logprobs": f32([[-0.5, -3.0], [NAN, NAN], [-0.8, NAN]]),
+        "teacher_mask": mask([[1, 1], [0, 0], [1, 0]]),
     }
 
 
@@ -406,7 +403,8 @@ def test_method_loss_trains_the_terms_its_method_names(method: str, expected: fl
 def test_method_loss_adds_the_k3_penalty_over_trained_tokens() -> None:
     batch = _method_batch()
     ref = batch["behaviour_logprobs"] + LN2  # k3 = 2 - ln 2 - 1 on every token
-    loss, stats = method_loss("binary", batch, batch["behaviour_logprobs"].clone(), ref_logprobs=ref, params=LossParams(kl_beta=0.02))
+    params = LossParams(kl_beta=0.02)
+    loss, stats = method_loss("binary", batch, batch["behaviour_logprobs"].clone(), ref_logprobs=ref, params=params)
     assert stats["ref_kl"] == pytest.approx(1 - LN2)
     assert loss.item() == pytest.approx(-1.0 + 0.02 * (1 - LN2))
 
@@ -414,12 +412,12 @@ def test_method_loss_adds_the_k3_penalty_over_trained_tokens() -> None:
 def test_method_loss_topk_uses_only_positions_with_a_teacher() -> None:
     same = _logits(0.5, 0.25, 0.125, 0.125)
     batch = {
-        "loss_mask": mask([1, 1], [1, 1]),
-        "teacher_mask": mask([1, 0], [0, 0]),
+        "loss_mask": mask([[1, 1], [1, 1]]),
+        "teacher_mask": mask([[1, 0], [0, 0]]),  # one taught position in the whole batch
         "teacher_top_ids": torch.tensor([[[1, 0], [0, 1]], [[0, 1], [0, 1]]]),
-        "teacher_top_logprobs": t([[math.log(0.5), math.log(0.25)]] * 2, [[0.0, 0.0]] * 2),
+        "teacher_top_logprobs": f32([[[math.log(0.5), math.log(0.25)]] * 2, [[0.0, 0.0]] * 2]),
     }
-    loss, _ = method_loss("topk", batch, torch.zeros(2, 2), logits=t([same, same], [same, same]))
+    loss, _ = method_loss("topk", batch, torch.zeros(2, 2), logits=f32([[same, same], [same, same]]))
     assert loss.item() == pytest.approx(0.25 * LN2, rel=1e-6)
 
 

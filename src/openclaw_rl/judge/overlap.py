@@ -135,14 +135,18 @@ def select_hint(
     "random" needs `rng`; "longest" needs only the hints.
     """
     if strategy not in HINT_STRATEGIES:
-        raise ValueError(f"unknown hint selection strategy {strategy!r}; use one of {', '.join(HINT_STRATEGIES)}")
+        raise ValueError(
+            f"unknown hint selection strategy {strategy!r}; use one of {', '.join(HINT_STRATEGIES)}"
+        )
     if not hints:
         raise ValueError("no hints to select from")
     if strategy == "longest":
         return HintSelection(strategy, select_longest(hints), None, [])
     if strategy == "random":
         if rng is None:
-            raise ValueError("strategy 'random' needs rng (a random.Random); pass one seeded for reproducibility")
+            raise ValueError(
+                "strategy 'random' needs rng (a random.Random); pass one seeded for reproducibility"
+            )
         return HintSelection(strategy, select_random(hints, rng), None, [])
     if student_top is None or teachers is None:
         raise ValueError(f"strategy {strategy!r} needs student_top and teachers (one top-k per hint)")

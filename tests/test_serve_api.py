@@ -1,0 +1,218 @@
+"""The HTTP API through the official openai client and plain HTTP, against a live server."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import pytest
+from openai import OpenAI
+
+
+def client(live, **kw) -> OpenAI:
+    return OpenAI(base_url=live.base_url + "/v1", api_key=kw.pop("api_key", "unused"), max_retries=0, **kw)
+
+
+def session_of(live, session_id: str) -> dict:
+    r = httpx.get(f"{live.base_url}/v1/sessions/{session_id}")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_non_streaming_chat_with_openai_client(live):
+    raw = client(live).chat.completions.with_raw_response.create(
+        model="anything", messages=[{"role": "user", "content": "Hello"}], max_tokens=8, temperature=0
+    )
+    completion = raw.parse()
+    assert raw.headers["x-policy-version"] == "0"
+    assert completion.choices[0].finish_reason in ("stop", "length")
+    assert isinstance(completion.choices[0].message.content, str)
+    assert completion.usage.completion_tokens <= 8
+    turn = session_of(live, raw.headers["x-session-id"])["turns"][0]
+    assert turn["response_text"] == completion.choices[0].message.content
+    assert turn["kind"] == "main" and turn["policy_version"] == 0 and turn["next_state"] is None
+    assert turn["verdict"] is None
+
+
+def test_streaming_sends_tokens_one_by_one_and_records_the_same_text(live):
+    raw = client(live).chat.completions.with_raw_response.create(
+        model="m", messages=[{"role": "user", "content": "Stream please"}], max_tokens=12,
+        temperature=1.0, seed=3, stream=True, logprobs=True, top_logprobs=2,
+        stream_options={"include_usage": True},
+    )
+    assert raw.headers["x-policy-version"] == "0"
+    chunks = list(raw.parse())
+    deltas = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(deltas) > 1, "the response arrived in one piece, not streamed"
+    assert finishes and finishes[-1] in ("stop", "length")
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens >= 1
+    logprob_chunks = [c for c in chunks if c.choices and c.choices[0].logprobs]
+    assert all(len(e.top_logprobs) == 2 for c in logprob_chunks for e in c.choices[0].logprobs.content)
+    turn = session_of(live, raw.headers["x-session-id"])["turns"][0]
+    assert turn["response_text"] == "".join(deltas)
+
+
+def test_tools_are_accepted_and_rendered(live):
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city",
+                                               "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}]
+    completion = client(live).chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "Weather in Paris?"}], tools=tools, tool_choice="auto",
+        max_tokens=6, temperature=0,
+    )
+    choice = completion.choices[0]
+    assert choice.finish_reason in ("stop", "length", "tool_calls")
+    # A conversation with a tool call and its result renders and continues.
+    history = [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18C and sunny"},
+    ]
+    follow = client(live).chat.completions.create(model="m", messages=history, tools=tools, max_tokens=4, temperature=0)
+    assert follow.choices[0].message is not None
+
+
+def test_header_session_pairs_next_state_and_side_turns_stay_out(live):
+    c = client(live)
+    h = {"X-Session-Id": "sess-header-1"}
+    first = c.chat.completions.create(model="m", messages=[{"role": "user", "content": "Q1"}], max_tokens=4,
+                                      temperature=0, extra_headers=h)
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "side question"}], max_tokens=3,
+                              extra_headers={**h, "X-Turn-Type": "side"})
+    c.chat.completions.create(
+        model="m", max_tokens=4, temperature=0, extra_headers=h,
+        messages=[{"role": "user", "content": "Q1"}, {"role": "assistant", "content": first.choices[0].message.content},
+                  {"role": "user", "content": "Not quite, try again."}],
+    )
+    turns = session_of(live, "sess-header-1")["turns"]
+    assert [t["kind"] for t in turns] == ["main", "side", "main"]
+    assert turns[0]["next_state"] == {"role": "user", "content": "Not quite, try again."}
+    assert turns[1]["next_state"] is None  # side turns never get (or are) next states
+    assert turns[2]["next_state"] is None
+
+
+def test_user_field_names_the_session(live):
+    c = client(live)
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, user="alice-42")
+    assert len(session_of(live, "alice-42")["turns"]) == 1
+
+
+def _two_turn_conversation(live, opener: str, reply: str, out: dict) -> None:
+    c = client(live)
+    messages = [{"role": "user", "content": opener}]
+    first = c.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=6, temperature=1.0)
+    text = first.parse().choices[0].message.content
+    messages += [{"role": "assistant", "content": text}, {"role": "user", "content": reply}]
+    second = c.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=6, temperature=1.0)
+    out[opener] = (first.headers["x-session-id"], second.headers["x-session-id"])
+
+
+def test_headerless_clients_form_sessions_and_two_users_never_share_one(live):
+    out: dict = {}
+    threads = [threading.Thread(target=_two_turn_conversation, args=(live, f"Same opener", f"reply from {who}", out_i))
+               for who, out_i in (("ann", out.setdefault("a", {})), ("bob", out.setdefault("b", {})))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    (a1, a2), = out["a"].values()
+    (b1, b2), = out["b"].values()
+    assert a1 == a2 and b1 == b2, "a header-less conversation did not continue its session"
+    assert a1 != b1, "two header-less users were put in one session"
+    for sid, who in ((a1, "ann"), (b1, "bob")):
+        turns = session_of(live, sid)["turns"]
+        assert len(turns) == 2
+        assert turns[0]["next_state"] == {"role": "user", "content": f"reply from {who}"}
+
+
+def test_feedback_end_and_session_done(live):
+    c = client(live)
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}], max_tokens=2,
+                              extra_headers={"X-Session-Id": "sess-fb"})
+    r = httpx.post(f"{live.base_url}/v1/sessions/sess-fb/feedback", json={"text": "Too long, use one sentence."})
+    assert r.status_code == 200, r.text
+    turn = session_of(live, "sess-fb")["turns"][0]
+    assert turn["next_state"] == {"role": "feedback", "content": "Too long, use one sentence."}
+    again = httpx.post(f"{live.base_url}/v1/sessions/sess-fb/feedback", json={"text": "more"})
+    assert again.status_code == 409 and "no main turn" in again.json()["error"]["message"]
+
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "bye"}], max_tokens=2,
+                              extra_headers={"X-Session-Id": "sess-done", "X-Session-Done": "true"})
+    done = session_of(live, "sess-done")
+    assert done["closed_at"] is not None and done["turns"][0]["closed"] is True
+
+    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "y"}], max_tokens=2,
+                              extra_headers={"X-Session-Id": "sess-end"})
+    assert httpx.post(f"{live.base_url}/v1/sessions/sess-end/end").status_code == 200
+    assert session_of(live, "sess-end")["closed_at"] is not None
+    assert httpx.post(f"{live.base_url}/v1/sessions/nope/end").status_code == 404
+
+
+def test_listing_status_models_health_and_metrics(live):
+    client(live).chat.completions.create(model="m", messages=[{"role": "user", "content": "count me"}], max_tokens=2)
+    assert httpx.get(f"{live.base_url}/healthz").json()["status"] == "ok"
+    models = client(live).models.list()
+    assert models.data[0].id
+    status = httpx.get(f"{live.base_url}/v1/status").json()
+    assert {"policy_version", "sessions", "turns"} <= status.keys() and status["turns"] >= 1
+    listed = httpx.get(f"{live.base_url}/v1/sessions").json()["data"]
+    assert len(listed) == status["sessions"]
+    metrics = httpx.get(f"{live.base_url}/metrics").text
+    for name in ("openclaw_requests_total", "openclaw_request_latency_seconds_bucket",
+                 "openclaw_tokens_generated_total", "openclaw_turns_recorded_total"):
+        assert name in metrics
+    assert httpx.get(f"{live.base_url}/healthz").headers["x-policy-version"] == "0"
+
+
+@pytest.mark.parametrize(
+    "body, status, words",
+    [
+        (b"{not json", 400, "not valid JSON"),
+        (b"", 400, "empty"),
+        (b"[1, 2]", 400, "JSON object"),
+        (json.dumps({"model": "m"}).encode(), 400, "messages"),
+        (json.dumps({"messages": []}).encode(), 400, "messages"),
+        (json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 400, "role"),
+        (json.dumps({"messages": [{"role": "user"}]}).encode(), 400, "needs content"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}).encode(), 400, "temperature"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).encode(), 400, "max_tokens"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "n": 3}).encode(), 400, "n"),
+        (json.dumps({"messages": [{"role": "user", "content": "word " * 2000}]}).encode(), 400, "context"),
+    ],
+)
+def test_bad_input_gets_a_clear_4xx_and_loses_nothing(live, body, status, words):
+    before = httpx.get(f"{live.base_url}/v1/status").json()["turns"]
+    r = httpx.post(f"{live.base_url}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+    assert r.status_code == status, r.text
+    error = r.json()["error"]
+    assert words.lower() in error["message"].lower() and error["type"] == "invalid_request_error"
+    assert httpx.get(f"{live.base_url}/v1/status").json()["turns"] == before
+    assert httpx.get(f"{live.base_url}/healthz").status_code == 200
+
+
+def test_bad_turn_type_and_oversized_body(make_server):
+    server = make_server(max_body_bytes=2048)
+    url = f"{server.base_url}/v1/chat/completions"
+    ok = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    r = httpx.post(url, json=ok, headers={"X-Turn-Type": "sideways"})
+    assert r.status_code == 400 and "X-Turn-Type" in r.json()["error"]["message"]
+    big = {"messages": [{"role": "user", "content": "x" * 5000}]}
+    r = httpx.post(url, json=big)
+    assert r.status_code == 413 and "limit" in r.json()["error"]["message"]
+    assert httpx.post(url, json=ok).status_code == 200
+
+
+def test_api_key_guards_everything_but_health(make_server):
+    server = make_server(api_key="s3cret")
+    r = httpx.get(f"{server.base_url}/v1/models")
+    assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key"
+    assert httpx.get(f"{server.base_url}/metrics").status_code == 401
+    assert httpx.get(f"{server.base_url}/healthz").status_code == 200
+    good = client(server, api_key="s3cret").chat.completions.create(
+        model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+    assert good.choices[0].message.content is not None
+    import openai
+    with pytest.raises(openai.AuthenticationError):
+        client(server, api_key="wrong").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
