@@ -110,3 +110,44 @@ def _base_type(hint: Any) -> type:
     if get_origin(hint) in (Union, types.UnionType):
         hint = next(a for a in get_args(hint) if a is not type(None))
     return hint
+
+
+@dataclass
+class JudgeConfig:
+    judge: str = _help("judge backend: embedding | local | openai | off", default="embedding")
+    votes: int = _help("independent evaluative (and directive) votes per turn, m", default=3)
+    max_hints: int = _help("candidate hints kept per turn", default=3)
+    hint_selection: str = _help("hint selection: sequence | token | longest | random", default="sequence")
+    selection_top_k: int = _help("k of the top-k overlap used to select hints", default=4)
+    teacher_top_k: int = _help("K of the teacher top-k stored for top-k distillation", default=16)
+    local_weights: str = _help("local judge weights: initial (frozen, as in the paper) | current (the policy)",
+                               default="initial")
+    openai_base_url: str = _help("base URL of an OpenAI-compatible judge endpoint", default="")
+    openai_model: str = _help("model name at the OpenAI-compatible judge endpoint", default="")
+    openai_api_key_env: str = _help("environment variable holding the judge endpoint's API key",
+                                    default="OPENCLAW_JUDGE_API_KEY")
+    judge_max_tokens: int = _help("max tokens of one judge answer", default=256)
+    judge_temperature: float = _help("sampling temperature of judge votes", default=0.7)
+    context_token_budget: int = _help("tokens of earlier conversation the judge sees", default=1024)
+    concurrency: int = _help("judge calls in flight at once", default=2)
+    call_timeout_s: float = _help("timeout of one judge call", default=120.0)
+    max_attempts: int = _help("attempts per judge call before the turn is left without verdict", default=3)
+    backoff_s: float = _help("first retry delay; doubles on each retry", default=1.0)
+    poll_interval_s: float = _help("how often the worker looks for newly paired turns", default=0.5)
+
+    def __post_init__(self) -> None:
+        _check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
+               "one of embedding, local, openai, off")
+        _check(self.votes >= 1, "votes", self.votes, "at least 1")
+        _check(1 <= self.max_hints <= 8, "max_hints", self.max_hints, "1..8")
+        _check(self.hint_selection in ("sequence", "token", "longest", "random"), "hint_selection",
+               self.hint_selection, "one of sequence, token, longest, random")
+        _check(self.selection_top_k >= 1, "selection_top_k", self.selection_top_k, "at least 1")
+        _check(self.teacher_top_k >= 1, "teacher_top_k", self.teacher_top_k, "at least 1")
+        _check(self.local_weights in ("initial", "current"), "local_weights", self.local_weights,
+               "initial or current")
+        _check(self.judge != "openai" or bool(self.openai_base_url and self.openai_model), "openai_base_url",
+               self.openai_base_url, "a base URL and --openai-model when --judge openai")
+        _check(self.concurrency >= 1, "concurrency", self.concurrency, "at least 1")
+        _check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
+        _check(self.max_attempts >= 1, "max_attempts", self.max_attempts, "at least 1")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterator
 
-from openclaw_rl.types import Message, NextState, Session, Turn, TurnKind
+from openclaw_rl.types import Message, NextState, Sample, Session, Turn, TurnKind, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +57,38 @@ CREATE TABLE IF NOT EXISTS turns (
     UNIQUE (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_by_continuation ON turns(continuation_hash);
+CREATE TABLE IF NOT EXISTS verdicts (
+    turn_id         INTEGER PRIMARY KEY REFERENCES turns(id),
+    status          TEXT NOT NULL CHECK (status IN ('ok', 'no_verdict')),
+    reward          INTEGER,
+    votes           TEXT NOT NULL,
+    raw             TEXT NOT NULL,
+    hints           TEXT NOT NULL,
+    selected_hint   TEXT,
+    overlap_scores  TEXT NOT NULL,
+    judge           TEXT NOT NULL,
+    latency_s       REAL NOT NULL,
+    reason          TEXT,
+    created_at      REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS samples (
+    turn_id         INTEGER NOT NULL REFERENCES turns(id),
+    method          TEXT NOT NULL,
+    status          TEXT NOT NULL CHECK (status IN ('ready', 'used', 'dropped', 'rejected')),
+    reason          TEXT,
+    policy_version  INTEGER NOT NULL,
+    payload         TEXT,
+    created_at      REAL NOT NULL,
+    used_at         REAL,
+    train_step      INTEGER,
+    PRIMARY KEY (turn_id, method)
+);
+CREATE INDEX IF NOT EXISTS samples_ready ON samples(method, status, created_at);
+CREATE TABLE IF NOT EXISTS policy (
+    id          INTEGER PRIMARY KEY CHECK (id = 1),
+    version     INTEGER NOT NULL,
+    updated_at  REAL NOT NULL
+);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, idx);
 """
 
@@ -266,6 +298,140 @@ class Store:
         with self._lock:
             rows = self._db.execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where}", args).fetchall()
         return [_turn_from_row(r) for r in rows]
+
+    # -- verdicts ---------------------------------------------------------------------
+
+    def turns_awaiting_verdict(self, limit: int = 32) -> list[Turn]:
+        """Main turns whose next state has arrived and that have no verdict yet, oldest first."""
+        return self._turn_where(
+            "kind = 'main' AND next_state IS NOT NULL AND id NOT IN (SELECT turn_id FROM verdicts) "
+            "ORDER BY id LIMIT ?",
+            (limit,),
+        )
+
+    def write_verdict(self, verdict: Verdict) -> None:
+        now = time.time()
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO verdicts (turn_id, status, reward, votes, raw, hints, selected_hint, "
+                "overlap_scores, judge, latency_s, reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    verdict.turn_id, verdict.status, verdict.reward, json.dumps(verdict.votes),
+                    json.dumps(verdict.raw), json.dumps(verdict.hints), verdict.selected_hint,
+                    json.dumps(verdict.overlap_scores), verdict.judge, verdict.latency_s, verdict.reason, now,
+                ),
+            )
+        turn = self.get_turn(verdict.turn_id)
+        if turn is not None:
+            self._append_log(turn.policy_version, {
+                "event": "verdict", "at": now, "session_id": turn.session_id, "index": turn.index,
+                **verdict.public_dict(),
+            })
+
+    def verdicts(self, turn_ids: list[int]) -> dict[int, Verdict]:
+        if not turn_ids:
+            return {}
+        marks = ",".join("?" * len(turn_ids))
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT turn_id, status, reward, votes, raw, hints, selected_hint, overlap_scores, judge, "
+                f"latency_s, reason, created_at FROM verdicts WHERE turn_id IN ({marks})",
+                tuple(turn_ids),
+            ).fetchall()
+        return {
+            r[0]: Verdict(
+                turn_id=r[0], status=r[1], reward=r[2], votes=json.loads(r[3]), raw=json.loads(r[4]),
+                hints=json.loads(r[5]), selected_hint=r[6], overlap_scores=json.loads(r[7]), judge=r[8],
+                latency_s=r[9], reason=r[10], created_at=r[11],
+            )
+            for r in rows
+        }
+
+    # -- samples ----------------------------------------------------------------------
+
+    def add_sample(self, sample: Sample, method: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO samples (turn_id, method, status, policy_version, payload, created_at) "
+                "VALUES (?, ?, 'ready', ?, ?, ?)",
+                (sample.turn_id, method, sample.policy_version, json.dumps(sample.to_dict()), time.time()),
+            )
+
+    def reject_sample(self, turn_id: int, method: str, policy_version: int, reason: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR REPLACE INTO samples (turn_id, method, status, reason, policy_version, created_at) "
+                "VALUES (?, ?, 'rejected', ?, ?, ?)",
+                (turn_id, method, reason, policy_version, time.time()),
+            )
+
+    def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
+                      train_step: int) -> tuple[list[Sample], list[tuple[int, str]]]:
+        """Take the oldest `batch_size` ready samples, if that many are fresh enough.
+
+        Samples more than `max_staleness` versions behind the current policy are dropped
+        first, each with its reason. Returns (claimed samples, dropped (turn id, reason)).
+        """
+        now = time.time()
+        dropped: list[tuple[int, str]] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                stale = self._db.execute(
+                    "SELECT turn_id, policy_version FROM samples WHERE method = ? AND status = 'ready' "
+                    "AND policy_version < ?",
+                    (method, current_version - max_staleness),
+                ).fetchall()
+                for turn_id, version in stale:
+                    reason = (f"stale: sampled by policy v{version}, current v{current_version}, "
+                              f"max_staleness {max_staleness}")
+                    self._db.execute(
+                        "UPDATE samples SET status = 'dropped', reason = ? WHERE turn_id = ? AND method = ?",
+                        (reason, turn_id, method),
+                    )
+                    dropped.append((turn_id, reason))
+                rows = self._db.execute(
+                    "SELECT turn_id, payload FROM samples WHERE method = ? AND status = 'ready' "
+                    "ORDER BY created_at, turn_id LIMIT ?",
+                    (method, batch_size),
+                ).fetchall()
+                if len(rows) < batch_size:
+                    rows = []
+                for turn_id, _ in rows:
+                    self._db.execute(
+                        "UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE turn_id = ? AND method = ?",
+                        (now, train_step, turn_id, method),
+                    )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        for turn_id, reason in dropped:
+            log.info("dropped sample of turn %d: %s", turn_id, reason)
+        return [Sample.from_dict(json.loads(payload)) for _, payload in rows], dropped
+
+    def sample_counts(self, method: str | None = None) -> dict[str, int]:
+        where, args = ("WHERE method = ?", (method,)) if method else ("", ())
+        with self._lock:
+            rows = self._db.execute(f"SELECT status, COUNT(*) FROM samples {where} GROUP BY status", args).fetchall()
+        counts = {"ready": 0, "used": 0, "dropped": 0, "rejected": 0}
+        counts.update(dict(rows))
+        return counts
+
+    # -- policy version ---------------------------------------------------------------
+
+    def policy_version(self) -> int:
+        with self._lock:
+            row = self._db.execute("SELECT version FROM policy WHERE id = 1").fetchone()
+        return row[0] if row else 0
+
+    def set_policy_version(self, version: int) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO policy (id, version, updated_at) VALUES (1, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at",
+                (version, time.time()),
+            )
 
     # -- logs -------------------------------------------------------------------------
 

@@ -149,3 +149,70 @@ class Session:
     closed_at: float | None
     source: str  # how the id was chosen: header | user | inferred | new
     turn_count: int = 0
+
+
+VerdictStatus = Literal["ok", "no_verdict"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The judge's reading of (turn, next state).
+
+    `status == "no_verdict"` means the judge failed (errors, timeouts, nothing parseable
+    after retries): the turn carries no reward at all, which is not the same as 0.
+    """
+
+    turn_id: int
+    status: VerdictStatus
+    reward: int | None  # majority of the votes, in {+1, 0, -1}; None when no verdict
+    votes: list[int]  # parsed evaluative votes; unparseable ones are dropped
+    raw: list[str]  # every raw judge output, evaluative then directive
+    hints: list[str]  # deduplicated candidate hints (at most 3)
+    selected_hint: str | None
+    overlap_scores: list[float]  # per candidate hint, from overlap-guided selection
+    judge: str  # backend name
+    latency_s: float
+    reason: str | None = None  # why there is no verdict, or notes
+    created_at: float = 0.0
+
+    def public_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "reward": self.reward,
+            "votes": self.votes,
+            "hints": self.hints,
+            "selected_hint": self.selected_hint,
+            "overlap_scores": self.overlap_scores,
+            "judge": self.judge,
+            "latency_s": round(self.latency_s, 3),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the trainer consumes: the exact sampled tokens and every signal about them.
+
+    A missing signal is None, never a stand-in: no reward is not reward 0, and no
+    teacher is not the behaviour policy.
+    """
+
+    turn_id: int
+    session_id: str
+    policy_version: int  # the behaviour policy that sampled the response
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    behaviour_logprobs: list[float]  # (T,)
+    temperature: float  # the temperature behaviour and teacher log-probs are measured at
+    reward: float | None = None
+    teacher_logprobs: list[float] | None = None  # (T,) under prompt + selected hint
+    teacher_top_ids: list[list[int]] | None = None  # (T, K), for top-k distillation
+    teacher_top_logprobs: list[list[float]] | None = None  # (T, K)
+    hint: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Sample:
+        return cls(**d)
