@@ -16,7 +16,7 @@ import pytest
 
 from openclaw_rl.engine.loading import cache_dir
 
-TINY_VERSION = "1"
+TINY_VERSION = "2"
 
 
 def build_tiny_model(target: Path) -> Path:
@@ -31,7 +31,7 @@ def build_tiny_model(target: Path) -> Path:
     tokenizer = AutoTokenizer.from_pretrained(spec_dir, gguf_file=loading._GGUF_FILE)
     config = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512,
+        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
     )

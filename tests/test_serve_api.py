@@ -179,7 +179,7 @@ def test_listing_status_models_health_and_metrics(live):
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}).encode(), 400, "temperature"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).encode(), 400, "max_tokens"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "n": 3}).encode(), 400, "n"),
-        (json.dumps({"messages": [{"role": "user", "content": "word " * 2000}]}).encode(), 400, "context"),
+        (json.dumps({"messages": [{"role": "user", "content": "word " * 3000}]}).encode(), 400, "context"),
     ],
 )
 def test_bad_input_gets_a_clear_4xx_and_loses_nothing(live, body, status, words):

@@ -97,8 +97,15 @@ def create_app(server: Server) -> FastAPI:
         if found is None:
             raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
         turns = await run_in_threadpool(server.store.turns, session_id)
+        verdicts = await run_in_threadpool(server.store.verdicts, [t.id for t in turns])
+        views = []
+        for turn in turns:
+            view = turn.public_dict()
+            if turn.id in verdicts:
+                view["verdict"] = verdicts[turn.id].public_dict()
+            views.append(view)
         return {"id": found.id, "created_at": found.created_at, "closed_at": found.closed_at,
-                "source": found.source, "turns": [t.public_dict() for t in turns]}
+                "source": found.source, "turns": views}
 
     @app.post("/v1/sessions/{session_id}/feedback")
     async def feedback(session_id: str, request: Request) -> dict[str, Any]:
@@ -223,6 +230,7 @@ class _TurnInProgress:
                  tools: list[dict] | None):
         self.server, self.body, self.ref, self.kind, self.done = server, body, ref, kind, done
         self.messages, self.prompt_ids, self.params, self.started = messages, prompt_ids, params, started
+        self.tools = tools
         self.tools_on = bool(tools) and body.tool_choice != "none"
         self.text = TextAssembler(server.tokenizer, params.stop, TOOL_CALL_OPEN if self.tools_on else None)
         self.steps: list[TokenStep] = []
@@ -260,7 +268,8 @@ class _TurnInProgress:
                 session_id=self.ref.id, kind=self.kind, policy_version=generation.policy_version,
                 prompt_messages=self.messages, prompt_token_ids=self.prompt_ids,
                 response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
-                response_text=text, tool_calls=tool_calls, sampling=self.params.to_dict(),
+                response_text=text, tool_calls=tool_calls,
+                sampling={**self.params.to_dict(), "tools": self.tools, "tool_choice": self.body.tool_choice},
                 finish_reason=finish,
                 continuation_hash=(continuation_hash(self.messages, response_message(content, tool_calls))
                                    if self.kind == "main" else None),

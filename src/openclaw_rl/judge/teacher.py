@@ -1,0 +1,77 @@
+"""Teacher scoring: the same model, told a hint in hindsight, re-reads the original response.
+
+For each candidate hint the hint is appended, clearly delimited, to the last user message
+of the turn's prompt (the hindsight-enhanced state s ⊕ hint); the prompt is rendered with
+the chat template exactly as serving rendered it (same tools); and the **original**
+response token ids are scored under it. Log-probs use the temperature the behaviour
+log-probs were measured at (`SamplingParams.logprob_temperature`) with no top-p
+truncation, so teacher minus behaviour compares like with like.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+
+from openclaw_rl.judge.overlap import HintSelection, select_hint
+from openclaw_rl.serve.chat import content_text, render_prompt
+from openclaw_rl.types import Message, SamplingParams, Score, Turn
+
+HINT_PREFIX = "[Hint, written in hindsight for this request:"
+
+
+def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
+    """The prompt with `hint` appended to its last user message (a new one if there is none)."""
+    messages = copy.deepcopy(prompt_messages)
+    block = f"{HINT_PREFIX} {hint.strip()}]"
+    for message in reversed(messages):
+        if message.get("role") == "user":
+            message["content"] = f"{content_text(message)}\n\n{block}"
+            return messages
+    return [*messages, {"role": "user", "content": block}]
+
+
+def logprob_temperature(turn: Turn) -> float:
+    return SamplingParams(temperature=float(turn.sampling.get("temperature", 1.0))).logprob_temperature
+
+
+@dataclass(frozen=True)
+class TeacherResult:
+    """Targets from the selected hint(s), aligned with the response tokens."""
+
+    hint: str  # the selected hint (token level: the hint used at the most positions)
+    logprobs: list[float]  # (T,)
+    top_ids: list[list[int]]  # (T, K)
+    top_logprobs: list[list[float]]  # (T, K)
+    selection: HintSelection
+    temperature: float
+
+
+async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strategy: str, select_k: int,
+                      teacher_k: int, rng=None) -> TeacherResult:
+    """Score every hint's teacher, select among them, and return the chosen targets."""
+    temperature = logprob_temperature(turn)
+    tools = turn.sampling.get("tools")
+    tool_choice = turn.sampling.get("tool_choice")
+    response = turn.response_token_ids
+    student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_k=select_k)
+    teachers: list[Score] = []
+    for hint in hints:
+        prompt = render_prompt(tokenizer, hinted_messages(turn.prompt_messages, hint), tools, tool_choice)
+        teachers.append(await engine.score(prompt, response, temperature=temperature, top_k=max(select_k, teacher_k)))
+    selection = select_hint(
+        strategy, hints, student_top=student.top_ids, teachers=[[row[:select_k] for row in t.top_ids] for t in teachers],
+        rng=rng, k=select_k,
+    )
+    positions = range(len(response))
+    chosen = [teachers[selection.hint_at(t)] for t in positions]
+    used = [selection.hint_at(t) for t in positions]
+    main = max(set(used), key=used.count) if used else 0
+    return TeacherResult(
+        hint=hints[main],
+        logprobs=[chosen[t].logprobs[t] for t in positions],
+        top_ids=[chosen[t].top_ids[t][:teacher_k] for t in positions],
+        top_logprobs=[chosen[t].top_logprobs[t][:teacher_k] for t in positions],
+        selection=selection,
+        temperature=temperature,
+    )

@@ -1,0 +1,210 @@
+"""The judge worker: every paired main turn gets a verdict, off the request path.
+
+    loop: find main turns whose next state arrived and that have no verdict
+          -> read them (m evaluative + m directive votes, or the embedding judge)
+          -> teacher-score the candidate hints and select one by overlap
+          -> write the verdict, then the training sample (or why there is none)
+
+Failures are data, never rewards: a judge call that errors or times out is retried with
+exponential backoff; when every evaluative call of a turn has failed, the turn gets a
+`no_verdict` verdict with the reason, and no sample. An answer that cannot be parsed is
+one dropped vote; a turn whose votes all failed to parse has reward 0 (no signal).
+Concurrency is bounded by a semaphore on judge calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Callable, Protocol
+
+from openclaw_rl.config import JudgeConfig
+from openclaw_rl.judge.backends import ChatBackend, EmbeddingClassifier
+from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
+from openclaw_rl.judge.rules import extract_hints
+from openclaw_rl.judge.samples import build_sample
+from openclaw_rl.judge.teacher import TeacherResult, score_hints
+from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
+from openclaw_rl.store import Store
+from openclaw_rl.types import Turn, Verdict
+
+log = logging.getLogger(__name__)
+
+_ROLES = ("user", "tool", "environment", "feedback")
+
+
+class JudgeFailure(RuntimeError):
+    """No verdict can be given for this turn (every judge call failed)."""
+
+
+@dataclass
+class Reading:
+    votes: list[int]
+    raw: list[str]
+    hints: list[str]
+    notes: list[str] = field(default_factory=list)
+
+
+class Judge(Protocol):
+    name: str
+
+    async def read(self, turn: Turn) -> Reading: ...
+
+
+async def call_with_retries(call: Callable[[], Awaitable[str]], *, attempts: int, timeout_s: float,
+                            backoff_s: float, limit: asyncio.Semaphore) -> str:
+    """One judge call: a timeout per attempt, exponential backoff between attempts."""
+    errors = []
+    for attempt in range(attempts):
+        try:
+            async with limit:
+                return await asyncio.wait_for(call(), timeout_s)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # any failure of the judge is retried, then recorded
+            errors.append(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+            if attempt + 1 < attempts:
+                await asyncio.sleep(backoff_s * 2**attempt)
+    raise JudgeFailure(f"{attempts} attempts failed; last: {errors[-1]}")
+
+
+def _next_state_role(turn: Turn) -> str:
+    role = turn.next_state.role if turn.next_state else "user"
+    return role if role in _ROLES else "environment"
+
+
+class LLMJudge:
+    """m evaluative and m directive votes from a chat model."""
+
+    def __init__(self, backend: ChatBackend, config: JudgeConfig, count_tokens: Callable[[str], int]):
+        self.backend, self.config, self.count_tokens = backend, config, count_tokens
+        self.name = backend.name
+        self._limit = asyncio.Semaphore(config.concurrency)
+
+    async def read(self, turn: Turn) -> Reading:
+        c = self.config
+        material = (turn.prompt_messages, turn.response_text, turn.tool_calls, _next_state_role(turn),
+                    turn.next_state.content, c.context_token_budget, self.count_tokens)
+        prompts = [evaluative_prompt(*material)] * c.votes + [directive_prompt(*material)] * c.votes
+
+        def call(messages, seed):
+            return call_with_retries(
+                lambda: self.backend.complete(messages, max_tokens=c.judge_max_tokens, temperature=c.judge_temperature,
+                                              seed=seed),
+                attempts=c.max_attempts, timeout_s=c.call_timeout_s, backoff_s=c.backoff_s, limit=self._limit)
+
+        results = await asyncio.gather(*(call(p, turn.id * 100 + i) for i, p in enumerate(prompts)),
+                                       return_exceptions=True)
+        evaluative, directive = results[: c.votes], results[c.votes :]
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if all(isinstance(r, BaseException) for r in evaluative):
+            raise JudgeFailure(f"every evaluative call failed: {failures[0]}")
+        reading = Reading(votes=[], raw=[r for r in results if isinstance(r, str)], hints=[])
+        reading.notes += [str(f) for f in failures]
+        for answer in evaluative:
+            if isinstance(answer, str):
+                try:
+                    reading.votes.append(parse_score(answer))
+                except VoteParseError as error:
+                    reading.notes.append(f"dropped vote: {error}")
+        for answer in directive:
+            if isinstance(answer, str):
+                try:
+                    corrected, hint = parse_directive(answer)
+                except VoteParseError as error:
+                    reading.notes.append(f"dropped directive vote: {error}")
+                    continue
+                if corrected and hint:
+                    reading.hints.append(hint)
+        return reading
+
+
+class EmbeddingJudge:
+    """One deterministic vote from sentence embeddings; hints from corrective sentences."""
+
+    name = "embedding"
+
+    def __init__(self, classifier: EmbeddingClassifier | None = None):
+        self.classifier = classifier or EmbeddingClassifier()
+
+    async def read(self, turn: Turn) -> Reading:
+        role = _next_state_role(turn)
+        text = turn.next_state.content
+        reading = await asyncio.to_thread(self.classifier.read, role, text)
+        hints = extract_hints(text, role) if reading.vote <= 0 else []
+        return Reading(votes=[reading.vote], raw=[reading.explain()], hints=hints)
+
+
+class JudgeWorker:
+    def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str,
+                 teacher_engine=None, tokenizer=None, seed: int = 0):
+        self.store, self.judge, self.config, self.method = store, judge, config, method
+        self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
+        self.rng = random.Random(seed)
+        self.judged = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        pending: dict[int, asyncio.Task] = {}
+        while not stop.is_set():
+            for turn in await asyncio.to_thread(self.store.turns_awaiting_verdict, 64):
+                if turn.id not in pending and len(pending) < 2 * self.config.concurrency:
+                    pending[turn.id] = asyncio.create_task(self.process(turn))
+            for turn_id in [t for t, task in pending.items() if task.done()]:
+                task = pending.pop(turn_id)
+                if task.exception() is not None:
+                    log.error("judging turn %d crashed: %r", turn_id, task.exception())
+            try:
+                await asyncio.wait_for(stop.wait(), self.config.poll_interval_s)
+            except TimeoutError:
+                pass
+        for task in pending.values():
+            task.cancel()
+
+    async def drain(self) -> int:
+        """Judge every turn waiting now; return how many were judged (for CLIs and tests)."""
+        turns = await asyncio.to_thread(self.store.turns_awaiting_verdict, 10_000)
+        await asyncio.gather(*(self.process(t) for t in turns))
+        return len(turns)
+
+    async def process(self, turn: Turn) -> Verdict:
+        started = time.monotonic()
+        try:
+            reading = await self.judge.read(turn)
+        except JudgeFailure as failure:
+            verdict = Verdict(turn_id=turn.id, status="no_verdict", reward=None, votes=[], raw=[], hints=[],
+                              selected_hint=None, overlap_scores=[], judge=self.judge.name,
+                              latency_s=time.monotonic() - started, reason=str(failure))
+            await asyncio.to_thread(self._save, turn, verdict, None)
+            return verdict
+        hints = dedupe_hints(reading.hints, self.config.max_hints)
+        teacher: TeacherResult | None = None
+        if hints and self.teacher_engine is not None:
+            try:
+                teacher = await asyncio.wait_for(
+                    score_hints(self.teacher_engine, self.tokenizer, turn, hints, strategy=self.config.hint_selection,
+                                select_k=self.config.selection_top_k, teacher_k=self.config.teacher_top_k,
+                                rng=self.rng),
+                    self.config.call_timeout_s)
+            except Exception as error:  # the verdict stands; only the directive signal is lost
+                reading.notes.append(f"teacher scoring failed: {type(error).__name__}: {error}")
+        verdict = Verdict(
+            turn_id=turn.id, status="ok", reward=majority(reading.votes), votes=reading.votes, raw=reading.raw,
+            hints=hints, selected_hint=teacher.hint if teacher else None,
+            overlap_scores=[float(x) for x in teacher.selection.overlap_totals] if teacher else [],
+            judge=self.judge.name, latency_s=time.monotonic() - started,
+            reason="; ".join(reading.notes) or None,
+        )
+        await asyncio.to_thread(self._save, turn, verdict, teacher)
+        return verdict
+
+    def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
+        self.store.write_verdict(verdict)
+        sample = build_sample(turn, verdict, teacher, self.method)
+        if isinstance(sample, str):
+            self.store.reject_sample(turn.id, self.method, turn.policy_version, sample)
+        else:
+            self.store.add_sample(sample, self.method)
+        self.judged += 1

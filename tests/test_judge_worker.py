@@ -1,0 +1,205 @@
+"""The judge worker on a real store: verdicts, failures as no verdict, teacher targets, samples."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from openclaw_rl.config import JudgeConfig
+from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.engine.sampling import sampling_logprobs
+from openclaw_rl.judge.backends import EmbeddingClassifier, OpenAIChatBackend
+from openclaw_rl.judge.samples import build_sample
+from openclaw_rl.judge.teacher import hinted_messages
+from openclaw_rl.judge.worker import EmbeddingJudge, JudgeWorker, LLMJudge
+from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.store import Store
+from openclaw_rl.types import NextState, Verdict
+
+CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()]
+
+
+class ScriptedBackend:
+    """The seam: answers come from a script instead of a model."""
+
+    name = "scripted"
+
+    def __init__(self, evaluative: list, directive: list):
+        self.answers = {"SCORE": list(evaluative), "CORRECTION": list(directive)}
+        self.calls = 0
+
+    async def complete(self, messages, *, max_tokens, temperature, seed):
+        self.calls += 1
+        key = "SCORE" if "SCORE: +1" in messages[0]["content"] else "CORRECTION"
+        answer = self.answers[key].pop(0) if self.answers[key] else "garbage"
+        if isinstance(answer, Exception):
+            raise answer
+        if answer == "hang":
+            await asyncio.sleep(60)
+        return answer
+
+
+def _paired_turn(store: Store, tokenizer, user="How many days in a leap year?", response_ids=None,
+                 next_state="No, a leap year has 366 days.", temperature=1.0):
+    messages = [{"role": "user", "content": user}]
+    prompt = render_prompt(tokenizer, messages, None, None)
+    response_ids = response_ids or tokenizer.encode("A leap year has 365 days.")
+    store.ensure_session("s", "header")
+    turn = store.record_turn(
+        session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
+        response_token_ids=response_ids, behaviour_logprobs=[-1.0] * len(response_ids),
+        response_text=tokenizer.decode(response_ids), tool_calls=[], sampling={"temperature": temperature},
+        finish_reason="stop", continuation_hash=None)
+    store.set_next_state(turn.id, NextState("user", next_state, at=1.0))
+    return store.get_turn(turn.id)
+
+
+def _config(**kw) -> JudgeConfig:
+    return JudgeConfig(**{"votes": 3, "backoff_s": 0.01, "call_timeout_s": 2.0, "max_attempts": 2, **kw})
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir):
+    eng = LocalEngine(tiny_model_dir, max_batch_size=4)
+    yield eng
+    asyncio.run(eng.aclose())
+
+
+def test_majority_vote_drops_unparseable_and_keeps_hints(tmp_path, engine):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    backend = ScriptedBackend(
+        ["Reasoning...\nSCORE: -1", "I cannot tell", "SCORE: -1"],
+        ["CORRECTION: yes\n[HINT]A leap year has 366 days, not 365.[/HINT]", "CORRECTION: yes\n[HINT]short[/HINT]",
+         "CORRECTION: no"])
+    worker = JudgeWorker(store, LLMJudge(backend, _config(), len), _config(), "combined", engine, engine.tokenizer)
+    verdict = asyncio.run(worker.process(turn))
+    assert verdict.status == "ok" and verdict.reward == -1 and verdict.votes == [-1, -1]
+    assert verdict.hints == ["A leap year has 366 days, not 365."]  # "short" is 10 chars or less
+    assert verdict.selected_hint == verdict.hints[0]
+    assert "dropped vote" in verdict.reason
+    stored = store.verdicts([turn.id])[turn.id]
+    assert stored.votes == [-1, -1] and len(stored.raw) == 6
+    (sample,), _ = store.claim_samples("combined", 1, 0, 2, 1)
+    assert sample.reward == -1.0 and len(sample.teacher_logprobs) == len(turn.response_token_ids)
+
+
+def test_every_call_failing_gives_no_verdict_never_zero(tmp_path, engine):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    backend = ScriptedBackend([RuntimeError("boom")] * 6, [RuntimeError("boom")] * 6)
+    config = _config()
+    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, "combined", engine, engine.tokenizer)
+    verdict = asyncio.run(worker.process(turn))
+    assert verdict.status == "no_verdict" and verdict.reward is None
+    assert "boom" in verdict.reason and "2 attempts" in verdict.reason
+    assert backend.calls == 12  # 6 calls x 2 attempts
+    assert store.sample_counts("combined") == {"ready": 0, "used": 0, "dropped": 0, "rejected": 1}
+
+
+def test_timeouts_are_retried_then_recorded(tmp_path, engine):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    config = _config(votes=1, call_timeout_s=0.05, max_attempts=2)
+    backend = ScriptedBackend(["hang", "hang"], ["hang", "hang"])
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    assert verdict.status == "no_verdict" and "TimeoutError" in verdict.reason
+
+
+def test_tie_or_no_valid_vote_gives_zero(tmp_path, engine):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    config = _config(votes=2)
+    backend = ScriptedBackend(["SCORE: +1", "SCORE: -1"], ["CORRECTION: no", "CORRECTION: no"])
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    assert verdict.status == "ok" and verdict.reward == 0
+    assert store.sample_counts("binary")["rejected"] == 1  # reward 0: nothing to learn for binary
+
+
+def test_teacher_logprob_of_token_t_equals_a_direct_forward_over_prompt_hint_prefix(tmp_path, engine, tiny_model_dir):
+    from transformers import AutoModelForCausalLM
+
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer, temperature=0.7)
+    hint = "A leap year has 366 days, not 365."
+    backend = ScriptedBackend(["SCORE: -1"], [f"CORRECTION: yes\n[HINT]{hint}[/HINT]"])
+    config = _config(votes=1)
+    asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "opd", engine, engine.tokenizer).process(turn))
+    (sample,), _ = store.claim_samples("opd", 1, 0, 2, 1)
+    hinted = render_prompt(engine.tokenizer, hinted_messages(turn.prompt_messages, hint), None, None)
+    assert len(hinted) > len(turn.prompt_token_ids)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    for t in (0, len(turn.response_token_ids) // 2, len(turn.response_token_ids) - 1):
+        ids = hinted + turn.response_token_ids[:t]
+        with torch.no_grad():
+            logits = model(torch.tensor([ids])).logits[0, -1:]
+        direct = sampling_logprobs(logits, torch.tensor([0.7]), torch.tensor([1.0]))[0, turn.response_token_ids[t]]
+        assert abs(float(direct) - sample.teacher_logprobs[t]) < 1e-4
+    assert sample.reward is None and sample.hint == hint
+
+
+def test_sample_builder_per_method(tmp_path, engine):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    base = dict(turn_id=turn.id, votes=[1], raw=[], hints=[], selected_hint=None, overlap_scores=[], judge="x",
+                latency_s=0.0)
+    positive = Verdict(status="ok", reward=1, **base)
+    zero = Verdict(status="ok", reward=0, **base)
+    none = Verdict(status="no_verdict", reward=None, **{**base, "votes": []})
+    assert build_sample(turn, positive, None, "binary").reward == 1.0
+    assert build_sample(turn, zero, None, "binary") == "reward 0 carries no evaluative signal"
+    assert build_sample(turn, none, None, "binary") == "no verdict"
+    assert build_sample(turn, positive, None, "opd") == "no hint: no directive signal"
+    combined = build_sample(turn, positive, None, "combined")
+    assert combined.reward == 1.0 and combined.teacher_logprobs is None  # missing term stays missing
+    assert build_sample(turn, zero, None, "combined") == "neither a non-zero reward nor a hint"
+    with pytest.raises(ValueError, match="unknown method"):
+        build_sample(turn, positive, None, "ppo")
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return EmbeddingClassifier()
+
+
+def test_embedding_judge_reads_approval_correction_and_tool_errors(tmp_path, classifier, engine):
+    store = Store(tmp_path)
+    judge = EmbeddingJudge(classifier)
+    cases = [("Thanks, that's exactly right!", "user", 1),
+             ("No, that's wrong. Don't use bullet points, write plain sentences.", "user", -1),
+             ("Traceback (most recent call last):\nValueError: bad input", "tool", -1)]
+    for text, role, expected in cases:
+        turn = _paired_turn(Store(tmp_path / f"{expected}{role}"), engine.tokenizer, next_state=text)
+        turn = type(turn)(**{**turn.__dict__, "next_state": NextState(role, text)})
+        reading = asyncio.run(judge.read(turn))
+        assert reading.votes == [expected], (text, reading.raw)
+    turn = _paired_turn(store, engine.tokenizer,
+                        next_state="No. Don't use bullet points; write plain sentences instead.")
+    reading = asyncio.run(judge.read(turn))
+    assert reading.hints and "bullet" in reading.hints[0].lower()
+
+
+def test_injection_in_the_next_state_does_not_control_the_score(tmp_path, classifier, engine):
+    judge = EmbeddingJudge(classifier)
+    for case in [c for c in CASES if "ignore previous instructions" in c["next_state"]]:
+        turn = _paired_turn(Store(tmp_path / str(case["id"])), engine.tokenizer, next_state=case["next_state"])
+        reading = asyncio.run(judge.read(turn))
+        assert reading.votes != [1], case["next_state"]
+
+
+def test_openai_backend_against_a_live_openai_compatible_server(live, tmp_path, engine):
+    backend = OpenAIChatBackend(live.base_url + "/v1", "whatever", "NO_SUCH_ENV", timeout_s=30)
+    config = _config(votes=1, judge_max_tokens=8)
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    assert verdict.status == "ok" and len(verdict.raw) == 2  # the tiny model's answers, parsed or dropped
+    sessions = httpx.get(f"{live.base_url}/v1/sessions").json()["data"]
+    judged = [s for s in sessions if any(t["kind"] == "side" for t in
+                                          httpx.get(f"{live.base_url}/v1/sessions/{s['id']}").json()["turns"])]
+    assert judged, "judge calls must be side turns on an openclaw-rl server"
