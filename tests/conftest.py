@@ -58,7 +58,7 @@ def free_port() -> int:
 class LiveServer:
     """A real uvicorn server on a free loopback port, in a background thread."""
 
-    def __init__(self, model_dir: Path, data_dir: Path, **overrides):
+    def __init__(self, model_dir: Path, data_dir: Path, judge=None, method: str = "combined", **overrides):
         import uvicorn
 
         from openclaw_rl.config import ServeConfig
@@ -68,7 +68,12 @@ class LiveServer:
         self.port = free_port()
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
         self.server = build_server(self.config)
-        self.app = create_app(self.server)
+        loops = []
+        if judge is not None:
+            from openclaw_rl.loop import judge_loop
+
+            loops.append(judge_loop(self.server, judge, method))
+        self.app = create_app(self.server, loops)
         self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
         self._thread = threading.Thread(target=self._uvicorn.run, daemon=True)
         self._thread.start()

@@ -203,3 +203,26 @@ def test_openai_backend_against_a_live_openai_compatible_server(live, tmp_path, 
     judged = [s for s in sessions if any(t["kind"] == "side" for t in
                                           httpx.get(f"{live.base_url}/v1/sessions/{s['id']}").json()["turns"])]
     assert judged, "judge calls must be side turns on an openclaw-rl server"
+
+
+def test_a_correction_gets_a_verdict_and_hint_inside_serve(make_server):
+    import time
+
+    server = make_server(judge=JudgeConfig(judge="embedding", poll_interval_s=0.1))
+    url = f"{server.base_url}/v1/chat/completions"
+    messages = [{"role": "user", "content": "Solve 3 + 5 and explain."}]
+    first = httpx.post(url, json={"messages": messages, "max_tokens": 12, "temperature": 0}).json()
+    messages += [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "No, that's wrong. Don't use bullet points; write plain sentences."}]
+    httpx.post(url, json={"messages": messages, "max_tokens": 4})
+    session = first["session_id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        verdict = httpx.get(f"{server.base_url}/v1/sessions/{session}").json()["turns"][0]["verdict"]
+        if verdict:
+            break
+        time.sleep(0.2)
+    assert verdict["status"] == "ok" and verdict["reward"] == -1 and verdict["votes"] == [-1]
+    assert verdict["hints"] and verdict["selected_hint"] in verdict["hints"]
+    logs = "".join(p.read_text() for p in (Path(server.config.data_dir) / "logs").glob("*.jsonl"))
+    assert '"event": "verdict"' in logs

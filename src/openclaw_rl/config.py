@@ -151,3 +151,72 @@ class JudgeConfig:
         _check(self.concurrency >= 1, "concurrency", self.concurrency, "at least 1")
         _check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
         _check(self.max_attempts >= 1, "max_attempts", self.max_attempts, "at least 1")
+
+
+TRAIN_METHODS = ("binary", "opd", "combined", "topk")  # the rows of train.losses.METHODS
+
+
+@dataclass
+class TrainConfig:
+    method: str = _help("objective: binary (evaluative) | opd (directive) | combined (both, recommended) | "
+                        "topk (top-k distillation)", default="combined")
+    lora: bool = _help("train a LoRA adapter on the attention and MLP projections instead of every weight",
+                       default=False)
+    lora_rank: int = _help("LoRA rank r", default=16)
+    lora_alpha: int = _help("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
+    lr: float | None = _help("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
+    batch_size: int = _help("ready samples per training step (the paper's batch)", default=16)
+    optimizer_steps_per_batch: int = _help("AdamW steps taken on each batch", default=1)
+    micro_batch_size: int = _help("samples per forward/backward pass; gradients accumulate over a batch",
+                                  default=4)
+    grad_clip: float = _help("clip the global gradient norm to this value", default=1.0)
+    eps_low: float = _help("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
+    eps_high: float = _help("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)
+    opd_clip_c: float = _help("C: OPD advantages are clipped to [-C, C]", default=1.0)
+    w_rl: float = _help("weight of the evaluative reward in the combined advantage", default=1.0)
+    w_opd: float = _help("weight of the OPD advantage in the combined advantage", default=1.0)
+    kl_beta: float = _help("k3 KL penalty to the initial policy (the paper uses 0.02 when on); 0 = off",
+                           default=0.0)
+    topk_k: int = _help("teacher tokens per position compared by top-k distillation", default=16)
+    max_staleness: int = _help("drop samples whose policy version is more than this many versions behind",
+                               default=2)
+    checkpoint_every: int = _help("write a checkpoint every this many training steps (and on shutdown)",
+                                  default=10)
+    poll_interval_s: float = _help("how often the trainer looks for a full batch of ready samples", default=1.0)
+    threads: int = _help("torch threads for training (0 = leave torch's setting; it is per process, "
+                         "so in-process training shares serving's)", default=0)
+
+    @property
+    def learning_rate(self) -> float:
+        """`lr`, or the paper's default for the chosen kind of fine-tuning."""
+        if self.lr is not None:
+            return self.lr
+        return 1e-4 if self.lora else 1e-5
+
+    def __post_init__(self) -> None:
+        _check(self.method in TRAIN_METHODS, "method", self.method, "one of " + ", ".join(TRAIN_METHODS))
+        _check(self.lora_rank >= 1, "lora_rank", self.lora_rank, "at least 1 (16 is a sensible default)")
+        _check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha, "a positive number (32 with rank 16)")
+        _check(self.lr is None or self.lr > 0, "lr", self.lr, "a positive learning rate, or unset for the default")
+        _check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        _check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
+               "at least 1")
+        _check(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, "at least 1")
+        _check(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive gradient norm (the paper uses 1.0)")
+        _check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
+        _check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")
+        _check(self.opd_clip_c > 0, "opd_clip_c", self.opd_clip_c, "a positive clip (the paper uses C = 1)")
+        _check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
+        _check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
+        _check(self.method != "binary" or self.w_rl > 0, "w_rl", self.w_rl,
+               "a positive weight with --method binary, which trains on the reward alone")
+        _check(self.method != "opd" or self.w_opd > 0, "w_opd", self.w_opd,
+               "a positive weight with --method opd, which trains on the OPD advantage alone")
+        _check(self.method != "combined" or self.w_rl + self.w_opd > 0, "w_rl + w_opd", self.w_rl + self.w_opd,
+               "a positive weight for at least one term with --method combined")
+        _check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a value >= 0 (0 turns the KL penalty off)")
+        _check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
+        _check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        _check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
+        _check(self.poll_interval_s > 0, "poll_interval_s", self.poll_interval_s, "a positive number of seconds")
+        _check(self.threads >= 0, "threads", self.threads, "0 (leave as is) or a positive count")

@@ -86,7 +86,6 @@ class LocalEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.threads = threads or min(2, os.cpu_count() or 1)
-        torch.set_num_threads(self.threads)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.model_dir = Path(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
@@ -208,6 +207,8 @@ class LocalEngine:
     # -- the model thread -------------------------------------------------------------
 
     def _run(self) -> None:
+        # Set on the model's own thread: each engine (serving, a frozen judge) keeps its budget.
+        torch.set_num_threads(self.threads)
         with torch.inference_mode():
             while True:
                 try:

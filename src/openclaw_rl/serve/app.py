@@ -8,13 +8,14 @@ else (judging, training) runs here. Every response carries `X-Policy-Version`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import json
 import logging
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable, Sequence
 
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
@@ -56,8 +57,28 @@ class Server:
     metrics: Metrics
 
 
-def create_app(server: Server) -> FastAPI:
-    app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None)
+Background = Callable[[asyncio.Event], Awaitable[None]]
+
+
+def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI:
+    """The app; `background` loops (judge, trainer) run beside it until shutdown."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(loop(stop)) for loop in background]
+        try:
+            yield
+        finally:
+            stop.set()
+            for task in tasks:
+                try:
+                    await asyncio.wait_for(task, 60)
+                except Exception:  # a loop that fails to stop must not block shutdown
+                    log.exception("background loop did not stop cleanly")
+                    task.cancel()
+
+    app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.server = server
     _install_middleware(app, server)
 

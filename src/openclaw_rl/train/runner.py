@@ -1,0 +1,81 @@
+"""The training loop that runs beside serving (or on its own against the same store).
+
+    claim a full batch of fresh samples -> trainer.step (worker thread) -> publish v+1
+    -> announce v+1 in the store -> checkpoint every N steps -> TensorBoard, log, on_step
+
+The model work runs in a worker thread so the event loop keeps serving meanwhile.
+`publish` decides where weights go: an in-process engine (`engine.load_weights`) or the
+file channel (`weights.publish`) for a server in another process. The store learns
+about v+1 only after `publish` returns, so no turn claims a version that serving does
+not have yet. Set `stop` to end the loop: it finishes the step in progress and writes
+a final checkpoint. (Cancelling the task instead skips that checkpoint; the last
+periodic one stays good.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.store import Store
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+
+async def run_trainer(
+    store: Store,
+    trainer: Trainer,
+    config: TrainConfig,
+    publish: Callable[[dict, int], Awaitable[None]],
+    stop: asyncio.Event,
+    on_step: Callable[[dict[str, float]], None] | None = None,
+) -> None:
+    from torch.utils.tensorboard import SummaryWriter
+
+    data_dir = store.data_dir
+    writer = SummaryWriter(str(data_dir / "tensorboard"))
+    saved_step = trainer.train_step
+    try:
+        while not stop.is_set():
+            samples, dropped = await asyncio.to_thread(
+                store.claim_samples, config.method, config.batch_size, trainer.policy_version,
+                config.max_staleness, trainer.train_step + 1,
+            )
+            if not samples:
+                await _wait(stop, config.poll_interval_s)
+                continue
+            version = trainer.policy_version
+            stats = await asyncio.to_thread(trainer.step, samples)
+            stats["dropped_stale"] = float(len(dropped))
+            if trainer.policy_version != version:
+                await publish(await asyncio.to_thread(trainer.policy_state_dict), trainer.policy_version)
+                await asyncio.to_thread(store.set_policy_version, trainer.policy_version)
+            if trainer.train_step % config.checkpoint_every == 0:
+                await asyncio.to_thread(checkpoint.save, data_dir, trainer)
+                saved_step = trainer.train_step
+            for key, value in stats.items():
+                writer.add_scalar(f"train/{key}", value, trainer.train_step)
+            log.info(
+                "step %d -> policy v%d: loss %.4f, kl %.4f, clip %.3f, reward %.2f, |A_opd| %.3f, "
+                "%d tokens in %.1fs (%.0f tok/s)",
+                trainer.train_step, trainer.policy_version, stats["loss"], stats["kl"],
+                stats.get("clip_fraction", 0.0), stats["reward_mean"], stats["opd_adv_abs_mean"],
+                stats["tokens"], stats["seconds"], stats["tokens_per_s"],
+            )
+            if on_step is not None:
+                on_step(stats)
+    finally:
+        writer.close()
+    if trainer.train_step != saved_step:
+        await asyncio.to_thread(checkpoint.save, data_dir, trainer)
+
+
+async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
+    try:
+        await asyncio.wait_for(stop.wait(), timeout_s)
+    except TimeoutError:
+        pass

@@ -1,0 +1,313 @@
+"""The trainer: a float32 training copy of the policy and one `step` per batch.
+
+`Trainer.step(samples)` pads the samples (batch.py), measures the current policy's
+log-probs of the exact sampled tokens, adds up the method's loss terms (losses.py) and
+takes `optimizer_steps_per_batch` AdamW steps. It knows nothing of the store, the
+engine or files: the runner feeds it and publishes what `policy_state_dict()` returns,
+and checkpoint.py saves and restores it.
+
+Decisions, and why:
+
+- Log-probs are measured exactly as sampling measured them (engine/sampling.py):
+  logits / T at each sample's temperature, log-softmax, no top-p. Any other transform
+  makes the ratio differ from 1 at the first step for no reason.
+- Dropout stays off (the model is kept in eval mode while gradients flow): with
+  dropout the first ratio is noise around 1 instead of exactly pi_theta / pi_old.
+- Micro-batches accumulate gradients. The loss is a mean over the samples that have a
+  trained token, so each micro-batch's loss is weighted by its count of such samples
+  and the sum divided by the batch's count: the gradient equals the full batch's
+  whatever the split, even when some samples are masked out entirely.
+- AdamW without weight decay: decay pulls weights toward zero, not toward the initial
+  policy; `kl_beta` is the regulariser that does the latter.
+- A batch in which no sample carries a signal (every reward 0, no teacher) takes no
+  optimizer step and does not bump the policy version: the weights did not change.
+- LoRA (peft): the reference policy of the KL term is the same model with the adapter
+  disabled, so no second copy is held. The published weights merge the adapter into
+  copies of the base weights (W + scale * B @ A) keyed like the base model's
+  named_parameters, so serving loads them as it loads any full update; the training
+  model is never merged in place, which would be undone imprecisely.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine.sampling import sampling_logprobs
+from openclaw_rl.train.batch import collate
+from openclaw_rl.train.losses import LossParams, k3_kl, method_loss, method_terms, opd_advantages
+from openclaw_rl.types import Sample
+
+log = logging.getLogger(__name__)
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+ADAPTER = "default"  # peft's name for the single adapter we train
+_MEAN_STATS = ("loss", "pg_loss", "topk_kl", "ref_kl", "approx_kl", "clip_fraction", "ratio_mean")
+
+
+class Trainer:
+    def __init__(
+        self,
+        model_dir: str | Path,
+        config: TrainConfig,
+        initial_version: int = 0,
+        *,
+        device: str | None = None,
+    ):
+        from transformers import AutoModelForCausalLM
+
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.model_dir = Path(model_dir)
+        self.terms = method_terms(config.method)
+        self.loss_params = LossParams(
+            eps_low=config.eps_low, eps_high=config.eps_high, opd_clip_c=config.opd_clip_c,
+            w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta,
+        )
+        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
+        self.reference: torch.nn.Module | None = None
+        if config.lora:
+            model = _add_lora(model, config)
+        elif config.kl_beta > 0:
+            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
+        self.model = model.eval()  # eval = dropout off; gradients still flow
+        forward = (model.get_base_model() if config.lora else model).forward
+        self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(forward).parameters
+        self.trainable = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate, weight_decay=0.0)
+        self.train_step = 0  # training steps taken (batches consumed)
+        self.policy_version = initial_version  # version of the weights held now
+
+    # -- training ---------------------------------------------------------------------
+
+    def step(self, samples: Sequence[Sample]) -> dict[str, float]:
+        """Train on one batch; returns stats (means over the batch and its passes).
+
+        kl: k3 estimate of KL between behaviour and current policy on every response
+        token; loss, clip_fraction, ...: as method_loss reports them; reward_mean and
+        opd_adv_abs_mean are NaN when no sample has a verdict / a teacher.
+        """
+        if not samples:
+            raise ValueError("step needs at least one sample")
+        started = time.perf_counter()
+        top_k = self.config.topk_k if self.terms.topk_kl else 0
+        size = self.config.micro_batch_size
+        micro_batches = [
+            {k: v.to(self.device) for k, v in collate(samples[i : i + size], top_k=top_k).items()}
+            for i in range(0, len(samples), size)
+        ]
+        passes: list[dict[str, float]] = []
+        for _ in range(self.config.optimizer_steps_per_batch):
+            stats = self._accumulate(micro_batches)
+            passes.append(stats)
+            if stats["trained_samples"] == 0:
+                break
+            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip))
+            self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+        optimizer_steps = sum(1 for p in passes if p["trained_samples"] > 0)
+        self.train_step += 1
+        if optimizer_steps:
+            self.policy_version += 1
+        seconds = time.perf_counter() - started
+        tokens = float(sum(int(b["loss_mask"].sum()) for b in micro_batches))
+        result = {key: sum(p.get(key, 0.0) for p in passes) / len(passes) for key in passes[0]}
+        result.update(_signal_stats(micro_batches, self.loss_params.opd_clip_c))
+        result.update(
+            samples=float(len(samples)),
+            tokens=tokens,
+            seconds=seconds,
+            tokens_per_s=tokens * len(passes) / max(seconds, 1e-9),
+            optimizer_steps=float(optimizer_steps),
+            train_step=float(self.train_step),
+            policy_version=float(self.policy_version),
+            lr=self.optimizer.param_groups[0]["lr"],
+        )
+        return result
+
+    def _accumulate(self, micro_batches: list[dict[str, Tensor]]) -> dict[str, float]:
+        """Gradients of the full batch's loss in `.grad`, built micro-batch by micro-batch."""
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        trained_samples = trained_tokens = kl_sum = 0.0
+        for batch in micro_batches:
+            logprobs, vocab_logprobs = self.logprobs(batch, with_vocab=self.terms.topk_kl)
+            ref_logprobs = None
+            if self.loss_params.kl_beta > 0:
+                with torch.no_grad():
+                    ref_logprobs, _ = self.logprobs(batch, reference=True)
+            loss, stats = method_loss(self.config.method, batch, logprobs, vocab_logprobs, ref_logprobs,
+                                      self.loss_params)
+            count = self._trained_samples(batch, stats)
+            with torch.no_grad():  # how far the policy has moved from behaviour, on every response token
+                kl_sum += float(k3_kl(batch["behaviour_logprobs"], logprobs, batch["loss_mask"])) * len(logprobs)
+            if count:
+                (loss * count).backward()
+            trained_samples += count
+            trained_tokens += stats["tokens"]
+            for key in _MEAN_STATS:
+                if key in stats:
+                    sums[key] = sums.get(key, 0.0) + stats[key] * count
+        if trained_samples:
+            for p in self.trainable:
+                if p.grad is not None:
+                    p.grad.div_(trained_samples)
+        stats = {key: value / max(trained_samples, 1.0) for key, value in sums.items()}
+        samples = sum(len(b["loss_mask"]) for b in micro_batches)
+        stats.update(kl=kl_sum / samples, trained_samples=trained_samples, trained_tokens=trained_tokens)
+        return stats
+
+    def _trained_samples(self, batch: dict[str, Tensor], stats: dict[str, float]) -> float:
+        """How many samples the micro-batch loss averages over (its denominator)."""
+        if self.terms.reward or self.terms.opd:
+            return stats["samples"]
+        return float((batch["loss_mask"] & batch["teacher_mask"]).any(-1).sum())
+
+    def logprobs(
+        self, batch: dict[str, Tensor], *, with_vocab: bool = False, reference: bool = False
+    ) -> tuple[Tensor, Tensor | None]:
+        """Log-probs of the response tokens (B, T), and over the vocabulary (B, T, V) if asked.
+
+        Measured at each sample's temperature, as sampling measured them. `reference`
+        uses the initial policy (the frozen copy, or the model with its adapter off).
+        """
+        model = self.reference if (reference and self.reference is not None) else self.model
+        positions = batch["response_positions"]  # (B, T) columns of the response tokens
+        first = int(positions.min()) - 1  # the earliest column whose logits predict a response token
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        if self._accepts_logits_to_keep:
+            kwargs["logits_to_keep"] = batch["input_ids"].shape[1] - first
+        else:
+            first = 0
+        if reference and self.config.lora:
+            with self.model.disable_adapter():
+                logits = self.model(**kwargs).logits
+        else:
+            logits = model(**kwargs).logits  # (B, L - first, V)
+        b, t = positions.shape
+        vocab = logits.shape[-1]
+        index = (positions - 1 - first)[..., None].expand(b, t, vocab)  # (B, T, V)
+        logits = logits.gather(1, index)  # (B, T, V)
+        temperatures = batch["temperatures"].repeat_interleave(t)  # (B * T,)
+        vocab_logprobs = sampling_logprobs(logits.reshape(b * t, vocab), temperatures, torch.ones_like(temperatures))
+        vocab_logprobs = vocab_logprobs.reshape(b, t, vocab)  # (B, T, V)
+        chosen = vocab_logprobs.gather(-1, batch["response_ids"][..., None])[..., 0]  # (B, T)
+        return chosen, (vocab_logprobs if with_vocab else None)
+
+    # -- weights out and in -----------------------------------------------------------
+
+    @torch.no_grad()
+    def policy_state_dict(self) -> dict[str, Tensor]:
+        """The full policy weights to publish, on the CPU, keyed like the base model's
+        named_parameters; LoRA deltas merged into copies (the training model is untouched)."""
+        if not self.config.lora:
+            return {name: p.detach().to("cpu", copy=True) for name, p in self.model.named_parameters()}
+        from peft.tuners.lora import LoraLayer
+
+        base = self.model.get_base_model()
+        deltas = {
+            f"{name}.base_layer.weight": module.get_delta_weight(ADAPTER)
+            for name, module in base.named_modules()
+            if isinstance(module, LoraLayer) and ADAPTER in module.lora_A
+        }
+        merged = {}
+        for name, p in base.named_parameters():
+            if _is_lora_parameter(name):
+                continue
+            value = p.detach() + deltas[name] if name in deltas else p.detach()
+            merged[name.replace(".base_layer.", ".")] = value.to("cpu", copy=True)
+        return merged
+
+    def trainable_state_dict(self) -> dict[str, Tensor]:
+        """What a checkpoint stores: every weight, or the adapter in peft's format."""
+        if not self.config.lora:
+            return self.policy_state_dict()
+        from peft import get_peft_model_state_dict
+
+        return {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
+
+    @torch.no_grad()
+    def load_trainable_state_dict(self, state_dict: dict[str, Tensor]) -> None:
+        """The inverse of `trainable_state_dict`; raises on any missing or unknown key."""
+        if self.config.lora:
+            from peft import set_peft_model_state_dict
+
+            expected = set(self.trainable_state_dict())
+        else:
+            expected = {name for name, _ in self.model.named_parameters()}
+        missing, unknown = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+        if missing or unknown:
+            raise ValueError(
+                f"the weights do not fit this trainer's model (lora={self.config.lora}): "
+                f"missing {missing[:5]}, unknown {unknown[:5]}; was the checkpoint made from another model?"
+            )
+        if self.config.lora:
+            set_peft_model_state_dict(self.model, state_dict)
+        else:
+            params = dict(self.model.named_parameters())
+            for name, tensor in state_dict.items():
+                params[name].copy_(tensor)
+
+    def save_adapter_config(self, directory: Path) -> None:
+        """adapter_config.json beside the adapter weights, so peft can load them."""
+        self.model.peft_config[ADAPTER].save_pretrained(str(directory))
+
+    def state(self) -> dict:
+        """The counters and settings a checkpoint records, as JSON-able values."""
+        c = self.config
+        return {
+            "train_step": self.train_step,
+            "policy_version": self.policy_version,
+            "model_dir": str(self.model_dir.resolve()),
+            "method": c.method,
+            "lora": c.lora,
+            "lora_rank": c.lora_rank if c.lora else None,
+            "lora_alpha": c.lora_alpha if c.lora else None,
+            "config": json.loads(json.dumps(c.__dict__)),
+        }
+
+
+def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    present = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
+    targets = [t for t in LORA_TARGETS if t in present]
+    if not targets:
+        raise ValueError(
+            f"LoRA targets {LORA_TARGETS} match no linear layer of this model (its linear layers: "
+            f"{sorted(present)[:10]}); use full fine-tuning (lora = false) for this architecture"
+        )
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha, lora_dropout=0.0, bias="none",
+                      target_modules=targets, task_type="CAUSAL_LM")
+    return get_peft_model(model, lora, adapter_name=ADAPTER)
+
+
+def _is_lora_parameter(name: str) -> bool:
+    return any(part.startswith("lora_") for part in name.split("."))
+
+
+def _signal_stats(micro_batches: list[dict[str, Tensor]], clip_c: float) -> dict[str, float]:
+    """Mean reward over samples with a verdict and mean |A_opd| over teacher tokens (NaN if none)."""
+    rewards = torch.cat([b["reward"][b["has_reward"]] for b in micro_batches])
+    adv = torch.cat([
+        opd_advantages(b["teacher_logprobs"], b["behaviour_logprobs"], b["teacher_mask"], clip_c)[b["teacher_mask"]]
+        for b in micro_batches
+    ])
+    return {
+        "reward_mean": float(rewards.mean()) if rewards.numel() else math.nan,
+        "opd_adv_abs_mean": float(adv.abs().mean()) if adv.numel() else math.nan,
+        "rewarded_samples": float(rewards.numel()),
+    }
