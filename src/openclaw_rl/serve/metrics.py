@@ -28,6 +28,26 @@ class Metrics:
             "openclaw_next_states_recorded", "Next states paired with a main turn", ["role"], registry=self.registry
         )
         self.policy_version = Gauge("openclaw_policy_version", "Policy version being served", registry=self.registry)
+        self.verdicts = Counter("openclaw_verdicts", "Verdicts written by the judge", ["status"], registry=self.registry)
+        self.samples_waiting = Gauge("openclaw_samples_waiting", "Ready samples not yet trained on",
+                                     registry=self.registry)
+        self.train_steps = Gauge("openclaw_train_steps", "Training steps taken", registry=self.registry)
+        self.train = {
+            name: Gauge(f"openclaw_train_{name}", text, registry=self.registry)
+            for name, text in {
+                "loss": "Loss of the last training step",
+                "kl": "KL to the behaviour policy (approx.) in the last step",
+                "clip_fraction": "Fraction of tokens whose ratio was clipped in the last step",
+                "mean_reward": "Mean reward of the last batch (samples with a reward)",
+                "mean_abs_a_opd": "Mean |A_opd| of the last batch (tokens with a teacher)",
+                "tokens_per_s": "Training throughput of the last step",
+            }.items()
+        }
+
+    def record_train_step(self, stats: dict) -> None:
+        for name, gauge in self.train.items():
+            if isinstance(stats.get(name), (int, float)):
+                gauge.set(stats[name])
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -81,8 +81,9 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
             teacher_logprobs[b, :t] = torch.tensor(sample.teacher_logprobs)
             teacher_mask[b, :t] = True
             if top_k > 0:
-                top_ids[b, :t] = torch.tensor([row[:k] for row in sample.teacher_top_ids])  # type: ignore[union-attr]
-                top_logprobs[b, :t] = torch.tensor([row[:k] for row in sample.teacher_top_logprobs])  # type: ignore[union-attr]
+                ids, logprobs = sample.teacher_top_ids, sample.teacher_top_logprobs
+                top_ids[b, :t] = torch.tensor([row[:k] for row in ids])  # type: ignore[union-attr]
+                top_logprobs[b, :t] = torch.tensor([row[:k] for row in logprobs])  # type: ignore[union-attr]
 
     batch = {
         "input_ids": input_ids,

@@ -46,14 +46,14 @@ async def run_trainer(
                 config.max_staleness, trainer.train_step + 1,
             )
             if not samples:
-                await _wait(stop, config.poll_interval_s)
+                await _wait(stop, config.train_poll_interval_s)
                 continue
             version = trainer.policy_version
             stats = await asyncio.to_thread(trainer.step, samples)
             stats["dropped_stale"] = float(len(dropped))
             if trainer.policy_version != version:
                 await publish(await asyncio.to_thread(trainer.policy_state_dict), trainer.policy_version)
-                await asyncio.to_thread(store.set_policy_version, trainer.policy_version)
+            await asyncio.to_thread(store.set_policy_version, trainer.policy_version, trainer.train_step)
             if trainer.train_step % config.checkpoint_every == 0:
                 await asyncio.to_thread(checkpoint.save, data_dir, trainer)
                 saved_step = trainer.train_step

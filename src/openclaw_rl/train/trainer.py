@@ -33,7 +33,6 @@ from __future__ import annotations
 import copy
 import inspect
 import json
-import logging
 import math
 import time
 from collections.abc import Sequence
@@ -48,7 +47,6 @@ from openclaw_rl.train.batch import collate
 from openclaw_rl.train.losses import LossParams, k3_kl, method_loss, method_terms, opd_advantages
 from openclaw_rl.types import Sample
 
-log = logging.getLogger(__name__)
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER = "default"  # peft's name for the single adapter we train
@@ -66,8 +64,6 @@ class Trainer:
     ):
         from transformers import AutoModelForCausalLM
 
-        if config.threads:
-            torch.set_num_threads(config.threads)
         self.config = config
         self.model_dir = Path(model_dir)
         self.terms = method_terms(config.method)
@@ -101,6 +97,8 @@ class Trainer:
         """
         if not samples:
             raise ValueError("step needs at least one sample")
+        if self.config.train_threads:  # per calling thread: serving keeps its own budget
+            torch.set_num_threads(self.config.train_threads)
         started = time.perf_counter()
         top_k = self.config.topk_k if self.terms.topk_kl else 0
         size = self.config.micro_batch_size
@@ -171,7 +169,11 @@ class Trainer:
         return stats
 
     def _trained_samples(self, batch: dict[str, Tensor], stats: dict[str, float]) -> float:
-        """How many samples the micro-batch loss averages over (its denominator)."""
+        """How many samples the micro-batch loss averages over (its denominator).
+
+        Exact for every row of METHODS: policy-gradient terms (and the KL) average over
+        the samples the surrogate trains, top-k distillation over those with a teacher.
+        """
         if self.terms.reward or self.terms.opd:
             return stats["samples"]
         return float((batch["loss_mask"] & batch["teacher_mask"]).any(-1).sum())
@@ -184,19 +186,20 @@ class Trainer:
         Measured at each sample's temperature, as sampling measured them. `reference`
         uses the initial policy (the frozen copy, or the model with its adapter off).
         """
-        model = self.reference if (reference and self.reference is not None) else self.model
         positions = batch["response_positions"]  # (B, T) columns of the response tokens
         first = int(positions.min()) - 1  # the earliest column whose logits predict a response token
         kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
         if self._accepts_logits_to_keep:
-            kwargs["logits_to_keep"] = batch["input_ids"].shape[1] - first
+            kwargs["logits_to_keep"] = batch["input_ids"].shape[1] - first  # skip the prompt-only columns
         else:
             first = 0
-        if reference and self.config.lora:
+        if not reference:
+            logits = self.model(**kwargs).logits  # (B, L - first, V)
+        elif self.reference is not None:
+            logits = self.reference(**kwargs).logits
+        else:  # LoRA: the initial policy is the base model, adapter off
             with self.model.disable_adapter():
                 logits = self.model(**kwargs).logits
-        else:
-            logits = model(**kwargs).logits  # (B, L - first, V)
         b, t = positions.shape
         vocab = logits.shape[-1]
         index = (positions - 1 - first)[..., None].expand(b, t, vocab)  # (B, T, V)

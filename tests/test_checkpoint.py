@@ -1,0 +1,238 @@
+"""Checkpoints survive kills and resume exactly; exports load in transformers; the weights channel."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine.loading import cache_dir
+from openclaw_rl.train import checkpoint, weights
+from openclaw_rl.train.batch import collate
+from openclaw_rl.train.trainer import Trainer
+from test_trainer import (  # noqa: F401 (fixtures used by name)
+    TEST_LR, build_tiny_llama, make_samples, one_thread, served_logprobs, tiny_llama,
+)
+
+CACHED_TOKENIZER = cache_dir() / "test-models" / "tiny-llama-v1"
+
+
+def trained(model_dir: Path, lora: bool, steps: int = 2) -> Trainer:
+    trainer = Trainer(model_dir, TrainConfig(method="combined", lora=lora, lr=TEST_LR[lora]), device="cpu")
+    samples = make_samples(model_dir)
+    for _ in range(steps):
+        trainer.step(samples)
+    return trainer
+
+
+def same_tensors(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+# -- round trip -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_restored_trainer_continues_exactly_like_the_original(tiny_llama, tmp_path, lora) -> None:
+    original = trained(tiny_llama, lora)
+    path = checkpoint.save(tmp_path, original)
+    assert path.name == "step-000002"
+    assert (path / ("adapter/adapter_model.safetensors" if lora else "model.safetensors")).is_file()
+
+    saved = checkpoint.load_latest(tmp_path)
+    assert (saved.path, saved.train_step, saved.policy_version, saved.lora) == (path, 2, 2, lora)
+    resumed = Trainer(tiny_llama, TrainConfig(method="combined", lora=lora, lr=TEST_LR[lora]), device="cpu")
+    checkpoint.restore(resumed, saved)
+    assert (resumed.train_step, resumed.policy_version) == (2, 2)
+    assert same_tensors(resumed.policy_state_dict(), original.policy_state_dict())
+
+    samples = make_samples(tiny_llama)
+    original.step(samples)
+    resumed.step(samples)  # equal only if the AdamW moments and step count came back too
+    torch.testing.assert_close(resumed.policy_state_dict(), original.policy_state_dict(), atol=1e-7, rtol=0)
+
+
+def test_restore_refuses_a_checkpoint_of_the_other_kind(tiny_llama, tmp_path) -> None:
+    checkpoint.save(tmp_path, trained(tiny_llama, lora=False, steps=1))
+    lora_trainer = Trainer(tiny_llama, TrainConfig(lora=True), device="cpu")
+    with pytest.raises(ValueError, match="lora=False but the config has lora=True"):
+        checkpoint.restore(lora_trainer, checkpoint.load_latest(tmp_path))
+
+
+# -- interrupted writes -----------------------------------------------------------------
+
+KILLED_SAVER = textwrap.dedent("""
+    import sys, torch
+    torch.set_num_threads(1)
+    from openclaw_rl.config import TrainConfig
+    from openclaw_rl.train import checkpoint
+    from openclaw_rl.train.trainer import Trainer
+
+    model_dir, data_dir, lora = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+    trainer = Trainer(model_dir, TrainConfig(lora=lora), device="cpu")
+    for p in trainer.trainable:
+        p.grad = torch.ones_like(p)
+    trainer.optimizer.step()  # an optimizer state worth saving
+    while True:  # saves back to back, so a kill almost always lands mid-save
+        trainer.train_step += 1
+        trainer.policy_version += 1
+        checkpoint.save(data_dir, trainer, keep=2)
+        print(trainer.train_step, flush=True)
+""")
+
+
+def test_sigkill_mid_save_never_corrupts_the_last_good_checkpoint(tiny_llama, tmp_path) -> None:
+    script, data = tmp_path / "saver.py", tmp_path / "data"
+    script.write_text(KILLED_SAVER)
+    proc = subprocess.Popen([sys.executable, str(script), str(tiny_llama), str(data), "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(3):  # a few complete saves first
+            if not proc.stdout.readline():
+                raise AssertionError(f"the saver died: {proc.stderr.read()}")
+        time.sleep(random.uniform(0.0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        assert proc.returncode == -signal.SIGKILL
+    finally:
+        proc.kill()
+        proc.wait()
+
+    saved = checkpoint.load_latest(data)
+    assert saved is not None and saved.train_step >= 3
+    assert saved.path.name == f"step-{saved.train_step:06d}"
+    resumed = Trainer(tiny_llama, TrainConfig(), device="cpu")
+    checkpoint.restore(resumed, saved)  # every file is there and loads
+    assert resumed.policy_version == saved.train_step
+    assert resumed.optimizer.state_dict()["state"]  # the moments came back
+    resumed.train_step += 1
+    checkpoint.save(data, resumed)  # and the next save clears whatever the kill left behind
+    assert not list((data / "checkpoints").glob(".tmp-*"))
+
+
+def test_a_save_that_fails_midway_leaves_the_previous_checkpoint_latest(tiny_llama, tmp_path, monkeypatch) -> None:
+    trainer = trained(tiny_llama, lora=False, steps=1)
+    first = checkpoint.save(tmp_path, trainer)
+    trainer.step(make_samples(tiny_llama))
+
+    def disk_full(*args, **kwargs):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        checkpoint.save(tmp_path, trainer)
+
+    assert checkpoint.load_latest(tmp_path).path == first
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step-000001"]
+
+
+def test_load_latest_falls_back_to_the_newest_complete_checkpoint(tiny_llama, tmp_path) -> None:
+    assert checkpoint.load_latest(tmp_path) is None
+    trainer = trained(tiny_llama, lora=False, steps=1)
+    checkpoint.save(tmp_path, trainer)
+    trainer.train_step = 2
+    checkpoint.save(tmp_path, trainer)
+    root = tmp_path / "checkpoints"
+    (root / "step-000003").mkdir()  # a directory without its files is not a checkpoint
+    (root / "latest").write_text("step-000003\n")
+    assert checkpoint.load_latest(tmp_path).train_step == 2
+    (root / "latest").unlink()
+    (root / "step-000002" / "optimizer.pt").unlink()
+    assert checkpoint.load_latest(tmp_path).train_step == 1
+
+
+def test_old_checkpoints_are_pruned_but_latest_is_kept(tiny_llama, tmp_path) -> None:
+    trainer = Trainer(tiny_llama, TrainConfig(), device="cpu")
+    for step in range(1, 6):
+        trainer.train_step = step
+        checkpoint.save(tmp_path, trainer, keep=3)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["latest", "step-000003", "step-000004", "step-000005"]
+    assert checkpoint.load_latest(tmp_path).train_step == 5
+
+
+# -- export -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_export_writes_a_model_directory_transformers_loads(tmp_path, lora) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    base = build_tiny_llama(tmp_path / "base")
+    with_tokenizer = CACHED_TOKENIZER.is_dir()
+    if with_tokenizer:
+        for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+            if (CACHED_TOKENIZER / name).is_file():
+                shutil.copy(CACHED_TOKENIZER / name, base / name)
+    trainer = trained(base, lora)
+    checkpoint.save(tmp_path / "data", trainer)
+
+    out = checkpoint.export(tmp_path / "data", tmp_path / "export")
+
+    model = AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval()
+    assert not any("lora" in name for name, _ in model.named_parameters())
+    samples = make_samples(base)
+    batch = collate(samples)
+    with torch.no_grad():
+        expected, _ = trainer.logprobs(batch)
+    exported = served_logprobs(model, samples)
+    torch.testing.assert_close(exported, expected[batch["loss_mask"]], atol=1e-5, rtol=0)
+    if with_tokenizer:
+        assert AutoTokenizer.from_pretrained(out)("hello").input_ids
+    with pytest.raises(FileExistsError, match="not empty"):
+        checkpoint.export(tmp_path / "data", out)
+
+
+def test_export_without_a_checkpoint_says_so(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        checkpoint.export(tmp_path, tmp_path / "out")
+
+
+# -- weights channel ----------------------------------------------------------------------
+
+
+def test_weights_channel_publishes_atomically_and_keeps_the_last_three(tmp_path) -> None:
+    assert weights.latest_version(tmp_path) is None
+    published = {}
+    for version in range(1, 6):
+        published[version] = {"w": torch.full((2, 3), float(version)), "b": torch.arange(version)}
+        weights.publish(tmp_path, published[version], version)
+        assert weights.latest_version(tmp_path) == version
+
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == [
+        "LATEST", "v000003.safetensors", "v000004.safetensors", "v000005.safetensors",
+    ]
+    assert same_tensors(weights.load(tmp_path, 5), published[5])
+    assert same_tensors(weights.load(tmp_path, 3), published[3])
+    with pytest.raises(FileNotFoundError, match="versions on disk: \\[3, 4, 5\\]"):
+        weights.load(tmp_path, 2)
+
+
+def test_weights_channel_ignores_and_clears_a_killed_publish(tmp_path) -> None:
+    weights.publish(tmp_path, {"w": torch.ones(2)}, 1)
+    leftover = tmp_path / "weights" / ".v000002.safetensors.tmp-999999"
+    leftover.write_bytes(b"half a file")  # what a SIGKILL mid-write leaves
+    assert weights.latest_version(tmp_path) == 1
+    weights.publish(tmp_path, {"w": torch.zeros(2)}, 2)
+    assert not leftover.exists()
+    assert same_tensors(weights.load(tmp_path, weights.latest_version(tmp_path)), {"w": torch.zeros(2)})
+
+
+def test_published_policy_weights_load_into_the_base_model(tiny_llama, tmp_path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    trainer = trained(tiny_llama, lora=True, steps=1)
+    weights.publish(tmp_path, trainer.policy_state_dict(), trainer.policy_version)
+    loaded = weights.load(tmp_path, weights.latest_version(tmp_path))
+    model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
+    assert set(loaded) == {name for name, _ in model.named_parameters()}
+    assert same_tensors(loaded, trainer.policy_state_dict())

@@ -1,0 +1,343 @@
+"""The trainer: batches from exact ids, every method x {full, LoRA}, publishing, the loop.
+
+A tiny Llama (vocab 64, 2 layers) is built from a config into a temporary directory.
+Behaviour log-probs of the test samples come from the model itself, computed here one
+sample at a time, so the first PPO ratio is 1 exactly as in real serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from openclaw_rl.config import TRAIN_METHODS, ConfigError, TrainConfig
+from openclaw_rl.train.batch import collate
+from openclaw_rl.train.losses import METHODS
+from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.types import Sample
+
+TEST_LR = {False: 1e-3, True: 1e-2}  # large enough to see a tiny model move in a few steps
+# (reward, has a teacher) per sample; the last one carries no signal for any method
+SIGNALS = [(1.0, True), (-1.0, False), (0.0, True), (1.0, False), (None, True), (0.0, False)]
+
+
+def build_tiny_llama(target: Path) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=64)
+    torch.manual_seed(0)
+    LlamaForCausalLM(config).save_pretrained(target)
+    return target
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """One torch thread: ops on a model this small are dominated by thread hand-offs,
+    which on a busy two-core machine cost 5x the whole computation."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tmp_path_factory) -> Path:
+    return build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def reference_logprobs(model, prompt: list[int], response: list[int], temperature: float) -> list[float]:
+    """log pi(response | prompt) at a temperature, one sample, no padding: how serving measures it."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]  # (T, V)
+    logprobs = torch.log_softmax(logits / temperature, dim=-1)
+    return logprobs.gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
+
+
+def served_logprobs(model, samples: list[Sample]) -> torch.Tensor:
+    """Every response token's log-prob under `model`, sample by sample, flattened."""
+    return torch.tensor([
+        lp for s in samples
+        for lp in reference_logprobs(model, s.prompt_token_ids, s.response_token_ids, s.temperature)
+    ])
+
+
+def make_samples(model_dir: Path, signals=SIGNALS, *, policy_version: int = 0, turn_ids=None) -> list[Sample]:
+    """Samples of varied lengths and temperatures; behaviour log-probs from the model itself.
+
+    The teacher is synthetic: log-probs shifted from the behaviour ones by up to +-1.5
+    (so the OPD clip binds on some tokens) and a sharp top-4 distribution.
+    """
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    g = torch.Generator().manual_seed(1)
+    samples = []
+    for i, (reward, has_teacher) in enumerate(signals):
+        prompt = torch.randint(1, 64, (2 + i % 3,), generator=g).tolist()
+        response = torch.randint(1, 64, (2 + i % 4,), generator=g).tolist()
+        temperature = (1.0, 0.7)[i % 2]
+        behaviour = reference_logprobs(model, prompt, response, temperature)
+        teacher = top_ids = top_logprobs = None
+        if has_teacher:
+            shift = (torch.rand(len(response), generator=g) * 3 - 1.5).tolist()
+            teacher = [b + s for b, s in zip(behaviour, shift)]
+            top_ids = [torch.randperm(64, generator=g)[:4].tolist() for _ in response]
+            top_logprobs = [[math.log(p) for p in (0.5, 0.2, 0.1, 0.05)] for _ in response]
+        samples.append(Sample(
+            turn_id=turn_ids[i] if turn_ids else i, session_id="s", policy_version=policy_version,
+            prompt_token_ids=prompt, response_token_ids=response, behaviour_logprobs=behaviour,
+            temperature=temperature, reward=reward, teacher_logprobs=teacher,
+            teacher_top_ids=top_ids, teacher_top_logprobs=top_logprobs,
+        ))
+    return samples
+
+
+def snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach().clone() for name, p in module.named_parameters()}
+
+
+# -- batch ------------------------------------------------------------------------------
+
+
+def assert_values(actual: torch.Tensor, expected: list) -> None:
+    torch.testing.assert_close(actual, torch.tensor(expected, dtype=actual.dtype))
+
+
+def _sample(turn_id, prompt, response, behaviour, temperature=1.0, **signals) -> Sample:
+    return Sample(turn_id=turn_id, session_id="s", policy_version=0, prompt_token_ids=prompt,
+                  response_token_ids=response, behaviour_logprobs=behaviour, temperature=temperature, **signals)
+
+
+def test_collate_pads_the_exact_ids_with_exact_masks() -> None:
+    a = _sample(1, [5, 6, 7], [8, 9], [-0.1, -0.2], 0.7, reward=1.0, teacher_logprobs=[-0.3, -0.4])
+    b = _sample(2, [10], [11, 12, 13], [-0.5, -0.6, -0.7], reward=0.0)
+    c = _sample(3, [14, 15], [16], [-0.8])  # no verdict, no teacher
+    batch = collate([a, b, c])
+
+    assert batch["input_ids"].tolist() == [[5, 6, 7, 8, 9], [10, 11, 12, 13, 0], [14, 15, 16, 0, 0]]
+    assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 1, 0], [1, 1, 1, 0, 0]]
+    assert batch["response_positions"].tolist() == [[3, 4, 3], [1, 2, 3], [2, 2, 2]]
+    assert batch["response_ids"].tolist() == [[8, 9, 0], [11, 12, 13], [16, 0, 0]]
+    assert batch["loss_mask"].tolist() == [[True, True, False], [True, True, True], [True, False, False]]
+    assert_values(batch["behaviour_logprobs"], [[-0.1, -0.2, 0], [-0.5, -0.6, -0.7], [-0.8, 0, 0]])
+    assert batch["reward"].tolist() == [1.0, 0.0, 0.0]
+    assert batch["has_reward"].tolist() == [True, True, False]  # a verdict of 0 is a verdict
+    assert_values(batch["teacher_logprobs"], [[-0.3, -0.4, 0], [0, 0, 0], [0, 0, 0]])
+    assert batch["teacher_mask"].tolist() == [[True, True, False], [False] * 3, [False] * 3]
+    assert batch["temperatures"].tolist() == pytest.approx([0.7, 1.0, 1.0])
+    assert "teacher_top_ids" not in batch
+    # every response id sits where response_positions says
+    for row in range(3):
+        mask = batch["loss_mask"][row]
+        columns = batch["response_positions"][row][mask]
+        assert torch.equal(batch["input_ids"][row, columns], batch["response_ids"][row][mask])
+
+
+def test_collate_top_k_cuts_to_the_shortest_list_and_pads_ids_with_minus_one() -> None:
+    a = _sample(1, [1], [2, 3], [-1.0, -1.0], teacher_logprobs=[-1.0, -2.0],
+                teacher_top_ids=[[4, 5, 6], [7, 8, 9]], teacher_top_logprobs=[[-1, -2, -3], [-4, -5, -6]])
+    b = _sample(2, [1], [2], [-1.0], teacher_logprobs=[-1.0],
+                teacher_top_ids=[[10, 11]], teacher_top_logprobs=[[-0.5, -1.5]])
+    c = _sample(3, [1], [2], [-1.0], teacher_logprobs=[-1.0])  # a teacher without top-k
+    batch = collate([a, b, c], top_k=16)
+
+    assert batch["teacher_top_ids"].tolist() == [
+        [[4, 5], [7, 8]],
+        [[10, 11], [-1, -1]],
+        [[-1, -1], [-1, -1]],
+    ]
+    assert_values(batch["teacher_top_logprobs"], [[[-1, -2], [-4, -5]], [[-0.5, -1.5], [0, 0]], [[0, 0], [0, 0]]])
+    assert batch["teacher_mask"].tolist() == [[True, True], [True, False], [False, False]]
+    assert collate([a], top_k=1)["teacher_top_ids"].tolist() == [[[4], [7]]]
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("behaviour_logprobs", [-1.0], "2 response tokens but 1 behaviour"),
+    ("teacher_logprobs", [-1.0, -1.0, -1.0], "2 response tokens but 3 teacher"),
+    ("response_token_ids", [], "at least one of each"),
+])
+def test_collate_rejects_a_sample_whose_lengths_disagree(field, value, message) -> None:
+    fields = dict(turn_id=9, session_id="s", policy_version=0, prompt_token_ids=[1], response_token_ids=[2, 3],
+                  behaviour_logprobs=[-1.0, -1.0], temperature=1.0)
+    fields[field] = value
+    with pytest.raises(ValueError, match=message):
+        collate([Sample(**fields)])
+
+
+# -- config -----------------------------------------------------------------------------
+
+
+def test_train_config_methods_are_the_loss_methods_and_defaults_are_the_papers() -> None:
+    assert set(TRAIN_METHODS) == set(METHODS)
+    config = TrainConfig()
+    assert (config.method, config.batch_size, config.grad_clip, config.learning_rate) == ("combined", 16, 1.0, 1e-5)
+    assert TrainConfig(lora=True).learning_rate == 1e-4
+    assert TrainConfig(lora=True, lr=3e-4).learning_rate == 3e-4
+
+
+@pytest.mark.parametrize("overrides, name", [
+    ({"method": "ppo"}, "method"), ({"lora_rank": 0}, "lora_rank"), ({"lr": 0.0}, "lr"),
+    ({"micro_batch_size": 0}, "micro_batch_size"), ({"eps_low": 1.0}, "eps_low"),
+    ({"method": "binary", "w_rl": 0.0}, "w_rl"), ({"kl_beta": -0.1}, "kl_beta"),
+    ({"train_poll_interval_s": 0.0}, "train_poll_interval_s"),
+])
+def test_train_config_names_the_bad_field(overrides, name) -> None:
+    with pytest.raises(ConfigError, match=f"^{name}"):
+        TrainConfig(**overrides)
+
+
+# -- trainer ----------------------------------------------------------------------------
+
+
+def test_trainer_logprobs_equal_the_behaviour_logprobs_of_unpadded_scoring(tiny_llama) -> None:
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(), device="cpu")
+    batch = collate(samples)
+    with torch.no_grad():
+        logprobs, _ = trainer.logprobs(batch)
+    mask = batch["loss_mask"]
+    torch.testing.assert_close(logprobs[mask], batch["behaviour_logprobs"][mask], atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("method", sorted(METHODS))
+def test_loss_falls_on_a_repeated_batch_and_the_right_weights_move(tiny_llama, method, lora) -> None:
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(method=method, lora=lora, lr=TEST_LR[lora]), device="cpu")
+    before = snapshot(trainer.model)
+
+    history = [trainer.step(samples) for _ in range(4)]
+
+    losses = [s["loss"] for s in history]
+    assert losses[-1] < losses[0] - 1e-3, losses
+    assert history[0]["kl"] == pytest.approx(0.0, abs=1e-6)  # the samples came from this very policy
+    if method != "topk":
+        assert history[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
+    assert (trainer.train_step, trainer.policy_version) == (4, 4)
+    after = snapshot(trainer.model)
+    changed = {name for name in before if not torch.equal(before[name], after[name])}
+    if lora:
+        adapter = {name for name in before if "lora_" in name}
+        assert len(adapter) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+        assert changed == adapter
+        assert {n for n, p in trainer.model.named_parameters() if p.requires_grad} == adapter
+    else:
+        assert changed == set(before)
+
+
+def test_micro_batches_give_the_full_batch_loss_and_gradient(tiny_llama) -> None:
+    samples = make_samples(tiny_llama)  # includes a sample no term trains on
+    stats = {}
+    for size in (1, 4, len(samples)):
+        config = TrainConfig(method="combined", micro_batch_size=size, grad_clip=1e9)
+        trainer = Trainer(tiny_llama, config, device="cpu")
+        stats[size] = trainer.step(samples)
+    for size in (1, 4):
+        assert stats[size]["loss"] == pytest.approx(stats[len(samples)]["loss"], rel=1e-5, abs=1e-7)
+        assert stats[size]["grad_norm"] == pytest.approx(stats[len(samples)]["grad_norm"], rel=1e-4)
+    assert stats[1]["trained_samples"] == len(samples) - 1
+
+
+def test_a_batch_without_any_signal_takes_no_step_and_keeps_the_version(tiny_llama) -> None:
+    samples = make_samples(tiny_llama, [(0.0, False), (None, False)])
+    trainer = Trainer(tiny_llama, TrainConfig(method="combined", lr=1e-2), initial_version=7, device="cpu")
+    before = snapshot(trainer.model)
+    stats = trainer.step(samples)
+    assert (stats["optimizer_steps"], stats["trained_samples"]) == (0, 0)
+    assert (trainer.train_step, trainer.policy_version) == (1, 7)
+    assert math.isnan(stats["opd_adv_abs_mean"])
+    assert all(torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_kl_penalty_measures_distance_from_the_initial_policy(tiny_llama, lora) -> None:
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(method="binary", lora=lora, lr=TEST_LR[lora], kl_beta=0.02),
+                      device="cpu")
+    assert (trainer.reference is None) == lora  # LoRA uses the adapter-disabled model instead of a copy
+    history = [trainer.step(samples) for _ in range(3)]
+    assert history[0]["ref_kl"] == pytest.approx(0.0, abs=1e-7)
+    assert history[-1]["ref_kl"] > 1e-6
+    if not lora:
+        assert all(not p.requires_grad for p in trainer.reference.parameters())
+
+
+def test_lora_policy_state_dict_loads_into_a_fresh_base_model_and_reproduces_the_trainer(tiny_llama) -> None:
+    from transformers import AutoModelForCausalLM
+
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(method="combined", lora=True, lr=1e-2), device="cpu")
+    for _ in range(3):
+        trainer.step(samples)
+    batch = collate(samples)
+    with torch.no_grad():
+        trained, _ = trainer.logprobs(batch)
+    training_weights = snapshot(trainer.model)
+
+    state_dict = trainer.policy_state_dict()
+
+    fresh = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32).eval()
+    params = dict(fresh.named_parameters())
+    assert set(state_dict) == set(params)
+    with torch.no_grad():
+        base_logprobs = served_logprobs(fresh, samples)
+        for name, tensor in state_dict.items():
+            params[name].copy_(tensor)
+    served = served_logprobs(fresh, samples)
+    torch.testing.assert_close(served, trained[batch["loss_mask"]], atol=1e-5, rtol=0)
+    assert not torch.allclose(served, base_logprobs, atol=1e-4)  # the adapter did change the policy
+    after = snapshot(trainer.model)
+    assert all(torch.equal(training_weights[n], after[n]) for n in after)  # merging did not touch the model
+
+
+# -- the loop ---------------------------------------------------------------------------
+
+
+def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store(tiny_llama, tmp_path) -> None:
+    from openclaw_rl.store import Store
+    from openclaw_rl.train import checkpoint
+    from openclaw_rl.train.runner import run_trainer
+
+    store = Store(tmp_path)
+    store.ensure_session("s", "header")
+    turn_ids = [
+        store.record_turn(session_id="s", kind="main", policy_version=5, prompt_messages=[], prompt_token_ids=[1],
+                          response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                          sampling={}, finish_reason="stop", continuation_hash=None).id
+        for _ in range(5)
+    ]
+    stale, *fresh = make_samples(tiny_llama, SIGNALS[:5], policy_version=5, turn_ids=turn_ids)
+    store.add_sample(Sample(**{**stale.to_dict(), "policy_version": 2}), "combined")  # 3 behind v5
+    for sample in fresh:
+        store.add_sample(sample, "combined")
+
+    config = TrainConfig(method="combined", batch_size=2, train_poll_interval_s=0.05, lr=1e-3)
+    trainer = Trainer(tiny_llama, config, initial_version=5, device="cpu")
+    published: list[tuple[int, set[str]]] = []
+    steps: list[dict] = []
+    stop = asyncio.Event()
+
+    async def publish(state_dict: dict, version: int) -> None:
+        published.append((version, set(state_dict)))
+
+    def on_step(stats: dict) -> None:
+        steps.append(stats)
+        if len(steps) == 2:
+            stop.set()
+
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publish, stop, on_step), 120))
+
+    names = {name for name, _ in trainer.model.named_parameters()}
+    assert published == [(6, names), (7, names)]
+    assert store.policy_version() == 7
+    assert store.sample_counts("combined") == {"ready": 0, "used": 4, "dropped": 1, "rejected": 0}
+    assert [s["dropped_stale"] for s in steps] == [1.0, 0.0]
+    saved = checkpoint.load_latest(tmp_path)  # written on stop (checkpoint_every is 10)
+    assert (saved.train_step, saved.policy_version) == (2, 7)
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    store.close()
