@@ -28,8 +28,11 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m slow
 
+# TRL (the baseline of train_step.py) only here; torch stays pinned to the CPU build.
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]' torch==2.13.0
 	$(PY) bench/serve_overhead.py
+	$(PY) bench/train_step.py
 
 clean:
 	rm -rf $(VENV) openclaw-data

@@ -120,7 +120,10 @@ async def main() -> None:
     for backend in backends:
         out = results["backends"][backend] = {}
         for m in (3, 1):
+            # The policy here is the untrained model, so `current` weights are the initial ones; using the
+            # policy engine gives the judge both cores, as a judge process of its own would have.
             config = JudgeConfig(judge=backend, votes=m, judge_max_tokens=args.judge_max_tokens, concurrency=16,
+                                 local_weights="current", call_timeout_s=1800,
                                  openai_base_url=args.openai_url, openai_model=args.openai_model)
             judge = build_judge(config, model_dir, engine)
             with tempfile.TemporaryDirectory() as tmp:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
@@ -59,3 +61,47 @@ def test_default_model_logprobs_match_a_fresh_forward(real):
     fresh = sampling_logprobs(logits, torch.full((n,), 0.8), torch.full((n,), 0.9))
     fresh = fresh.gather(-1, torch.tensor(turn.response_token_ids)[:, None])[:, 0]
     assert torch.allclose(fresh, torch.tensor(turn.behaviour_logprobs), atol=1e-4)
+
+
+def test_default_model_reaches_version_2_from_real_sessions_then_resumes(tmp_path):
+    """The trainer issue's acceptance run: --method combined --batch-size 4, feedback, no failed request."""
+    import httpx
+    from openai import OpenAI
+
+    from openclaw_rl.config import JudgeConfig, TrainConfig
+    from openclaw_rl.engine.loading import default_model_dir
+
+    train = TrainConfig(method="combined", batch_size=4, train_poll_interval_s=0.2)
+    server = LiveServer(default_model_dir(), tmp_path, judge=JudgeConfig(judge="embedding", poll_interval_s=0.2),
+                        train=train)
+    client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+    replies = ["No, that's wrong. Don't use bullet points; answer in one plain sentence.",
+               "Thanks, that's exactly right!"]
+    failures = 0
+    try:
+        for i in range(12):
+            if server.server.engine.policy_version >= 2:
+                break
+            messages = [{"role": "user", "content": f"What is {i + 2} times {i + 3}?"}]
+            first = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=32)
+            failures += first.status_code != 200
+            session = first.headers["x-session-id"]
+            messages += [{"role": "assistant", "content": first.parse().choices[0].message.content},
+                         {"role": "user", "content": replies[i % 2]}]
+            second = client.chat.completions.with_raw_response.create(model="m", messages=messages, max_tokens=32)
+            failures += second.status_code != 200
+            r = httpx.post(f"{server.base_url}/v1/sessions/{session}/feedback", json={"text": "Good, thank you."})
+            failures += r.status_code != 200
+        deadline = time.monotonic() + 300
+        while server.server.engine.policy_version < 2 and time.monotonic() < deadline:
+            time.sleep(1)
+        assert server.server.engine.policy_version >= 2
+        assert failures == 0
+    finally:
+        server.stop()
+    reached = server.server.engine.policy_version  # a step in flight at shutdown finishes and is saved
+    resumed = LiveServer(default_model_dir(), tmp_path, train=train, resume=True)
+    try:
+        assert resumed.server.engine.policy_version == reached
+    finally:
+        resumed.stop()

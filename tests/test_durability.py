@@ -23,7 +23,7 @@ def _start(model_dir, data_dir, port) -> subprocess.Popen:
          "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
@@ -55,6 +55,8 @@ def test_sigkill_mid_traffic_then_restart_keeps_every_committed_turn(tiny_model_
                 answered.append((r.headers["x-session-id"], r.json()["choices"][0]["message"]["content"]))
             i += 1
 
+    opener = [{"role": "user", "content": "remember me"}]
+    first = httpx.post(url, json={"messages": opener, "max_tokens": 4}, timeout=60).json()
     workers = [threading.Thread(target=traffic, args=(w,)) for w in range(3)]
     for w in workers:
         w.start()
@@ -74,15 +76,14 @@ def test_sigkill_mid_traffic_then_restart_keeps_every_committed_turn(tiny_model_
         for session_id, text in answered:
             turns = httpx.get(f"http://127.0.0.1:{port2}/v1/sessions/{session_id}").json()["turns"]
             assert text in [t["response_text"] for t in turns]
-        # The open session keeps pairing after the restart.
-        last = httpx.get(f"http://127.0.0.1:{port2}/v1/sessions/s0").json()["turns"][-1]
-        messages = last["prompt_messages"] + [{"role": "assistant", "content": last["response_text"]},
-                                              {"role": "user", "content": "after the crash"}]
+        # A header-less session left open before the crash keeps pairing after the restart.
+        messages = opener + [{"role": "assistant", "content": first["choices"][0]["message"]["content"]},
+                             {"role": "user", "content": "after the crash"}]
         r = httpx.post(f"http://127.0.0.1:{port2}/v1/chat/completions", json={"messages": messages, "max_tokens": 2},
-                       headers={"X-Session-Id": "s0"}, timeout=30)
-        assert r.status_code == 200
-        turns = httpx.get(f"http://127.0.0.1:{port2}/v1/sessions/s0").json()["turns"]
-        assert turns[-2]["next_state"]["content"] == "after the crash"
+                       timeout=60)
+        assert r.status_code == 200 and r.headers["x-session-id"] == first["session_id"]
+        turns = httpx.get(f"http://127.0.0.1:{port2}/v1/sessions/{first['session_id']}").json()["turns"]
+        assert turns[0]["next_state"]["content"] == "after the crash"
     finally:
         proc.terminate()
         proc.wait(20)

@@ -38,7 +38,7 @@ def trained(tiny_model_dir, tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("loop")
     server = LiveServer(tiny_model_dir, data_dir, judge=JudgeConfig(judge="embedding", poll_interval_s=0.1),
                         train=TrainConfig(method="combined", batch_size=2, lr=1e-3, train_poll_interval_s=0.1,
-                                          checkpoint_every=100))
+                                          checkpoint_every=100), status_interval_s=0.5)
     published: dict[int, dict] = {}
     load = server.server.engine.load_weights
 

@@ -126,9 +126,16 @@ def status_loop(server: Server, interval_s: float) -> Background:
         while not stop.is_set():
             counts = await asyncio.to_thread(server.store.counts)
             samples = await asyncio.to_thread(server.store.sample_counts)
+            policy = await asyncio.to_thread(server.store.policy)
             server.metrics.samples_waiting.set(samples["ready"])
+            train = {"loss": float("nan"), "mean_reward": float("nan"), "mean_abs_a_opd": float("nan"),
+                     "tokens_per_s": 0.0, **server.metrics.last_train}
             line = (f"policy v{server.engine.policy_version} | sessions {counts['sessions']} | turns {counts['turns']} "
-                    f"(paired {counts['paired_turns']}) | samples ready {samples['ready']}, used {samples['used']}")
+                    f"(paired {counts['paired_turns']}) | samples ready {samples['ready']}, used {samples['used']} "
+                    f"| train steps {policy['train_steps']}")
+            if policy["train_steps"]:
+                line += (f", loss {train['loss']:.4f}, reward {train['mean_reward']:+.2f}, "
+                         f"|A_opd| {train['mean_abs_a_opd']:.3f}, {train['tokens_per_s']:.0f} tok/s")
             if line != last:
                 log.info(line)
                 last = line

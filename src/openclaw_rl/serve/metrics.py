@@ -44,7 +44,10 @@ class Metrics:
             }.items()
         }
 
+        self.last_train: dict[str, float] = {}
+
     def record_train_step(self, stats: dict) -> None:
+        self.last_train = {name: stats[name] for name in self.train if isinstance(stats.get(name), (int, float))}
         for name, gauge in self.train.items():
             if isinstance(stats.get(name), (int, float)):
                 gauge.set(stats[name])
