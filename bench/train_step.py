@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import random
 import statistics
@@ -251,6 +252,26 @@ def matmul_peak_gflops(threads: int, size: int = 2048, repeats: int = 10) -> flo
     return 2 * size**3 / best / 1e9
 
 
+class OtherLoad:
+    """Cores kept busy by other processes while this one ran: all CPU time the kernel
+    counted (/proc/stat) minus this process's own, over the wall time. Near 0 on a quiet machine."""
+
+    def __init__(self) -> None:
+        self.start = self._snapshot()
+
+    @staticmethod
+    def _snapshot() -> tuple[float, float, float]:
+        fields = [float(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        busy_s = (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")  # minus idle and iowait
+        own = os.times()
+        return time.perf_counter(), busy_s, own.user + own.system
+
+    def cores(self) -> float:
+        end = self._snapshot()
+        wall, busy, own = (b - a for a, b in zip(self.start, end))
+        return max(0.0, (busy - own) / wall)
+
+
 def _seconds(fn) -> float:
     start = time.perf_counter()
     fn()
@@ -288,9 +309,10 @@ def main() -> None:
 
     import trl
 
+    other_load = OtherLoad()
     peak_before = matmul_peak_gflops(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    config = TrainConfig(method="combined", batch_size=args.batch, threads=args.threads)
+    config = TrainConfig(method="combined", batch_size=args.batch, train_threads=args.threads)
     ours = Trainer(model_dir, config)
     samples = build_samples(ours, tokenizer, args.batch)
     prompt_tokens = [len(s.prompt_token_ids) for s in samples]
@@ -307,6 +329,7 @@ def main() -> None:
     print(f"TRL {trl.__version__} (GRPOTrainer optimizer step, generation replaced by the same batch):")
     trl_seconds, trl_first_loss = time_trl(model_dir, samples, args.warmup, args.steps)
     threads_after = torch.get_num_threads()
+    other_cores = other_load.cores()
 
     peak = max(peak_before, matmul_peak_gflops(args.threads))  # before and after: a busy moment only lowers it
     theory, theory_how = theoretical_peak_gflops(args.threads)
@@ -344,7 +367,8 @@ def main() -> None:
         "threads": args.threads,
         "torch": torch.__version__,
         "trl": trl.__version__,
-        "machine": f"{platform.machine()}, {__import__('os').cpu_count()} cores",
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
+        "other_processes_cores": round(other_cores, 2),
         "notes": [
             f"ours: wall time of Trainer.step (collate, {-(-args.batch // config.micro_batch_size)} micro-batches "
             f"of {config.micro_batch_size}: forward, combined loss, backward; grad clip; AdamW step); "
@@ -363,6 +387,8 @@ def main() -> None:
             "side; ignores attention's quadratic term and counts the LM head on prompt positions",
             f"median of {args.steps} timed steps after {args.warmup} warm-up step(s) per trainer; trainers run "
             f"sequentially in one process; torch threads {args.threads} (after TRL: {threads_after})",
+            f"other_processes_cores: CPU cores other processes kept busy on average during the run "
+            f"({other_cores:.2f} of {os.cpu_count()}); well above 0 means the timings are inflated",
         ],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
