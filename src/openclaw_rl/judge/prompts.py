@@ -127,19 +127,9 @@ def evaluative_prompt(
     `count_tokens` measures rendered text in the judge's tokens; the earlier messages of
     `request_messages` are kept newest first while they fit in `context_token_budget`.
     """
-    body = _material(
-        request_messages,
-        response_text,
-        response_tool_calls,
-        next_state_role,
-        next_state_content,
-        context_token_budget,
-        count_tokens,
-    )
-    return [
-        {"role": "system", "content": _EVALUATIVE_SYSTEM},
-        {"role": "user", "content": f"{body}\n\n{_EVALUATIVE_REMINDER}"},
-    ]
+    body = _material(request_messages, response_text, response_tool_calls, next_state_role, next_state_content,
+                     context_token_budget, count_tokens)
+    return _chat(_EVALUATIVE_SYSTEM, body, _EVALUATIVE_REMINDER)
 
 
 def directive_prompt(
@@ -156,19 +146,14 @@ def directive_prompt(
     Same material and trimming as `evaluative_prompt`; the answer is a line
     `CORRECTION: yes|no` and, after yes, a hint between `[HINT]` and `[/HINT]`.
     """
-    body = _material(
-        request_messages,
-        response_text,
-        response_tool_calls,
-        next_state_role,
-        next_state_content,
-        context_token_budget,
-        count_tokens,
-    )
-    return [
-        {"role": "system", "content": _DIRECTIVE_SYSTEM},
-        {"role": "user", "content": f"{body}\n\n{_DIRECTIVE_REMINDER}"},
-    ]
+    body = _material(request_messages, response_text, response_tool_calls, next_state_role, next_state_content,
+                     context_token_budget, count_tokens)
+    return _chat(_DIRECTIVE_SYSTEM, body, _DIRECTIVE_REMINDER)
+
+
+def _chat(system: str, body: str, reminder: str) -> list[Message]:
+    """Instructions first, the material, then the instructions' gist again."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"{body}\n\n{reminder}"}]
 
 
 def _material(
