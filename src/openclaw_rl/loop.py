@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import uvicorn
+from fastapi import FastAPI
 
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
@@ -147,7 +148,7 @@ def status_loop(server: Server, interval_s: float) -> Background:
     return report
 
 
-def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Server, "FastAPI"]:
+def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:

@@ -9,6 +9,11 @@ One connection guarded by a lock: SQLite serialises writers anyway, the transact
 are a few hundred microseconds, and a single connection keeps WAL checkpoints simple.
 Other processes (judge, trainer) open their own `Store` on the same file.
 
+It is one class over five tables (sessions, turns, verdicts, samples, policy) and runs
+past 400 lines on purpose: every query sits next to the transaction rules it shares
+(one lock, BEGIN IMMEDIATE for read-modify-write), and the class is the whole contract
+between the processes.
+
 Human-readable JSONL logs go to DATA_DIR/logs/, one file per policy version, opened in
 append mode and never truncated. They hold what a person wants to read (the request's
 last message, the response, the next state), not whole prompts or token ids.

