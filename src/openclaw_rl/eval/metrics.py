@@ -1,0 +1,105 @@
+"""The personalization score and its curves (SPEC section 5).
+
+The score is the mean rubric score of the policy's *first* answers to a fixed held-out
+set of problems, decoded greedily so that it measures the policy, not the sampler. The
+evaluation requests are sent as `X-Turn-Type: side`: the server answers and logs them
+but never pairs or trains on them, so measuring never leaks into training.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import openai
+
+from openclaw_rl.eval.personas import Persona
+from openclaw_rl.eval.problems import Problem
+
+__all__ = ["FirstAnswer", "first_answers", "personalization_score", "plot_curves"]
+
+log = logging.getLogger(__name__)
+
+CurvePoint = tuple[int, int, float]  # (sessions played, policy updates, score)
+
+
+@dataclass(frozen=True)
+class FirstAnswer:
+    problem_id: str
+    response: str
+    score: float
+    failed_checks: tuple[str, ...]
+    policy_version: int | None
+
+
+def first_answers(client: openai.OpenAI, model_name: str, persona: Persona, heldout: Sequence[Problem],
+                  max_tokens: int = 256, concurrency: int = 4) -> list[FirstAnswer]:
+    """The policy's greedy first answer to each held-out problem, scored by the rubric.
+
+    Requests run `concurrency` at a time, because the engine batches concurrent requests.
+    """
+
+    def answer(problem: Problem) -> FirstAnswer:
+        raw = client.chat.completions.with_raw_response.create(
+            model=model_name, messages=[{"role": "user", "content": persona.first_message(problem)}],
+            temperature=0.0, max_tokens=max_tokens, extra_headers={"X-Turn-Type": "side"})
+        text = raw.parse().choices[0].message.content or ""
+        version = raw.headers.get("x-policy-version")
+        failed = tuple(c.name for c in persona.failed_checks(problem, text))
+        return FirstAnswer(problem.id, text, persona.rubric(problem, text), failed,
+                           int(version) if version is not None else None)
+
+    with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
+        return list(pool.map(answer, heldout))
+
+
+def personalization_score(client: openai.OpenAI, model_name: str, persona: Persona, heldout: Sequence[Problem],
+                          max_tokens: int = 256, concurrency: int = 4) -> float:
+    """Mean rubric score of the greedy first answers on the held-out set, in [0, 1]."""
+    if not heldout:
+        raise ValueError("the held-out set is empty; pass at least one problem (e.g. heldout_problems(16))")
+    answers = first_answers(client, model_name, persona, heldout, max_tokens, concurrency)
+    return sum(a.score for a in answers) / len(answers)
+
+
+def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judge: str,
+                persona: str | None = None) -> Path:
+    """Score against sessions and against updates, one labelled line per method, as a PNG.
+
+    `runs` maps a method name to its points (sessions, updates, score). The title names
+    the judge, and says "ORACLE judge" when the reward came from the persona's rubric.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")  # files only; never needs a display
+        import matplotlib.pyplot as plt
+    except ImportError as error:  # pragma: no cover - depends on the environment
+        raise RuntimeError("plot_curves needs matplotlib: pip install matplotlib") from error
+    if not runs or not any(runs.values()):
+        raise ValueError("plot_curves got no points; pass {method: [(sessions, updates, score), ...]}")
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    judge_label = "ORACLE judge (reads the persona rubric)" if judge == "oracle" else f"judge: {judge}"
+    fig, (by_sessions, by_updates) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    for method, points in runs.items():
+        ordered = sorted(points)
+        sessions, updates, scores = ([p[i] for p in ordered] for i in range(3))
+        by_sessions.plot(sessions, scores, marker="o", label=method)
+        by_updates.plot(updates, scores, marker="o", label=method)
+    by_sessions.set_xlabel("sessions played")
+    by_updates.set_xlabel("policy updates")
+    by_sessions.set_ylabel("personalization score (held-out first answers)")
+    for axis in (by_sessions, by_updates):
+        axis.set_ylim(0.0, 1.0)
+        axis.grid(alpha=0.3)
+        axis.legend(title="method")
+    fig.suptitle(f"{persona + ' persona, ' if persona else ''}{judge_label}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
