@@ -19,7 +19,7 @@ import openai
 from openclaw_rl.eval.personas import Persona
 from openclaw_rl.eval.problems import Problem
 
-__all__ = ["FirstAnswer", "first_answers", "personalization_score", "plot_curves"]
+__all__ = ["FirstAnswer", "curve_title", "first_answers", "personalization_score", "plot_curves"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +65,12 @@ def personalization_score(client: openai.OpenAI, model_name: str, persona: Perso
     return sum(a.score for a in answers) / len(answers)
 
 
+def curve_title(judge: str, persona: str | None = None) -> str:
+    """The plot's title: which persona, and which judge gave the rewards (the oracle loudly)."""
+    judge_label = "ORACLE judge (reads the persona rubric)" if judge == "oracle" else f"judge: {judge}"
+    return f"Personalization score, {persona + ' persona, ' if persona else ''}{judge_label}"
+
+
 def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judge: str,
                 persona: str | None = None) -> Path:
     """Score against sessions and against updates, one labelled line per method, as a PNG.
@@ -77,6 +83,7 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
 
         matplotlib.use("Agg")  # files only; never needs a display
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import MaxNLocator
     except ImportError as error:  # pragma: no cover - depends on the environment
         raise RuntimeError("plot_curves needs matplotlib: pip install matplotlib") from error
     if not runs or not any(runs.values()):
@@ -84,7 +91,6 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    judge_label = "ORACLE judge (reads the persona rubric)" if judge == "oracle" else f"judge: {judge}"
     fig, (by_sessions, by_updates) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
     for method, points in runs.items():
         ordered = sorted(points)
@@ -96,9 +102,10 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
     by_sessions.set_ylabel("personalization score (held-out first answers)")
     for axis in (by_sessions, by_updates):
         axis.set_ylim(0.0, 1.0)
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))  # sessions and updates are counts
         axis.grid(alpha=0.3)
-        axis.legend(title="method")
-    fig.suptitle(f"{persona + ' persona, ' if persona else ''}{judge_label}")
+    by_sessions.legend(title="method")
+    fig.suptitle(curve_title(judge, persona))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

@@ -1,0 +1,75 @@
+"""The personalization score (through a fake OpenAI-compatible server) and the curves."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+import openai
+import pytest
+
+from openclaw_rl.eval.metrics import curve_title, first_answers, personalization_score, plot_curves
+from openclaw_rl.eval.personas import STUDENT
+from openclaw_rl.eval.problems import heldout_problems
+
+HELDOUT = heldout_problems(4)
+
+
+def completion(text: str) -> dict:
+    return {"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}
+
+
+class AnswersByQuestion:
+    """A fake server that answers each held-out question with a fixed text."""
+
+    def __init__(self, answers: dict[str, str]):
+        self.answers, self.requests, self.lock = answers, [], threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        with self.lock:
+            self.requests.append((dict(request.headers), body))
+        return httpx.Response(200, json=completion(self.answers[body["messages"][0]["content"]]),
+                              headers={"X-Policy-Version": "2"})
+
+
+def test_score_is_the_mean_rubric_of_greedy_side_first_answers():
+    texts = ["So the answer is 55.", "## Answer\n**139**", "Certainly! It is 10.", ""]
+    fake = AnswersByQuestion({STUDENT.first_message(p): t for p, t in zip(HELDOUT, texts)})
+    client = openai.OpenAI(base_url="http://fake/v1", api_key="x", max_retries=0,
+                           http_client=httpx.Client(transport=httpx.MockTransport(fake)))
+    expected = [STUDENT.rubric(p, t) for p, t in zip(HELDOUT, texts)]
+    assert len(set(expected)) > 1
+    score = personalization_score(client, "m", STUDENT, HELDOUT, concurrency=3)
+    assert score == pytest.approx(sum(expected) / len(expected))
+    assert len(fake.requests) == len(HELDOUT)
+    for headers, body in fake.requests:
+        assert headers["x-turn-type"] == "side"  # evaluation is never trained on
+        assert body["temperature"] == 0.0 and len(body["messages"]) == 1
+    answers = first_answers(client, "m", STUDENT, HELDOUT)
+    assert [a.problem_id for a in answers] == [p.id for p in HELDOUT]
+    assert [a.response for a in answers] == texts and {a.policy_version for a in answers} == {2}
+    assert "no_bold" in answers[1].failed_checks
+
+
+def test_score_of_an_empty_heldout_set_is_an_error():
+    with pytest.raises(ValueError, match="held-out set is empty"):
+        personalization_score(openai.OpenAI(base_url="http://fake/v1", api_key="x"), "m", STUDENT, [])
+
+
+def test_plot_curves_writes_a_png_with_one_line_per_method(tmp_path):
+    runs = {"binary": [(0, 0, 0.2), (4, 1, 0.25), (8, 2, 0.3)], "combined": [(0, 0, 0.2), (4, 1, 0.5), (8, 2, 0.8)]}
+    path = plot_curves(runs, tmp_path / "out" / "curve.png", judge="oracle", persona="student")
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    with pytest.raises(ValueError, match="no points"):
+        plot_curves({"binary": []}, tmp_path / "empty.png", judge="local")
+
+
+def test_curve_title_names_the_judge_and_shouts_oracle():
+    assert "ORACLE judge" in curve_title("oracle", "teacher") and "teacher" in curve_title("oracle", "teacher")
+    assert curve_title("local") == "Personalization score, judge: local"
+    assert "ORACLE" not in curve_title("embedding", "student")
