@@ -32,6 +32,8 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' torch==2.13.0
 	$(PY) bench/serve_overhead.py
+	$(PY) bench/serve_during_training.py
+	$(PY) bench/judge_agreement.py
 	$(PY) bench/train_step.py
 
 clean:

@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from openclaw_rl.eval.metrics import curve_title, first_answers, personalization_score, plot_curves
-from openclaw_rl.eval.personas import STUDENT
+from openclaw_rl.eval.student import STUDENT
 from openclaw_rl.eval.problems import heldout_problems
 
 HELDOUT = heldout_problems(4)

@@ -8,7 +8,8 @@ import pytest
 
 from openclaw_rl.config import JudgeConfig
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
-from openclaw_rl.eval.personas import STUDENT, TEACHER
+from openclaw_rl.eval.student import STUDENT
+from openclaw_rl.eval.teacher import TEACHER
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.judge.worker import JudgeFailure, JudgeWorker
 from openclaw_rl.store import Store
@@ -28,7 +29,8 @@ def turn(response: str, prompt: list[dict], turn_id: int = 1) -> Turn:
 
 
 def first_prompt(persona=STUDENT, problem=PROBLEM) -> list[dict]:
-    return [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": persona.first_message(problem)}]
+    return [{"role": "system", "content": "You are helpful."},
+            {"role": "user", "content": persona.first_message(problem)}]
 
 
 def test_good_response_gets_plus_one_and_bad_gets_minus_one_with_hints():

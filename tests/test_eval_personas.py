@@ -9,7 +9,9 @@ import re
 import pytest
 
 from openclaw_rl.eval import personas
-from openclaw_rl.eval.personas import PERSONAS, STUDENT, TEACHER, get_persona, student_attempt
+from openclaw_rl.eval.personas import get_persona
+from openclaw_rl.eval.student import STUDENT
+from openclaw_rl.eval.teacher import TEACHER, student_attempt
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.judge.rules import extract_hints
 
@@ -178,7 +180,7 @@ def test_replies_are_seeded_and_varied():
 
 def test_each_reply_kind_has_at_least_five_templates():
     assert len(personas._CORRECTION_FRAMES) >= 5
-    for persona in PERSONAS.values():
+    for persona in (STUDENT, TEACHER):
         assert len(set(persona.approvals)) >= 5 and len(set(persona.reasks)) >= 5
 
 
@@ -187,7 +189,7 @@ def test_only_corrections_carry_hints_the_judge_can_read():
     else: approvals and re-asks say nothing about how to change the answer."""
     bad_answers = [STUDENT_BAD, MARKDOWN_BUT_RIGHT, "42", "", TEACHER_BAD, "word " * 300,
                    "Step 1: 3 \\times 4 = 12\nAnswer: 12", "| a | b |\n```x```"]
-    for persona in PERSONAS.values():
+    for persona in (STUDENT, TEACHER):
         for problem in heldout_problems(13):
             for answer in bad_answers:
                 for seed in range(4):

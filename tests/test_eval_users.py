@@ -10,7 +10,7 @@ import httpx
 import openai
 
 from openclaw_rl.eval.metrics import personalization_score
-from openclaw_rl.eval.personas import STUDENT
+from openclaw_rl.eval.student import STUDENT
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
 

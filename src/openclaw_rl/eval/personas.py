@@ -150,8 +150,11 @@ class Persona:
             return Reply(rng.choice(self.approvals), "approve", satisfied=True)
         if rng.random() < self.reask_rate:
             return Reply(rng.choice(self.reasks), "reask", satisfied=False)
-        distinct = {c.fixes: c for c in reversed(checks) if not c.passed and c.fixes}  # say one thing once
-        named = _pick_by_cost(list(reversed(distinct.values())), 1 + (rng.random() < 0.5), rng)
+        failed: dict[tuple[str, ...], Check] = {}
+        for c in checks:  # checks that fail for one reason (no answer at all) are said once
+            if not c.passed and c.fixes:
+                failed.setdefault(c.fixes, c)
+        named = _pick_by_cost(list(failed.values()), 1 + (rng.random() < 0.5), rng)
         fixes = [rng.choice(c.fixes) for c in named]
         if not fixes:  # below threshold with nothing to name: only an evaluative signal remains
             return Reply(rng.choice(self.reasks), "reask", satisfied=False)

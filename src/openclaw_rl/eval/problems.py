@@ -203,7 +203,7 @@ def _train_trip(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Ste
                 f"{p.subject} rides a bus for another {extra} kilometers. How many kilometers does {p.name} "
                 f"travel in total?")
     return question, [
-        Step(f"The train covers {{calc}} kilometers.", "*", speed, hours),
+        Step("The train covers {calc} kilometers.", "*", speed, hours),
         Step(f"With the bus ride, {p.name} travels {{calc}} kilometers.", "+", Ref(0), extra),
     ]
 
@@ -214,7 +214,7 @@ def _ages(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
                 f"What will the sum of their ages be in {years} years?")
     return question, [
         Step(f"{f.name} is {{calc}} years old now.", "+", age, older),
-        Step(f"Together they are {{calc}} years old now.", "+", age, Ref(0)),
+        Step("Together they are {calc} years old now.", "+", age, Ref(0)),
         Step(f"In {years} years each of them is {years} years older, which adds {{calc}} years.", "*", 2, years),
         Step("So the sum of their ages will be {calc} years.", "+", Ref(1), Ref(2)),
     ]
@@ -282,7 +282,7 @@ def _apples(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
     question = (f"{p.name} picks {monday} apples on Monday and twice as many on Tuesday. {p.Subject} uses "
                 f"{used} apples to make pies. How many apples are left?")
     return question, [
-        Step("On Tuesday " + p.subject + " picks {calc} apples.", "*", 2, monday),
+        Step(f"On Tuesday {p.subject} picks {{calc}} apples.", "*", 2, monday),
         Step("Together that is {calc} apples.", "+", monday, Ref(0)),
         Step(f"After using {used} for pies, {{calc}} apples are left.", "-", Ref(1), used),
     ]

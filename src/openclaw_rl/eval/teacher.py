@@ -24,6 +24,7 @@ five words or more).
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ class StudentAttempt:
         return self.values[-1]
 
 
+@functools.lru_cache(maxsize=4096)  # every teacher check asks for it
 def student_attempt(problem: Problem) -> StudentAttempt:
     """The (deterministic) wrong answer the teacher's student handed in for `problem`."""
     rng = random.Random(f"attempt:{problem.id}")
