@@ -7,9 +7,6 @@ built once and cached next to the default model, so the suite stays fast.
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -49,18 +46,13 @@ def tiny_model_dir() -> Path:
     return build_tiny_model(cache_dir() / "test-models" / f"tiny-llama-v{TINY_VERSION}")
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from openclaw_rl.serve.background import ServerThread, free_port  # noqa: E402
 
 
 class LiveServer:
     """A real uvicorn server on a free loopback port, in a background thread."""
 
     def __init__(self, model_dir: Path, data_dir: Path, judge=None, train=None, **overrides):
-        import uvicorn
-
         from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
         from openclaw_rl.loop import build_app
 
@@ -69,22 +61,14 @@ class LiveServer:
         overrides.setdefault("status_interval_s", 0.0)
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
         self.server, self.app = build_app(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
-        self._uvicorn = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning"))
-        self._thread = threading.Thread(target=self._uvicorn.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 30
-        while not self._uvicorn.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("test server did not start")
-            time.sleep(0.02)
+        self._thread = ServerThread(self.app, self.port)
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self) -> None:
-        self._uvicorn.should_exit = True  # the app's shutdown stops its loops, engine and store
-        self._thread.join(60)
+        self._thread.stop()  # the app's shutdown stops its loops, engine and store
 
 
 @pytest.fixture(scope="module")

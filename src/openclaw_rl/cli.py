@@ -40,6 +40,27 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0 = run until killed)")
     add_flags(train, TrainConfig)
 
+    for name, text in (("simulate", "simulated users teach a live server; measure the personalization score"),
+                       ("demo", "the student persona teaches the default model on screen (simulate, smaller)")):
+        sim = commands.add_parser(name, help=text, formatter_class=_FORMAT)
+        sim.add_argument("--persona", default="student", help="student | teacher")
+        sim.add_argument("--sessions", type=int, default=32 if name == "simulate" else 24, help="sessions to play")
+        sim.add_argument("--method", default="combined",
+                         help="binary | opd | combined | topk, or several separated by commas")
+        sim.add_argument("--judge", default="embedding", help="embedding | local | oracle | an OpenAI-compatible URL")
+        sim.add_argument("--judge-model", default="default", help="model name at a judge URL")
+        sim.add_argument("--seed", type=int, default=0, help="seed of the problems and the user's replies")
+        sim.add_argument("--out", default="./openclaw-sim" if name == "simulate" else "./openclaw-demo",
+                         help="where metrics.jsonl, summary.json and curve.png go")
+        sim.add_argument("--model", default="", help="model directory (default: the bundled model)")
+        sim.add_argument("--batch-size", type=int, default=4, help="samples per training step")
+        sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
+        sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
+        sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
+                         help="held-out problems the score is measured on")
+        sim.add_argument("--user-model", default="", help="an OpenAI-compatible URL whose model plays the user")
+        sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
                                  formatter_class=_FORMAT)
     export.add_argument("--data-dir", required=True, help="the data dir holding checkpoints")
@@ -66,6 +87,43 @@ def _setup_logging(verbose: bool) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
+def _simulate(args: argparse.Namespace) -> int:
+    from rich.live import Live
+    from rich.table import Table
+
+    from openclaw_rl.eval.simulate import SimulateConfig, simulate
+
+    config = SimulateConfig(
+        persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],
+        judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
+        batch_size=args.batch_size, lora=args.lora, max_turns=args.max_turns, heldout=args.heldout,
+        user_model=args.user_model)
+    state: dict[str, dict] = {}
+    judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
+
+    def table() -> Table:
+        view = Table(title=f"openclaw-rl {args.command}: {config.persona} persona, judge {judge}")
+        for column in ("method", "sessions", "turns", "last first-answer rubric", "updates", "score"):
+            view.add_column(column)
+        for method, row in state.items():
+            view.add_row(method, f"{row.get('sessions', 0)}/{config.sessions}", str(row.get("turns_total", 0)),
+                         f"{row['first_score']:.2f}" if row.get("first_score") is not None else "-",
+                         str(row.get("updates", 0)), f"{row['score']:.3f}" if "score" in row else "-")
+        return view
+
+    with Live(table(), refresh_per_second=2, transient=False) as live:
+        def progress(method: str, **update) -> None:
+            row = state.setdefault(method, {})
+            row["turns_total"] = row.get("turns_total", 0) + update.pop("turns", 0)
+            row.update(update)
+            live.update(table())
+
+        summary = simulate(config, progress)
+    print(f"score before {summary['score_before']}, after {summary['score_after']}; "
+          f"wrote {config.out}/metrics.jsonl, summary.json, curve.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _setup_logging(args.verbose)
@@ -75,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
 
             print(f"wrote {export(args.data_dir, args.out)}")
             return 0
+        if args.command in ("simulate", "demo"):
+            return _simulate(args)
         file_values = load_file(args.config) if args.config else {}
         for section in file_values:
             if section not in ("serve", "judge", "train"):

@@ -66,8 +66,8 @@ def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: LocalEngine
                     count_tokens=lambda text: len(tokenizer.encode(text)))
 
 
-def judge_loop(server: Server, config: JudgeConfig, method: str) -> Background | None:
-    judge = build_judge(config, server.engine.model_dir, server.engine)
+def judge_loop(server: Server, config: JudgeConfig, method: str, judge: Judge | None = None) -> Background | None:
+    judge = judge or build_judge(config, server.engine.model_dir, server.engine)
     if judge is None:
         return None
     worker = JudgeWorker(server.store, judge, config, method, teacher_engine=server.engine,
@@ -148,14 +148,17 @@ def status_loop(server: Server, interval_s: float) -> Background:
     return report
 
 
-def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Server, FastAPI]:
-    """The serving process: engine, store, app, and the loops that run beside it."""
+def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig,
+              judge_override: Judge | None = None) -> tuple[Server, FastAPI]:
+    """The serving process: engine, store, app, and the loops that run beside it.
+
+    `judge_override` replaces the configured judge (the simulator's oracle)."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
     server = build_server(config, threads)
     loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
-    if (judging := judge_loop(server, judge, train.method)) is not None:
+    if (judging := judge_loop(server, judge, train.method, judge_override)) is not None:
         loops.append(judging)
     if config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume)

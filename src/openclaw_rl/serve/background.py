@@ -1,0 +1,39 @@
+"""Run an app on a loopback port in a background thread (the simulator, tests, notebooks)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import uvicorn
+from fastapi import FastAPI
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """uvicorn serving `app` until `stop()`; the app's shutdown closes its loops, engine and store."""
+
+    def __init__(self, app: FastAPI, port: int, host: str = "127.0.0.1", start_timeout_s: float = 60.0):
+        self.host, self.port = host, port
+        self._server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._server.run, name="openclaw-http", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + start_timeout_s
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"the server did not start on {host}:{port}")
+            time.sleep(0.02)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout_s)
