@@ -83,7 +83,7 @@ def _setup_logging(verbose: bool) -> None:
         datefmt="[%X]",
         handlers=[RichHandler(rich_tracebacks=True, show_path=False)],
     )
-    for noisy in ("httpx", "urllib3", "filelock", "transformers"):
+    for noisy in ("httpx", "openai", "urllib3", "filelock", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
