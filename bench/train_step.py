@@ -41,7 +41,9 @@ are small at these lengths and identical for both sides. The peak is measured, n
 looked up: the best of repeated 2048 x 2048 float32 matmuls on the same threads.
 
 The two trainers run one after the other in this process, never concurrently (two
-torch processes on these two cores slow each other 5-10x).
+torch processes on these two cores slow each other 5-10x); `other_processes_cores` in the
+result says how busy the rest of the machine was meanwhile. main() runs past 60 lines
+because most of it is the result record, written out field by field.
 """
 
 from __future__ import annotations
@@ -319,6 +321,12 @@ def main() -> None:
     response_tokens = [len(s.response_token_ids) for s in samples]
     tokens = sum(prompt_tokens) + sum(response_tokens)
     n_params = sum(p.numel() for p in ours.model.parameters())
+    size = config.micro_batch_size
+    padded = {  # positions each side runs through the model: ours pads per micro-batch, TRL per batch
+        "ours": sum(len(group) * max(len(s.prompt_token_ids) + len(s.response_token_ids) for s in group)
+                    for group in (samples[i : i + size] for i in range(0, len(samples), size))),
+        "trl": len(samples) * (max(prompt_tokens) + max(response_tokens)),
+    }
     print(f"{args.batch} samples: prompts {min(prompt_tokens)}-{max(prompt_tokens)} tokens, responses "
           f"{min(response_tokens)}-{max(response_tokens)}; {tokens} tokens per step; {n_params / 1e6:.1f}M params")
 
@@ -342,6 +350,7 @@ def main() -> None:
         "response_tokens_per_step": sum(response_tokens),
         "prompt_tokens_range": [min(prompt_tokens), max(prompt_tokens)],
         "response_tokens_range": [min(response_tokens), max(response_tokens)],
+        "padded_positions_per_step": padded,
         "ours_s_per_step": round(ours_s, 3),
         "trl_s_per_step": round(trl_s, 3),
         "ours_tok_s": round(tokens / ours_s, 1),
@@ -380,7 +389,8 @@ def main() -> None:
             "TRL objective matched: advantages = our per-token combined advantages (B, T), old_per_token_logps = "
             "our behaviour log-probs, loss_type='grpo' (per-sample token mean, then batch mean), beta=0, "
             "epsilon=0.2, epsilon_high=0.28, gradient_checkpointing=False, lr 1e-5 constant, float32",
-            "tokens = real prompt + response tokens of the batch (no padding), same on both sides; "
+            "tokens = real prompt + response tokens of the batch (no padding), same on both sides; the padded "
+            "positions each side actually runs are in padded_positions_per_step; "
             "speedup_vs_trl = trl_s_per_step / ours_s_per_step; first_step_loss equal on both sides checks that "
             "both trainers optimise the same objective on the same tokens",
             "mfu = 6 * n_params * tokens_per_step / s_per_step / peak_gflops; no extra forward passes on either "
