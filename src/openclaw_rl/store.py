@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from openclaw_rl.types import Message, NextState, Sample, Session, Turn, TurnKind, Verdict
 
@@ -199,9 +199,8 @@ class Store:
         sampling: dict[str, Any],
         finish_reason: str,
         continuation_hash: str | None,
-        next_state_for: tuple[int, NextState] | None = None,
     ) -> Turn:
-        """Commit a turn, and with it (same transaction) the previous turn's next state."""
+        """Commit a turn; it is on disk when this returns."""
         if len(response_token_ids) != len(behaviour_logprobs):
             raise ValueError(
                 f"{len(response_token_ids)} response ids but {len(behaviour_logprobs)} log-probs"
@@ -210,8 +209,6 @@ class Store:
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
             try:
-                if next_state_for is not None:
-                    self._set_next_state(*next_state_for)
                 (idx,) = self._db.execute(
                     "SELECT COALESCE(MAX(idx) + 1, 0) FROM turns WHERE session_id = ?", (session_id,)
                 ).fetchone()
@@ -233,8 +230,6 @@ class Store:
                 raise
             turn = self._turn_where("id = ?", (cur.lastrowid,))[0]
         self._log_turn(turn)
-        if next_state_for is not None:
-            self._log_next_state(session_id, *next_state_for)
         return turn
 
     def set_next_state(self, turn_id: int, next_state: NextState) -> None:
@@ -281,15 +276,6 @@ class Store:
             tuple(continuation_hashes),
         )
         return [(t.session_id, t) for t in found]
-
-    def iter_turns(self, since_id: int = 0, batch: int = 500) -> Iterator[Turn]:
-        last = since_id
-        while True:
-            found = self._turn_where("id > ? ORDER BY id LIMIT ?", (last, batch))
-            if not found:
-                return
-            yield from found
-            last = found[-1].id
 
     def counts(self) -> dict[str, int]:
         with self._lock:

@@ -30,8 +30,7 @@ import inspect
 import logging
 import os
 import threading
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -53,7 +52,6 @@ class _Request:
     params: SamplingParams
     emit: Callable[[StreamEvent | BaseException], None]
     cancelled: bool = False
-    submitted_at: float = field(default_factory=time.monotonic)
 
 
 @dataclass(eq=False)
