@@ -66,7 +66,58 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--data-dir", required=True, help="the data dir holding checkpoints")
     export.add_argument("--out", required=True, help="an empty or new directory to write")
     export.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    _envs_parser(commands)
     return parser
+
+
+def _envs_parser(commands: argparse._SubParsersAction) -> None:
+    """`envs serve`: flags named after PoolConfig's fields (unset = its defaults), defined here so that
+    every other command starts without importing the web stack."""
+    envs = commands.add_parser("envs", help="agent environments: serve a pool of them over HTTP",
+                               formatter_class=_FORMAT)
+    serve = envs.add_subparsers(dest="envs_command", required=True).add_parser(
+        "serve", help="serve K environments to rollout workers (leases, heartbeats, crash replacement)",
+        formatter_class=_FORMAT)
+    serve.add_argument("--env", required=True, help="terminal | toolcall | swe | gui | module:Class")
+    serve.add_argument("--size", type=int, help="environments in the pool, K (default: 4)")
+    serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to bind (default: 8100)")
+    serve.add_argument("--token", help="bearer token clients must send (default: $OPENCLAW_ENV_TOKEN, else a "
+                                       "generated one, printed at start)")
+    serve.add_argument("--lease-timeout-s", type=float, help="a lease with no request or heartbeat for this long "
+                                                             "expires and its env is reclaimed (default: 60)")
+    serve.add_argument("--call-timeout-s", type=float, help="an env call running longer replaces the env "
+                                                            "(default: 600)")
+    serve.add_argument("--fresh-on-release", action="store_true", default=None,
+                       help="replace a released env by a fresh one instead of reusing it")
+    serve.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                       help="keyword option for the env's constructor (VALUE read as JSON if it parses); repeatable")
+    serve.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+
+
+def _envs_serve(args: argparse.Namespace) -> int:
+    import json
+
+    from openclaw_rl.envs.pool import PoolConfig, resolve_token, serve
+    from openclaw_rl.envs.registry import env_class
+
+    options = {}
+    for item in args.option:
+        key, equals, value = item.partition("=")
+        if not equals or not key:
+            raise ConfigError(f"--option {item!r} is invalid: use KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    config = build(PoolConfig, {}, args)
+    env_class(config.env)  # an unknown name fails here, naming the choices
+    token, generated = resolve_token(config.token)
+    print(f"env pool: {config.size} x {config.env} on http://{config.host}:{config.port}", flush=True)
+    if generated:
+        print(f"token: {token}  (generated; set one with --token or $OPENCLAW_ENV_TOKEN)", flush=True)
+    serve(config, token, options)
+    return 0
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -135,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command in ("simulate", "demo"):
             return _simulate(args)
+        if args.command == "envs":
+            return _envs_serve(args)
         file_values = load_file(args.config) if args.config else {}
         for section in file_values:
             if section not in ("serve", "judge", "train"):
