@@ -1,0 +1,5 @@
+"""A bank account that never goes below zero."""
+
+from bank.account import Account, InsufficientFunds
+
+__all__ = ["Account", "InsufficientFunds"]

@@ -1,0 +1,5 @@
+"""Durations as H:MM:SS text."""
+
+from clock.durations import format_duration, parse_duration
+
+__all__ = ["format_duration", "parse_duration"]

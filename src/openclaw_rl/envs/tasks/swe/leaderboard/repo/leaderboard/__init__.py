@@ -1,0 +1,5 @@
+"""Rank players by score."""
+
+from leaderboard.ranking import rank, top
+
+__all__ = ["rank", "top"]

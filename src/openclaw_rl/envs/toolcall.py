@@ -1,0 +1,199 @@
+"""The tool-call environment: math word problems solved with a Python tool (SPEC section 4).
+
+    env = ToolCallEnv()
+    task = env.tasks("train")[0]
+    env.reset(task)                                    # the question
+    env.step(Action("python", {"code": "print(6 * 7)"}))   # observation "42"
+    env.step(Action("answer", {"value": "42"}))        # done
+    env.evaluate()                                     # Outcome(success=True, score=1.0, ...)
+
+Tools: `python(code)` runs the code in a fresh sandboxed interpreter and shows its
+output; `answer(value)` gives the final answer and ends the episode.
+
+Decisions and why:
+
+- Problems come from the project's GSM8K-style generator (`eval/problems.py`): training
+  tasks from `train_problems`, evaluation tasks from `heldout_problems`. The generator
+  draws the two from disjoint name pools, so no evaluation question can occur in training
+  whatever the counts; task ids carry the split as well.
+- The answer is compared as a number (`parse_answer`): "42", "42.0", "$42", "1,200" and
+  "x = 42" all read as their number, so formatting never decides the outcome, while a
+  wrong number, or a sign the answer does not have, never passes. A value with no number
+  in it is an invalid action (the episode goes on), since there is nothing to grade.
+- The outcome is only the answer given through `answer`: numbers printed by the Python
+  tool or written in chat are not read, so the check never guesses at intent.
+- Each `python` call is a new interpreter (variables do not carry over; files in the
+  sandbox directory do), the tool description says so. The sandbox is made on the first
+  call, not at reset, since many episodes never run code, and it is thrown away at the
+  next reset.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from openclaw_rl.envs.actions import InvalidAction, checked_arguments
+from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
+from openclaw_rl.envs.sandbox import Limits, Sandbox
+from openclaw_rl.eval.problems import Problem, heldout_problems, train_problems
+
+__all__ = ["ToolCallEnv", "parse_answer"]
+
+PROMPT = (
+    "{question}\n\n"
+    "You can run Python with the python tool. When you know the answer, call the answer tool "
+    "with the final number."
+)
+
+# A number: an optional sign not glued to a word or digit before it ("3-4" is not -4), digits,
+# an optional fraction, exponent, or "/denominator".
+_NUMBER = re.compile(r"(?:(?<![\w.])[-−])?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?:/\d+(?!\.\d))?")
+_THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+
+
+def parse_answer(value: object) -> float | None:
+    """The number an answer gives, or None when it gives none.
+
+    A number is taken as it is; in text, thousands separators are dropped and the last
+    number counts ("The answer is 42" -> 42.0, "$1,200.50" -> 1200.5, "84/2" -> 42.0).
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if math.isfinite(value) else None
+    if not isinstance(value, str):
+        return None
+    numbers = _NUMBER.findall(_THOUSANDS.sub("", value))
+    if not numbers:
+        return None
+    text = numbers[-1].replace("−", "-")
+    numerator, _, denominator = text.partition("/")
+    number = float(numerator)
+    if denominator:
+        if float(denominator) == 0:
+            return None
+        number /= float(denominator)
+    return number if math.isfinite(number) else None
+
+
+def _is_correct(given: float, expected: float) -> bool:
+    return math.isclose(given, expected, rel_tol=1e-9, abs_tol=1e-6)
+
+
+def _task(problem: Problem, task_id: str, split: Split) -> Task:
+    return Task(id=task_id, prompt=PROMPT.format(question=problem.question), split=split,
+                data={"question": problem.question, "answer": problem.answer, "problem": problem.id})
+
+
+class ToolCallEnv:
+    """Word problems with a sandboxed Python tool; outcome = the exact numeric answer."""
+
+    name = "toolcall"
+    tools = [
+        tool_schema(
+            "python",
+            "Run a Python 3 program in a sandbox (no network, standard library only) and see what it prints. "
+            "Each call is a fresh interpreter: print() what you need; variables do not carry over.",
+            code=("string", "the Python program to run"),
+        ),
+        tool_schema(
+            "answer",
+            "Give your final answer. This ends the episode.",
+            value=("string", "the final answer, a number, e.g. 42"),
+        ),
+    ]
+
+    def __init__(self, *, n_train: int = 48, n_eval: int = 24, seed: int = 0, max_steps: int = 12,
+                 limits: Limits | None = None) -> None:
+        if n_train < 1 or n_eval < 1:
+            raise ValueError(f"n_train and n_eval must be at least 1, got {n_train} and {n_eval}")
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        self.max_steps = max_steps
+        self.limits = limits or Limits(cpu_s=5, wall_s=10.0)
+        self._tasks = self._make_tasks(n_train, n_eval, seed)
+        self._task: Task | None = None
+        self._sandbox: Sandbox | None = None
+        self._steps = 0
+        self._done = False
+        self._answer: str | None = None
+
+    @staticmethod
+    def _make_tasks(n_train: int, n_eval: int, seed: int) -> list[Task]:
+        train: list[Task] = []
+        seen: set[str] = set()
+        for problem in train_problems(seed, 2 * n_train):  # spare problems stand in for repeated questions
+            if problem.question not in seen and len(train) < n_train:
+                seen.add(problem.question)
+                train.append(_task(problem, f"toolcall-train-{len(train):03d}", "train"))
+        evaluation = [_task(problem, f"toolcall-eval-{i:03d}", "eval") for i, problem in enumerate(heldout_problems(n_eval))]
+        return train + evaluation
+
+    def tasks(self, split: Split | None = None) -> list[Task]:
+        return [task for task in self._tasks if split is None or task.split == split]
+
+    def reset(self, task: Task) -> str:
+        if "answer" not in task.data:
+            raise ValueError(f"task {task.id!r} has no data['answer']; toolcall tasks come from ToolCallEnv.tasks()")
+        self._close_sandbox()
+        self._task, self._steps, self._done, self._answer = task, 0, False, None
+        return task.prompt
+
+    def step(self, action: Action) -> StepResult:
+        if self._task is None:
+            raise RuntimeError("step() before reset(): reset the environment with a task first")
+        if self._done:
+            message = "The episode is over; reset with a new task to go on."
+            return StepResult(message, done=True, info={"error": message})
+        self._steps += 1
+        try:
+            arguments = checked_arguments(action, self.tools)
+            result = self._run_python(arguments["code"]) if action.tool == "python" else self._give_answer(arguments["value"])
+        except InvalidAction as error:
+            result = StepResult(f"Error: {error}", info={"error": str(error)})
+        if not result.done and self._steps >= self.max_steps:
+            result = StepResult(f"{result.observation}\n[step limit of {self.max_steps} reached: the episode is over]",
+                                done=True, info={**result.info, "truncated": True})
+        self._done = result.done
+        return result
+
+    def _run_python(self, code: str) -> StepResult:
+        if not code.strip():
+            raise InvalidAction("python(code): the code is empty; pass a program, e.g. print(6 * 7)")
+        if self._sandbox is None:
+            self._sandbox = Sandbox(self.limits)
+        try:
+            result = self._sandbox.run_python(code)
+        except OSError as error:
+            raise EnvError(f"the sandbox could not run python: {error}") from error
+        return StepResult(result.text(), info={"exit_code": result.exit_code, "timed_out": result.timed_out})
+
+    def _give_answer(self, value: str) -> StepResult:
+        if parse_answer(value) is None:
+            raise InvalidAction(f"answer(value): {value!r:.80} holds no number; give the final answer as a number, "
+                                "e.g. answer(value=\"42\")")
+        self._answer = value
+        return StepResult(f"Your answer {value!r} is recorded. The episode is over.", done=True)
+
+    def evaluate(self) -> Outcome:
+        if self._task is None:
+            raise RuntimeError("evaluate() before reset(): there is no episode to evaluate")
+        expected = self._task.data["answer"]
+        if self._answer is None:
+            return Outcome(False, 0.0, f"no answer was given (expected {expected})")
+        given = parse_answer(self._answer)
+        assert given is not None  # _give_answer refuses values without a number
+        if _is_correct(given, float(expected)):
+            return Outcome(True, 1.0, f"answered {self._answer!r}, expected {expected}")
+        return Outcome(False, 0.0, f"answered {self._answer!r} (read as {given:g}), expected {expected}")
+
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def close(self) -> None:
+        self._close_sandbox()
+        self._task = None
