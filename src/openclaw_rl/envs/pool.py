@@ -34,8 +34,8 @@ Decisions and why:
 - One bearer token guards every endpoint but `/healthz`, compared in constant time, and
   the server binds 127.0.0.1 unless told otherwise: a lease runs commands on this machine.
 
-The file is one unit (config, threads, leases, HTTP) at a little over 400 lines, because
-the HTTP layer is thin and every part of it reads the lease rules above.
+The file is one unit of about 550 lines (config, env threads, leases, then HTTP in the
+last third): every part enacts the rules above, and splitting them would scatter them.
 """
 
 from __future__ import annotations
@@ -153,6 +153,14 @@ class _Slot:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+def _state(slot: _Slot) -> Literal["leased", "recycling", "broken", "free"]:
+    if slot.lease is not None:
+        return "leased"
+    if slot.recycling or slot.lock.locked():  # locked: a released lease's last call is still running
+        return "recycling"
+    return "broken" if slot.env is None else "free"
+
+
 def _close_quietly(env: Env | None) -> None:
     if env is None:
         return
@@ -186,37 +194,47 @@ class EnvPool:
         self._reaper: asyncio.Task | None = None
 
     async def start(self) -> None:
+        """Create the K envs (all must come up) and read the task catalog and tools from the first."""
         self._slots = [_Slot(i, _EnvThread(f"env-{i}")) for i in range(self.config.size)]
-        created = await asyncio.gather(*(self._create(slot) for slot in self._slots), return_exceptions=True)
-        failures = [error for error in created if isinstance(error, BaseException)]
-        if failures:
+        try:
+            created = await asyncio.gather(*(self._create(slot) for slot in self._slots), return_exceptions=True)
+            failures = [error for error in created if isinstance(error, BaseException)]
+            if failures:
+                raise RuntimeError(f"could not create {len(failures)} of {self.config.size} {self.name!r} "
+                                   f"environments; the first failure: {failures[0]!r}") from failures[0]
+            first = self._slots[0]
+            assert first.env is not None
+            self.name, self.tools = getattr(first.env, "name", self.name), list(first.env.tools)
+            for task in await self._on_thread(first, first.env.tasks):
+                if task.id in self.tasks:
+                    raise RuntimeError(f"the {self.name} environment lists task id {task.id!r} twice; "
+                                       "ids must be unique")
+                self.tasks[task.id] = task
+        except BaseException:
             await self.close()
-            raise RuntimeError(f"could not create {len(failures)} of {self.config.size} {self.name!r} environments; "
-                               f"the first failure: {failures[0]!r}") from failures[0]
-        first = self._slots[0]
-        assert first.env is not None
-        self.name, self.tools = getattr(first.env, "name", self.name), list(first.env.tools)
-        for task in await self._on_thread(first, first.env.tasks):
-            if task.id in self.tasks:
-                raise RuntimeError(f"the {self.name} environment lists task id {task.id!r} twice; ids must be unique")
-            self.tasks[task.id] = task
+            raise
         self._reaper = asyncio.create_task(self._reap())
 
     async def close(self) -> None:
-        if self._reaper is not None:
-            self._reaper.cancel()
+        """Stop the reaper and any recycling, then close every env on its own thread (30 s each at most)."""
+        for task in [self._reaper, *self._background]:
+            if task is not None:
+                task.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
-        for slot in self._slots:
+
+        async def close_slot(slot: _Slot) -> None:
             with contextlib.suppress(_Hung):
                 await self._on_thread(slot, lambda env=slot.env: _close_quietly(env), min(self.config.call_timeout_s, 30))
             slot.env = None
             slot.thread.retire()
 
+        await asyncio.gather(*(close_slot(slot) for slot in self._slots))
+
     # -- leases ----------------------------------------------------------------------
 
     def allocate(self) -> str:
         for slot in self._slots:
-            if slot.env is not None and slot.lease is None and not slot.recycling:
+            if _state(slot) == "free":
                 lease = "lease-" + secrets.token_hex(8)
                 slot.lease, slot.last_seen, slot.needs_reset = lease, time.monotonic(), True
                 self._leases[lease] = slot
@@ -267,15 +285,13 @@ class EnvPool:
 
     def status(self) -> dict[str, Any]:
         now = time.monotonic()
-        leased = [s for s in self._slots if s.lease is not None]
-        recycling = sum(s.lease is None and s.recycling for s in self._slots)
-        broken = sum(s.lease is None and not s.recycling and s.env is None for s in self._slots)
+        states = collections.Counter(_state(slot) for slot in self._slots)
         return {
-            "env": self.name, "size": len(self._slots), "free": len(self._slots) - len(leased) - recycling - broken,
-            "leased": len(leased), "recycling": recycling, "broken": broken, "replaced": self.replaced,
+            "env": self.name, "size": len(self._slots), "free": states["free"], "leased": states["leased"],
+            "recycling": states["recycling"], "broken": states["broken"], "replaced": self.replaced,
             "reclaimed": self.reclaimed, "lease_timeout_s": self.config.lease_timeout_s,
             "leases": [{"lease_id": s.lease, "slot": s.index, "idle_s": round(now - s.last_seen, 3),
-                        "needs_reset": s.needs_reset} for s in leased],
+                        "needs_reset": s.needs_reset} for s in self._slots if s.lease is not None],
         }
 
     def _held(self, lease: str) -> _Slot:
@@ -318,11 +334,10 @@ class EnvPool:
             await asyncio.sleep(tick_s)
             now = time.monotonic()
             for slot in self._slots:
-                if slot.lock.locked() or slot.recycling:
-                    continue
-                if slot.lease is not None and now - slot.last_seen > self.config.lease_timeout_s:
+                state = _state(slot)
+                if state == "leased" and not slot.lock.locked() and now - slot.last_seen > self.config.lease_timeout_s:
                     self._expire(slot, now - slot.last_seen)
-                elif slot.lease is None and slot.env is None and now - slot.broken_at > _RETRY_BROKEN_S:
+                elif state == "broken" and now - slot.broken_at > _RETRY_BROKEN_S:
                     self._recycle_later(slot)
 
     # -- making envs -----------------------------------------------------------------
@@ -372,15 +387,16 @@ class EnvPool:
         self.replaced += 1
         await self._discard(slot, hung)
         slot.needs_reset = True
+        lease = slot.lease
         try:
             await self._create(slot)
         except Exception as error:
-            lease = slot.lease
-            self._end(slot, "its environment crashed and no fresh one could be created")
+            if lease is not None:
+                self._end(slot, "its environment crashed and no fresh one could be created")
             return (f"it was closed but a fresh one could not be created ({type(error).__name__}: {error}), "
                     f"so lease {lease} has ended")
         return (f"it was closed and replaced by a fresh one (replacement #{self.replaced}); this episode is lost, "
-                f"reset lease {slot.lease} with a task to go on")
+                f"reset lease {lease} with a task to go on")
 
     def _recycle_later(self, slot: _Slot) -> None:
         slot.recycling = True
