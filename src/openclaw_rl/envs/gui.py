@@ -26,6 +26,10 @@ Decisions and why:
 - One browser per environment, started on the first reset and reused; a new browser
   context (fresh cookies, storage, page) per episode. Chromium is the system's (Debian's
   `chromium`), never a Playwright download: the machines have no internet.
+
+The file is longer than most (~570 lines) because the page script that builds the
+observation lives here, next to the Python that formats and acts on its records: the
+observation format is defined in one place.
 """
 
 from __future__ import annotations
@@ -151,9 +155,8 @@ _SNAPSHOT_JS = r"""
     }
     if (namingIds.has(el.id)) return;
     const hasControls = el.querySelector("input, select, textarea, button, a[href], [role], h1, h2, h3, h4, h5, h6");
-    if (!hasControls) {
-      const text = clean(el.innerText);
-      if (text) out.push({ role: "text", name: text });
+    if (!hasControls) {  // innerText breaks lines at block boundaries: one line per list item, paragraph
+      for (const line of el.innerText.split("\n")) if (clean(line)) out.push({ role: "text", name: clean(line) });
       return;
     }
     for (const node of el.childNodes) {
@@ -312,7 +315,8 @@ def _differences(path: str, actual: Any, expected: Any) -> list[str]:
             for key in keys
             for line in _differences(f"{path}.{key}", actual.get(key, _MISSING), expected.get(key, _MISSING))
         ]
-    if _MISSING not in (actual, expected) and json.dumps(actual, sort_keys=True) == json.dumps(expected, sort_keys=True):
+    canonical = [json.dumps(value, sort_keys=True) for value in (actual, expected) if value is not _MISSING]
+    if len(canonical) == 2 and canonical[0] == canonical[1]:
         return []
     return [f"{path}: expected {_show(expected)}, got {_show(actual)}"]
 
@@ -348,7 +352,7 @@ class GUIEnv:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         try:
-            import playwright.sync_api  # noqa: F401
+            from playwright.sync_api import Error, sync_playwright
         except ImportError as error:
             raise EnvError(
                 "the GUI environment needs Playwright for Python: pip install playwright "
@@ -359,6 +363,8 @@ class GUIEnv:
             where = repr(chromium_path) if chromium_path else f"any of {list(CHROMIUM_NAMES)} on PATH"
             raise EnvError(f"the GUI environment needs Chromium, and found none at {where}: apt-get install chromium")
         self.executable = executable
+        self._sync_playwright = sync_playwright
+        self._browser_error: type[Exception] = Error
         self.max_steps = max_steps
         self.screenshots = screenshots
         self.action_timeout_s = action_timeout_s
@@ -417,17 +423,18 @@ class GUIEnv:
             return future.result(timeout=timeout_s)
         except FutureTimeout as error:
             raise EnvError(f"the browser did not answer within {timeout_s:.0f} s") from error
+        except self._browser_error as error:  # the agent's mistakes never get here: see _act
+            raise EnvError(f"the browser failed: {str(error).splitlines()[0]}") from error
 
     def _start(self) -> None:
-        from playwright.sync_api import sync_playwright
-
         self._server = _AppServer()
-        self._playwright = sync_playwright().start()
+        self._playwright = self._sync_playwright().start()
         try:
             self._browser = self._playwright.chromium.launch(
                 executable_path=self.executable, headless=True, args=CHROMIUM_ARGS
             )
         except Exception as error:
+            self._shutdown()
             raise EnvError(f"could not start Chromium at {self.executable}: {error}") from error
         log.info("GUI env: Chromium %s, apps on %s", self._browser.version, self._server.url(""))
 
@@ -452,9 +459,9 @@ class GUIEnv:
     def _snapshot(self) -> list[dict[str, Any]]:
         return self._live_page().evaluate(_SNAPSHOT_JS)
 
-    def _observe(self, records: list[dict[str, Any]] | None = None) -> str:
+    def _observe(self) -> str:
         page = self._live_page()
-        records = self._snapshot() if records is None else records
+        records = self._snapshot()
         path = urllib.parse.urlsplit(page.url).path
         header = f"Page {json.dumps(page.title(), ensure_ascii=False)} ({path})"
         return "\n".join([header, *map(format_element, records)])
@@ -491,8 +498,6 @@ class GUIEnv:
 
     def _act(self, action: Action) -> str:
         """Do one click/type/select; raise _BadAction, naming the problem, when it cannot be done."""
-        from playwright.sync_api import Error as PlaywrightError
-
         needs = {"click": ("element",), "type": ("element", "text"), "select": ("element", "option")}
         if action.tool not in needs:
             raise _BadAction(f"unknown tool {action.tool!r}; the tools are click, type, select and done")
@@ -502,7 +507,9 @@ class GUIEnv:
         element_id = _element_id(action.arguments["element"])
         record = next((r for r in self._snapshot() if r.get("id") == element_id), None)
         if record is None:
-            raise _BadAction(f"there is no element [{element_id}] on the page; use an id in brackets from the latest observation")
+            raise _BadAction(
+                f"there is no element [{element_id}] on the page; use an id in brackets from the latest observation"
+            )
         target = f"[{element_id}] {record['role']} {json.dumps(record['name'], ensure_ascii=False)}"
         if record.get("disabled"):
             raise _BadAction(f"{target} is disabled")
@@ -524,7 +531,7 @@ class GUIEnv:
                 raise _BadAction(f"{target} has no option {wanted!r}; its options are {record['options']}")
             locator.select_option(label=wanted)
             return f"Selected {json.dumps(wanted, ensure_ascii=False)} in {target}."
-        except PlaywrightError as error:
+        except self._browser_error as error:
             if self._page.is_closed() or not self._browser.is_connected():
                 raise EnvError(f"the browser went away during {action.tool}: {error}") from error
             raise _BadAction(f"could not {action.tool} {target}: {str(error).splitlines()[0]}") from error
