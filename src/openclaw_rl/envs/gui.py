@@ -482,6 +482,7 @@ class GUIEnv:
                 summary = self._act(action)
             except _BadAction as bad:
                 error = str(bad)
+            page.wait_for_load_state("domcontentloaded")  # should a click have started a navigation
         observation = self._observe()
         info: dict[str, Any] = {}
         if error is not None:
