@@ -351,7 +351,8 @@ class EnvPool:
         if not done:
             future.cancel()
             if if_late is not None:
-                submitted.add_done_callback(lambda f: if_late(f.result()) if f.exception() is None else None)
+                submitted.add_done_callback(
+                    lambda f: if_late(f.result()) if not f.cancelled() and f.exception() is None else None)
             raise _Hung()
         return future.result()
 
@@ -447,8 +448,7 @@ def create_app(config: PoolConfig, factory: Callable[[], Env], token: str) -> Fa
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         await pool.start()
-        log.info("env pool ready: %d %s environments, %d tasks, on %s:%d", config.size, pool.name, len(pool.tasks),
-                 config.host, config.port)
+        log.info("env pool ready: %d %s environments, %d tasks", config.size, pool.name, len(pool.tasks))
         try:
             yield
         finally:
