@@ -49,7 +49,6 @@ import shlex
 from importlib import resources
 from importlib.abc import Traversable
 from pathlib import Path
-from typing import Any
 
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
@@ -149,6 +148,9 @@ def load_tasks() -> tuple[Task, ...]:
     """Every shipped SWE task, read from the package's `tasks/swe/` folder."""
     tasks = []
     root = resources.files("openclaw_rl.envs") / "tasks" / "swe"
+    if not root.is_dir():
+        raise EnvError(f"the SWE tasks are missing from this installation ({root}): they are package data, "
+                       "shipped by pyproject's [tool.setuptools.package-data]; reinstall the package")
     for folder in sorted((entry for entry in root.iterdir() if entry.is_dir()), key=lambda entry: entry.name):
         spec = json.loads((folder / "task.json").read_text(encoding="utf-8"))
         if spec.get("split") not in ("train", "eval") or not spec.get("issue") or not spec.get("fix"):

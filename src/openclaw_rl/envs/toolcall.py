@@ -32,8 +32,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
-
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
 from openclaw_rl.envs.sandbox import Limits, Sandbox
@@ -128,7 +126,8 @@ class ToolCallEnv:
             if problem.question not in seen and len(train) < n_train:
                 seen.add(problem.question)
                 train.append(_task(problem, f"toolcall-train-{len(train):03d}", "train"))
-        evaluation = [_task(problem, f"toolcall-eval-{i:03d}", "eval") for i, problem in enumerate(heldout_problems(n_eval))]
+        evaluation = [_task(problem, f"toolcall-eval-{i:03d}", "eval")
+                      for i, problem in enumerate(heldout_problems(n_eval))]
         return train + evaluation
 
     def tasks(self, split: Split | None = None) -> list[Task]:
@@ -150,7 +149,10 @@ class ToolCallEnv:
         self._steps += 1
         try:
             arguments = checked_arguments(action, self.tools)
-            result = self._run_python(arguments["code"]) if action.tool == "python" else self._give_answer(arguments["value"])
+            if action.tool == "python":
+                result = self._run_python(arguments["code"])
+            else:
+                result = self._give_answer(arguments["value"])
         except InvalidAction as error:
             result = StepResult(f"Error: {error}", info={"error": str(error)})
         if not result.done and self._steps >= self.max_steps:

@@ -11,6 +11,10 @@ class HiddenAccountTest(unittest.TestCase):
             account.withdraw(1)
         self.assertEqual(account.history, [-20])
 
+    def test_large_overdraft(self):
+        with self.assertRaises(InsufficientFunds):
+            Account("dee", 5000).withdraw(5001)
+
     def test_transfer_all(self):
         source, target = Account("bo", 75), Account("cy")
         source.transfer(75, target)
