@@ -195,3 +195,12 @@ def test_replace_unique():
         replace_unique("x\nx\n", "x", "y", "f.py")
     with pytest.raises(InvalidAction, match="mind the indentation"):
         replace_unique("    x = 1\n", "  x = 1\n    ", "y", "f.py")
+
+
+@needs_sandbox
+def test_close_removes_the_sandbox():
+    with SWEEnv() as env:
+        env.reset(TASKS[0])
+        root = env._sandbox.root
+        assert (root / "tests").is_dir()
+    assert not root.exists()

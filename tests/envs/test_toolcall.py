@@ -155,3 +155,13 @@ def test_constructor_checks_its_arguments():
         ToolCallEnv(max_steps=0)
     with pytest.raises(ValueError, match="n_train"):
         ToolCallEnv(n_train=0)
+
+
+@needs_sandbox
+def test_close_removes_the_sandbox():
+    with ToolCallEnv() as env:
+        env.reset(env.tasks("train")[0])
+        env.step(Action("python", {"code": "print(1)"}))
+        root = env._sandbox.root
+        assert root.is_dir()
+    assert not root.exists()

@@ -269,6 +269,12 @@ class SWEEnv:
         self._close_sandbox()
         self._task = None
 
+    def __enter__(self) -> SWEEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
     def _close_sandbox(self) -> None:
         if self._sandbox is not None:
             self._sandbox.close()

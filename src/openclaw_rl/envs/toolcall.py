@@ -199,3 +199,9 @@ class ToolCallEnv:
     def close(self) -> None:
         self._close_sandbox()
         self._task = None
+
+    def __enter__(self) -> ToolCallEnv:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
