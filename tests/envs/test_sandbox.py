@@ -105,7 +105,7 @@ def test_project_home_and_secrets_are_invisible(box: Sandbox, tmp_path: Path) ->
     assert box.run("ls /root || ls /home/* || ls /var").exit_code != 0
     assert box.run(f"ln -s {secret} link && cat link").exit_code != 0
     assert "pytest" not in box.run("cat /proc/*/cmdline").stdout  # no host processes in sight
-    assert box.run("ls /usr/local").stdout == "bin\n"  # the host's local installs are masked
+    assert set(box.run("ls /usr/local").stdout.split()) <= {"bin"}  # the host's local installs are masked
 
 
 @needs_sandbox
@@ -122,8 +122,9 @@ def test_nothing_outside_the_directory_is_writable(box: Sandbox) -> None:
 
 @needs_sandbox
 def test_host_side_read_and_write_refuse_paths_that_escape(box: Sandbox) -> None:
-    box.run("ln -s /etc/passwd passwd_link && ln -s .. up && ln -s /work/notes abs_link")
-    for path in ("../outside.txt", "/etc/passwd", "notes/../../x", "passwd_link", "up/x", "abs_link/a.txt", ""):
+    box.run("ln -s /etc/passwd passwd_link && ln -s .. up && ln -s /work/notes abs_link && ln -s loop loop")
+    escapes = ("../outside.txt", "/etc/passwd", "notes/../../x", "passwd_link", "up/x", "abs_link/a.txt", "loop", "")
+    for path in escapes:
         with pytest.raises(SandboxPathError):
             box.write(path, "x")
         with pytest.raises(SandboxPathError):

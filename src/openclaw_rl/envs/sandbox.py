@@ -259,6 +259,16 @@ def _remove_tree(path: str) -> None:
     shutil.rmtree(path, onerror=retry_writable)
 
 
+def _open_no_symlink(host_path: Path, flags: int, path: str) -> int:
+    """os.open that refuses a final symlink (the directories above were resolved already)."""
+    try:
+        return os.open(host_path, flags | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise SandboxPathError(f"path {path!r} is a symlink; refused") from error
+        raise
+
+
 class Sandbox:
     """A throwaway directory in which shell commands and Python run isolated; see the module docstring."""
 
@@ -493,7 +503,10 @@ class Sandbox:
                 f"absolute path {path!r} refused: give a path relative to the sandbox directory ({SANDBOX_WORKDIR} inside)"
             )
         root = self.root.resolve()
-        resolved = (root / path).resolve()  # follows symlinks a command may have planted
+        try:
+            resolved = (root / path).resolve()  # follows symlinks a command may have planted
+        except (OSError, RuntimeError) as error:  # a symlink loop
+            raise SandboxPathError(f"path {path!r} cannot be resolved ({error}); refused") from error
         if resolved != root and not resolved.is_relative_to(root):
             raise SandboxPathError(f"path {path!r} resolves to {resolved}, outside the sandbox directory; refused")
         return resolved
@@ -501,14 +514,7 @@ class Sandbox:
     def read(self, path: str) -> str:
         """The text of a file in the sandbox (undecodable bytes replaced)."""
         self._check_open()
-        host_path = self._host_path(path)
-        try:
-            descriptor = os.open(host_path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as error:
-            if error.errno == errno.ELOOP:
-                raise SandboxPathError(f"path {path!r} became a symlink; refused") from error
-            raise
-        with open(descriptor, "rb") as handle:
+        with open(_open_no_symlink(self._host_path(path), os.O_RDONLY, path), "rb") as handle:
             return handle.read().decode("utf-8", errors="replace")
 
     def write(self, path: str, text: str) -> None:
@@ -522,8 +528,7 @@ class Sandbox:
             directory.mkdir()
             _chown_tree(directory, self._host_uid)
         self._host_path(path)  # check again now the parents exist
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-        with open(os.open(host_path, flags, 0o644), "wb") as handle:
+        with open(_open_no_symlink(host_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, path), "wb") as handle:
             handle.write(text.encode("utf-8"))
         _chown_tree(host_path, self._host_uid)
 
