@@ -11,7 +11,8 @@ Decisions and why:
 - `RemoteEnv` follows the `Env` protocol, so the rollout driver plays a local env and a
   remote one alike. An env that crashed or hung on the server raises `RemoteEnvError`,
   which is an `EnvError` as a local crash would be; the server has already replaced the
-  env, and the lease goes on after a reset.
+  env, and the lease goes on after a reset. One difference: `tasks()` come without their
+  `data` (answers, hidden tests), which the server keeps; reset needs only the id.
 - While a lease is held, a daemon thread sends a heartbeat every `lease_timeout_s / 3`,
   so a worker that thinks for a long time between steps keeps its env and one that dies
   loses it after `lease_timeout_s`. A heartbeat that finds the lease gone stops and keeps
@@ -99,7 +100,7 @@ class PoolClient:
 
     def tasks(self, split: Split | None = None) -> list[Task]:
         found = self.request("GET", "/tasks", params={"split": split} if split else None)
-        return [Task(t["id"], t["prompt"], t["split"], t["data"]) for t in found]
+        return [Task(t["id"], t["prompt"], t["split"]) for t in found]  # the server keeps each task's data
 
     def tools(self) -> list[dict[str, Any]]:
         return self.request("GET", "/tools")

@@ -31,6 +31,9 @@ Decisions and why:
   released env is reused as it is: the next holder must reset before it may step or
   evaluate, and reset sets the task up from scratch (`fresh_on_release` replaces it
   instead, for an env whose reset does not clean up everything).
+- `/tasks` lists each task's id, prompt and split, not its `data`: that holds answers,
+  hidden tests and reference solutions, which a client never needs (reset takes the id),
+  and what never leaves the server cannot leak into a prompt.
 - One bearer token guards every endpoint but `/healthz`, compared in constant time, and
   the server binds 127.0.0.1 unless told otherwise: a lease runs commands on this machine.
 
@@ -45,7 +48,6 @@ import base64
 import collections
 import concurrent.futures
 import contextlib
-import dataclasses
 import hmac
 import ipaddress
 import json
@@ -498,7 +500,8 @@ def create_app(config: PoolConfig, factory: Callable[[], Env], token: str) -> Fa
 
     @app.get("/tasks")
     async def tasks(split: Literal["train", "eval"] | None = None) -> list[dict[str, Any]]:
-        return [_jsonable(dataclasses.asdict(task)) for task in pool.tasks.values() if split is None or task.split == split]
+        return [{"id": task.id, "prompt": task.prompt, "split": task.split}
+                for task in pool.tasks.values() if split is None or task.split == split]
 
     @app.get("/tools")
     async def tools() -> list[dict[str, Any]]:
