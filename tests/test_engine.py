@@ -118,3 +118,17 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
         assert eng.policy_version == 1
     finally:
         asyncio.run(eng.aclose())
+
+
+def test_failed_prefill_fails_its_requests_instead_of_hanging(engine):
+    from openclaw_rl.engine.base import EngineError
+
+    async def go():
+        # Token ids past the vocabulary make the embedding lookup fail during prefill.
+        async for _ in engine.stream([engine.model.config.vocab_size + 5], SamplingParams(max_new_tokens=2)):
+            pass
+
+    with pytest.raises(EngineError, match="prefill failed"):
+        asyncio.run(asyncio.wait_for(go(), 30))
+    events, ids, _ = asyncio.run(_run(engine, [1, 2, 3], SamplingParams(max_new_tokens=2, temperature=0.0)))
+    assert len(ids) == 2  # the engine still serves

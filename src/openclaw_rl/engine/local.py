@@ -249,7 +249,12 @@ class LocalEngine:
             except Exception as error:
                 job.done(None, error)
         if admit:
-            self._admit(admit)
+            try:
+                self._admit(admit)
+            except Exception as error:  # a failed prefill fails the rows it was admitting, not just the batch
+                log.exception("prefill of %d requests failed", len(admit))
+                for request in admit:
+                    request.emit(EngineError(f"prefill failed: {error}"))
         if self._rows:
             self._decode_step()
         return True
