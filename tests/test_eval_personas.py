@@ -45,6 +45,7 @@ STUDENT_DEFECTS = {
                  "So Tomas has 55 crayons left."),
     "no_ai_phrases": "Certainly! " + STUDENT_GOOD,
     "plain_prose": STUDENT_GOOD + "\nAnswer: 55",
+    "concise": STUDENT_GOOD.split(". ")[0] + ". " + STUDENT_GOOD,
     "shows_steps": "Tomas has 55 crayons left after giving some of them to Greta.",
     "correct_answer": STUDENT_GOOD.replace("has 55 crayons left", "has 56 crayons left"),
 }
@@ -54,6 +55,14 @@ def test_student_rubric_separates_good_from_bad():
     assert STUDENT.rubric(CRAYONS, STUDENT_GOOD) > 0.7
     assert STUDENT.rubric(CRAYONS, STUDENT_BAD) < 0.4
     assert STUDENT.rubric(CRAYONS, "") < 0.2
+
+
+def test_student_objects_to_boilerplate_openers_and_rambling():
+    opener = "To solve this problem, we need to find how many crayons are left. " + STUDENT_GOOD
+    assert {c.name for c in STUDENT.failed_checks(CRAYONS, opener)} == {"no_ai_phrases"}
+    rambling = STUDENT_GOOD + " " + " ".join(f"Tomas likes crayon number {i} a lot." for i in range(1, 30))
+    check = next(c for c in STUDENT.checks(CRAYONS, rambling) if c.name == "concise")
+    assert 0.0 <= check.score < 1.0 and any("short" in fix for fix in check.fixes)
 
 
 def test_student_criteria_are_the_documented_ones():

@@ -9,13 +9,23 @@ Rubric (weights sum to 1):
     no_headings     0.10   no markdown headings or rules
     no_bold         0.10   no **bold** or __bold__
     no_lists        0.10   no bullet or numbered-list markup
-    no_ai_phrases   0.15   no chatbot phrases; each distinct one found costs half
-    plain_prose     0.15   no "Step 1:" or "Answer:" labels, LaTeX, code or tables; each costs half
+    no_ai_phrases   0.15   no chatbot phrases or boilerplate openers; each distinct one costs half
+    plain_prose     0.10   no "Step 1:" or "Answer:" labels, LaTeX, code or tables; each costs half
+    concise         0.10   at most 120 words and no sentence said twice (a student's answer is short)
     shows_steps     0.25   0.7 x share of intermediate results shown + 0.3 x numeric sentences per step
-    correct_answer  0.15   the final number is the answer
+    correct_answer  0.10   the final number is the answer
 
-The five absence checks give no credit to a response that is not an answer at all (no
+The six absence checks give no credit to a response that is not an answer at all (no
 sentence of three words or more with a number in it).
+
+Why `concise` and the boilerplate openers ("To solve this problem, we need to", "Let's
+start by"): the first version of this rubric gave SmolLM2-135M-Instruct 0.70 before any
+training, and every point it lost was arithmetic (a wrong answer, a missing step), which
+a 135M model cannot learn from a few sessions and which is not a style preference at
+all. Its answers carry no markdown; what gives them away as machine-written is the
+formulaic opener and the rambling, repeated sentences. Those are what a student who
+does not want AI-looking homework objects to, so the rubric now says so (see
+docs/experiments.md for the scores before and after this change).
 """
 
 from __future__ import annotations
@@ -59,7 +69,9 @@ _AI_PHRASES = re.compile(
     r"\b(?:certainly|absolutely|great question|good question|as an ai|as a language model|i hope (?:this|that) helps|"
     r"hope (?:this|that) helps|happy to help|i'd be happy to|i would be happy to|of course|sure thing|"
     r"let's break (?:it|this) down|let's dive|feel free to|let me know if|step-by-step solution|"
-    r"here's a step-by-step|here is a step-by-step|in conclusion|to summarize|i'm glad you asked)\b",
+    r"here's a step-by-step|here is a step-by-step|in conclusion|to summarize|i'm glad you asked|"
+    r"to solve this (?:problem|question)|we need to (?:find|calculate|determine|figure out|first)|"
+    r"let's start by|let's (?:calculate|find|first|begin)|let me (?:help|explain|walk))\b",
     re.IGNORECASE,
 )
 _STEP_LABEL = re.compile(r"^\s*(?:\*\*)?step\s*\d+\s*(?:\*\*)?\s*[:.)\-]", re.IGNORECASE | re.MULTILINE)
@@ -101,6 +113,27 @@ def plain_prose(problem: Problem, response: str) -> tuple[float, list[str]]:
     if not issues:
         return 1.0, []
     return max(0.0, 1.0 - 0.5 * len(issues)), [fix for issue in issues[:1] for fix in issue]
+
+
+CONCISE_WORDS = 120  # full credit up to here; none at twice as many
+
+
+def concise(problem: Problem, response: str) -> tuple[float, list[str]]:
+    """Short, and no sentence repeated: homework answers don't ramble."""
+    words = word_count(response)
+    score = 1.0 if words <= CONCISE_WORDS else max(0.0, 2.0 - words / CONCISE_WORDS)
+    said = [re.sub(r"\W+", " ", s.lower()).strip() for s in sentences(response)]
+    repeated = len(said) - len(set(said))
+    fixes = []
+    if repeated:
+        score = max(0.0, score - 0.5)
+        fixes += ["don't repeat the same sentence, say each thing once",
+                  "you said the same thing twice, just say it once"]
+    if words > CONCISE_WORDS:
+        fixes += ["keep it short, a few sentences is enough",
+                  "make it shorter, my answers are never that long",
+                  "that's way too long, just a few sentences please"]
+    return score, fixes
 
 
 def shows_steps(problem: Problem, response: str) -> tuple[float, list[str]]:
@@ -151,20 +184,23 @@ STUDENT = Persona(
     role="a school student doing math homework with an AI assistant",
     preference=("You want answers you could hand in as your own homework: plain sentences like a student "
                 "writes them, no markdown headings, bold text, bullet points or numbered lists, no chatbot "
-                "phrases such as 'Certainly!', 'Great question' or 'I hope this helps', every calculation "
-                "step shown with its numbers, and the correct final answer."),
+                "phrases such as 'Certainly!', 'Great question', 'To solve this problem, we need to' or "
+                "'I hope this helps', short (a few sentences, nothing said twice), every calculation step "
+                "shown with its numbers, and the correct final answer."),
     criteria=(
         Criterion("no_headings", 0.10, no_headings, "no markdown headings", needs_answer=True),
         Criterion("no_bold", 0.10, no_bold, "no bold text", needs_answer=True),
         Criterion("no_lists", 0.10, no_lists, "no bullet points or numbered-list markup", needs_answer=True),
         Criterion("no_ai_phrases", 0.15, no_ai_phrases, "no chatbot phrases; each one found costs half",
                   needs_answer=True),
-        Criterion("plain_prose", 0.15, plain_prose,
+        Criterion("plain_prose", 0.10, plain_prose,
                   "ordinary sentences; no step or answer labels, LaTeX, code or tables (each costs half)",
+                  needs_answer=True),
+        Criterion("concise", 0.10, concise, f"at most {CONCISE_WORDS} words, no sentence said twice",
                   needs_answer=True),
         Criterion("shows_steps", 0.25, shows_steps,
                   "0.7 x share of intermediate results shown + 0.3 x sentences with numbers per step"),
-        Criterion("correct_answer", 0.15, correct_answer, "the final number is the answer"),
+        Criterion("correct_answer", 0.10, correct_answer, "the final number is the answer"),
     ),
     opener=_student_opener,
     is_answer=lambda response: any(word_count(s) >= 3 and numbers_in(s) for s in sentences(response)),
