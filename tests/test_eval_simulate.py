@@ -19,5 +19,24 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
     assert summary["judge"] == "oracle" and "ORACLE" in summary["judge_label"]
     assert summary["sessions"] == 2 and 0.0 <= summary["score_before"] <= 1.0
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [x["event"] for x in lines].count("session") == 2 and lines[0]["event"] == "eval"
+    assert [x["event"] for x in lines].count("session") == 2
+    assert [x["updates"] for x in lines if x["event"] == "eval"][0] == 0  # the score before training
     assert (out / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_model_dir, tmp_path):
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
+                 "--parallel", "3", "--max-updates", "2", "--eval-every", "2"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] >= 2 and summary["parallel"] == 3
+    assert "0" in summary["score_by_update"] and "2" in summary["score_by_update"]
+    assert "1" not in summary["score_by_update"]  # every second update only
+    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if e["event"] == "eval"]
+    for e in evals:  # each held-out answer came from the version the score is reported for
+        assert {a["version"] for a in e["answers"]} == {e["updates"]}
+    sessions_at = {e["updates"]: e["sessions"] for e in evals}
+    assert sessions_at[0] == 0 and 0 < sessions_at[2] <= summary["sessions"]

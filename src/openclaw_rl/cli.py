@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+import threading
 
 from openclaw_rl import __version__
 from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig, add_flags, build, load_file
@@ -59,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
                          help="held-out problems the score is measured on")
         sim.add_argument("--user-model", default="", help="an OpenAI-compatible URL whose model plays the user")
+        sim.add_argument("--parallel", type=int, default=4, help="users playing at the same time")
+        sim.add_argument("--eval-every", type=int, default=1, help="score the held-out set every this many updates")
+        sim.add_argument("--max-updates", type=int, default=0,
+                         help="stop starting sessions after this many policy updates (0: play all sessions)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
@@ -148,26 +153,31 @@ def _simulate(args: argparse.Namespace) -> int:
         persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],
         judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
         batch_size=args.batch_size, lora=args.lora, max_turns=args.max_turns, heldout=args.heldout,
-        user_model=args.user_model)
+        user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
+        max_updates=args.max_updates)
     state: dict[str, dict] = {}
     judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
 
     def table() -> Table:
         view = Table(title=f"openclaw-rl {args.command}: {config.persona} persona, judge {judge}")
-        for column in ("method", "sessions", "turns", "last first-answer rubric", "updates", "score"):
+        for column in ("method", "sessions", "turns", "last first-answer rubric", "updates", "held-out score"):
             view.add_column(column)
         for method, row in state.items():
+            score = f"{row['score']:.3f} (v{row['updates_scored']})" if "score" in row else "-"
             view.add_row(method, f"{row.get('sessions', 0)}/{config.sessions}", str(row.get("turns_total", 0)),
                          f"{row['first_score']:.2f}" if row.get("first_score") is not None else "-",
-                         str(row.get("updates", 0)), f"{row['score']:.3f}" if "score" in row else "-")
+                         str(row.get("updates", 0)), score)
         return view
 
     with Live(table(), refresh_per_second=2, transient=False) as live:
+        lock = threading.Lock()  # users, the trainer and the evaluator report from their own threads
+
         def progress(method: str, **update) -> None:
-            row = state.setdefault(method, {})
-            row["turns_total"] = row.get("turns_total", 0) + update.pop("turns", 0)
-            row.update(update)
-            live.update(table())
+            with lock:
+                row = state.setdefault(method, {})
+                row["turns_total"] = row.get("turns_total", 0) + update.pop("turns", 0)
+                row.update(update)
+                live.update(table())
 
         summary = simulate(config, progress)
     print(f"score before {summary['score_before']}, after {summary['score_after']}; "

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -88,7 +89,8 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     return trainer
 
 
-def train_loop(server: Server, config: TrainConfig, trainer) -> Background:
+def train_loop(server: Server, config: TrainConfig, trainer,
+               on_publish: Callable[[dict, int], None] | None = None) -> Background:
     from openclaw_rl.train.runner import run_trainer
 
     def on_step(stats: dict) -> None:
@@ -98,6 +100,8 @@ def train_loop(server: Server, config: TrainConfig, trainer) -> Background:
 
     async def publish(state_dict: dict, version: int) -> None:
         await server.engine.load_weights(state_dict, version)
+        if on_publish is not None:  # e.g. the simulator's evaluator, which scores each version's snapshot
+            on_publish(state_dict, version)
 
     return lambda stop: run_trainer(server.store, trainer, config, publish, stop, on_step)
 
@@ -148,11 +152,12 @@ def status_loop(server: Server, interval_s: float) -> Background:
     return report
 
 
-def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig,
-              judge_override: Judge | None = None) -> tuple[Server, FastAPI]:
+def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
+              on_publish: Callable[[dict, int], None] | None = None) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it.
 
-    `judge_override` replaces the configured judge (the simulator's oracle)."""
+    `judge_override` replaces the configured judge (the simulator's oracle); `on_publish`
+    sees every policy version's weights (a fresh copy) once serving has them."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
@@ -164,7 +169,7 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig,
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume)
         if trainer.policy_version:
             asyncio.run(server.engine.load_weights(trainer.policy_state_dict(), trainer.policy_version))
-        loops.append(train_loop(server, train, trainer))
+        loops.append(train_loop(server, train, trainer, on_publish))
     else:
         loops.append(weights_watch_loop(server))
     app = create_app(server, loops)

@@ -1,10 +1,10 @@
 """`openclaw-rl simulate` and `demo`: simulated users teach a live server, and we watch.
 
 For each method: start the server in-process (engine, judge, trainer, on a loopback
-port), measure the personalization score on the held-out problems (greedy first
-answers, sent as side turns so evaluation is never trained on), then play the sessions
-through the official OpenAI client, and measure again after every policy update.
-Outputs, in `--out`:
+port) and play the sessions through the official OpenAI client, `parallel` users at a
+time (the engine batches their requests). The personalization score of the held-out
+problems (greedy first answers) is measured before training and after every
+`eval_every`-th policy update. Outputs, in `--out`:
 
 - `metrics.jsonl`: one line per evaluation and per session (method, sessions, updates,
   score, rewards, turns), so a run can be re-plotted or compared later;
@@ -12,22 +12,43 @@ Outputs, in `--out`:
   score_by_update (one entry per method under `runs` when several are compared);
 - `curve.png`: score against sessions and against updates, one line per method.
 
+Decisions and why:
+
+- Evaluation runs on a second in-process server with its own engine, which loads a
+  snapshot of each policy version as the trainer publishes it. So the score of version v
+  is exactly v's (the serving engine may already be on v+1 by the time a 16-answer
+  evaluation is done), play never waits for evaluation, and the answers go through the
+  same HTTP path a client sees. The three model threads (serving, training, evaluating)
+  get one core-thread each: a single-threaded torch pool time-slices, where two 2-thread
+  pools on 2 cores would spin against each other.
+- "Sessions" on a curve point is the number of sessions finished when that version was
+  published, which is what "sessions needed to reach a score" means.
+- With `max_updates`, play stops starting sessions once that many updates happened
+  (the run's length then is the number of updates, as in the paper's tables).
+
 With `--judge oracle` the rewards come from the persona's rubric itself (to separate
 learning from the judge's quality): every output then says ORACLE.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import queue
 import random
+import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import openai
+
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
-from openclaw_rl.eval.metrics import personalization_score, plot_curves
+from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
@@ -54,6 +75,9 @@ class SimulateConfig:
     response_max_tokens: int = 200
     user_model: str = ""  # an OpenAI-compatible URL whose model plays the user
     drain_timeout_s: float = 600.0  # after the last session, wait this long for pending training
+    parallel: int = 4  # users playing at the same time (their requests share decode batches)
+    eval_every: int = 1  # score every this many policy updates (and always before training)
+    max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -63,6 +87,12 @@ class SimulateConfig:
             raise ValueError(f"unknown method(s) {bad or self.methods}; use binary, opd, combined or topk")
         if self.heldout < 1:
             raise ValueError(f"heldout = {self.heldout} is invalid: hold out at least 1 problem")
+        if self.parallel < 1:
+            raise ValueError(f"parallel = {self.parallel} is invalid: play at least 1 session at a time")
+        if self.eval_every < 1:
+            raise ValueError(f"eval_every = {self.eval_every} is invalid: use 1 to score every update")
+        if self.max_updates < 0:
+            raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
 
 
 class _Recorder:
@@ -84,10 +114,59 @@ def _judge_config(config: SimulateConfig) -> JudgeConfig:
     return JudgeConfig(judge=config.judge)
 
 
-def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
-    """Play every session of one method against a fresh server; return its summary."""
-    import openai
+class _SnapshotEvaluator:
+    """Scores policy snapshots, in version order, on a server of its own (see the module docstring)."""
 
+    def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path,
+                 on_score: Callable[[int, float, list[FirstAnswer]], None]):
+        from openclaw_rl.loop import build_server
+        from openclaw_rl.serve.app import create_app
+        from openclaw_rl.serve.background import ServerThread, free_port
+
+        port = free_port()
+        serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, train=False, status_interval_s=0.0)
+        self.server = build_server(serve, threads=1)
+        self._http = ServerThread(create_app(self.server), port)
+        self._client = openai.OpenAI(base_url=f"{self._http.base_url}/v1", api_key="unused", max_retries=2,
+                                     timeout=1200)
+        self._config, self._persona, self._heldout, self._on_score = config, persona, heldout, on_score
+        self._queue: queue.Queue[tuple[int, dict | None] | None] = queue.Queue()
+        self._worker = threading.Thread(target=self._run, name="openclaw-eval", daemon=True)
+        self._worker.start()
+        self.error: BaseException | None = None
+
+    def submit(self, version: int, state_dict: dict | None) -> None:
+        """Score `version` (its weights, or the engine's current ones when None)."""
+        self._queue.put((version, state_dict))
+
+    def pending(self) -> int:
+        return self._queue.qsize()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            version, state_dict = item
+            try:
+                if state_dict is not None:
+                    asyncio.run(self.server.engine.load_weights(state_dict, version))
+                del state_dict  # a full copy of the weights: let it go before the next one arrives
+                answers = first_answers(self._client, self.server.model_name, self._persona, self._heldout,
+                                        max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
+                self._on_score(version, sum(a.score for a in answers) / len(answers), answers)
+            except BaseException as error:  # reported by close(), never lost in a thread
+                log.exception("evaluation of policy v%d failed", version)
+                self.error = error
+
+    def close(self) -> None:
+        """Score everything submitted, then stop."""
+        self._queue.put(None)
+        self._worker.join()
+        self._http.stop()
+        if self.error is not None:
+            raise RuntimeError(f"evaluation failed: {self.error}") from self.error
+
+
+def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
+    """Play the sessions of one method against a fresh server; return its summary."""
     from openclaw_rl.loop import build_app
     from openclaw_rl.serve.background import ServerThread, free_port
 
@@ -95,65 +174,98 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
     oracle = OracleJudge(persona, problems) if config.judge == "oracle" else None
-    data_dir = Path(config.out) / method / "data"
+    run_dir = Path(config.out) / method
+    lock = threading.Lock()
+    played = 0  # sessions finished
+    sessions_at: dict[int, int] = {0: 0}  # policy version -> sessions finished when it was published
+    points: list[tuple[int, int, float]] = []
+
+    def on_score(version: int, score: float, answers: list[FirstAnswer]) -> None:
+        with lock:
+            points.append((sessions_at[version], version, score))
+        recorder.write(event="eval", method=method, sessions=sessions_at[version], updates=version, score=score,
+                       answers=[{"problem": a.problem_id, "score": round(a.score, 4), "failed": a.failed_checks,
+                                 "version": a.policy_version} for a in answers])
+        if progress:
+            progress(method=method, updates_scored=version, score=score)
+
+    evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score)
+
+    def on_publish(state_dict: dict, version: int) -> None:
+        with lock:
+            sessions_at[version] = played
+        if version % config.eval_every == 0 or (config.max_updates and version == config.max_updates):
+            evaluator.submit(version, state_dict)
+        if progress:
+            progress(method=method, updates=version)
+
     port = free_port()
-    serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, status_interval_s=0.0)
+    serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora,
                         max_staleness=max(2, config.sessions))
-    server, app = build_app(serve, _judge_config(config), train, judge_override=oracle)
+    server, app = build_app(serve, _judge_config(config), train, judge_override=oracle, on_publish=on_publish)
     thread = ServerThread(app, port)
-    client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=600)
-    model = server.model_name
-    user = SimulatedUser(persona, client, model, config.max_turns, random.Random(config.seed),
-                         max_tokens=config.response_max_tokens, user_model_url=config.user_model or None)
-    points: list[tuple[int, int, float]] = []
+    client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
 
-    def evaluate(sessions: int) -> float:
-        version = server.engine.policy_version
-        score = personalization_score(client, model, persona, heldout, max_tokens=config.eval_max_tokens)
-        points.append((sessions, version, score))
-        recorder.write(event="eval", method=method, sessions=sessions, updates=version, score=score)
+    def play(index: int, problem) -> None:
+        nonlocal played
+        user = SimulatedUser(persona, client, server.model_name, config.max_turns,
+                             random.Random(f"{config.seed}:{index}"), max_tokens=config.response_max_tokens,
+                             user_model_url=config.user_model or None)
+        session = user.play_session(problem)
+        with lock:
+            played += 1
+            rewards.extend(t.score for t in session.turns)
+            count = played
+        recorder.write(event="session", method=method, sessions=count, session_id=session.session_id,
+                       problem=problem.id, turns=len(session.turns), first_score=session.first_score,
+                       satisfied=session.satisfied, replies=[t.reply_kind for t in session.turns],
+                       error=session.error, updates=server.engine.policy_version)
         if progress:
-            progress(method=method, sessions=sessions, updates=version, score=score)
-        return score
+            progress(method=method, sessions=count, turns=len(session.turns), first_score=session.first_score)
+
+    def done_training() -> bool:
+        return bool(config.max_updates) and server.engine.policy_version >= config.max_updates
 
     started = time.monotonic()
     try:
-        score_before = evaluate(0)
-        evaluated_version = server.engine.policy_version
-        for played, problem in enumerate(problems, start=1):
-            session = user.play_session(problem)
-            first = session.turns[0].score if session.turns else None
-            rewards += [t.score for t in session.turns]
-            recorder.write(event="session", method=method, sessions=played, session_id=session.session_id,
-                           problem=problem.id, turns=len(session.turns), first_score=first,
-                           satisfied=session.satisfied, replies=[t.reply_kind for t in session.turns],
-                           error=session.error, updates=server.engine.policy_version)
-            if progress:
-                progress(method=method, sessions=played, turns=len(session.turns), first_score=first,
-                         updates=server.engine.policy_version)
-            if server.engine.policy_version != evaluated_version:
-                evaluated_version = server.engine.policy_version
-                evaluate(played)
+        evaluator.submit(0, None)
+        with ThreadPoolExecutor(max_workers=config.parallel) as pool:
+            running: set[Future] = set()
+            for index, problem in enumerate(problems):
+                while len(running) >= config.parallel:
+                    finished, running = wait(running, return_when=FIRST_COMPLETED)
+                    for future in finished:
+                        future.result()
+                if done_training():
+                    break
+                running.add(pool.submit(play, index, problem))
+            for future in running:
+                future.result()
         deadline = time.monotonic() + config.drain_timeout_s  # let samples already judged be trained on
-        while time.monotonic() < deadline and server.store.sample_counts(method)["ready"] >= config.batch_size:
+        while (not done_training() and time.monotonic() < deadline
+               and server.store.sample_counts(method)["ready"] >= config.batch_size):
             time.sleep(1.0)
-        if server.engine.policy_version != evaluated_version:
-            evaluate(config.sessions)
+        final = server.engine.policy_version
     finally:
         thread.stop()
+        evaluator.close()
+    if final % config.eval_every and not any(v == final for _, v, _ in points):
+        log.info("the last version (v%d) falls between evaluations (every %d)", final, config.eval_every)
+    points.sort(key=lambda p: p[1])
     return {
         "method": method,
         "judge": "oracle" if oracle else config.judge,
         "judge_label": ORACLE_LABEL if oracle else config.judge,
         "persona": persona.name,
-        "model": model,
-        "sessions": config.sessions,
-        "updates": points[-1][1],
+        "model": server.model_name,
+        "sessions": played,
+        "updates": final,
         "batch_size": config.batch_size,
+        "parallel": config.parallel,
         "seed": config.seed,
-        "score_before": score_before,
+        "score_before": points[0][2],
         "score_after": points[-1][2],
         "score_by_update": {str(u): s for _, u, s in points},
         "curve": [list(p) for p in points],
@@ -176,9 +288,14 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "judge_label": first["judge_label"],
         "persona": config.persona,
         "model": first["model"],
-        "sessions": config.sessions,
+        "sessions": first["sessions"] if single else {m: r["sessions"] for m, r in runs.items()},
         "seed": config.seed,
         "batch_size": config.batch_size,
+        "parallel": config.parallel,
+        "eval_every": config.eval_every,
+        "max_updates": config.max_updates,
+        "heldout": config.heldout,
+        "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),
         "updates": first["updates"] if single else {m: r["updates"] for m, r in runs.items()},
         "score_before": first["score_before"] if single else {m: r["score_before"] for m, r in runs.items()},
         "score_after": first["score_after"] if single else {m: r["score_after"] for m, r in runs.items()},
