@@ -72,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("--out", required=True, help="an empty or new directory to write")
     export.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     _envs_parser(commands)
+    _agent_parser(commands)
     return parser
 
 
@@ -125,6 +126,51 @@ def _envs_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _agent_parser(commands: argparse._SubParsersAction) -> None:
+    """`agent`: flags named after AgentConfig's fields (unset = its defaults)."""
+    from openclaw_rl.envs.agent import AgentConfig
+
+    agent = commands.add_parser("agent", help="play episodes of an environment through the policy and train on "
+                                              "step-wise advantages", formatter_class=_FORMAT)
+    add_flags(agent, AgentConfig)
+    agent.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+
+
+def _agent(args: argparse.Namespace) -> int:
+    from rich.live import Live
+    from rich.table import Table
+
+    from openclaw_rl.envs.agent import AgentConfig, run_agent
+    from openclaw_rl.envs.client import PoolError
+    from openclaw_rl.envs.rollout import PolicyError
+
+    config = build(AgentConfig, {}, args)
+
+    def table(snapshot: dict) -> Table:
+        version = snapshot.get("policy_version")
+        view = Table(title=f"openclaw-rl agent: {config.env}, reward {config.reward}, G = {config.group_size}, "
+                           f"K = {config.parallel}, policy v{version if version is not None else '-'}")
+        for column in ("env", "split", "episodes", "success", "mean steps", "env errors", "samples"):
+            view.add_column(column)
+        samples = f"{snapshot.get('samples_written', 0)} kept / {snapshot.get('samples_rejected', 0)} dropped"
+        for row in snapshot.get("rows", []):
+            done = row["done"]
+            view.add_row(row["env"], row["split"], f"{done}/{row['total']}", f"{row['success'] / max(done, 1):.2f}",
+                         f"{row['steps'] / max(done, 1):.1f}", str(row["env_errors"]),
+                         samples if row["split"] == "train" else "-")
+        return view
+
+    try:
+        with Live(table({}), refresh_per_second=2, transient=False) as live:
+            summary = run_agent(config, lambda snapshot: live.update(table(snapshot)))
+    except (PolicyError, PoolError) as error:
+        print(f"openclaw-rl: error: {error}", file=sys.stderr)
+        return 1
+    print(f"success rate {summary['success_rate']:.2f} over {summary['episodes']} episodes, "
+          f"{summary['updates']} policy updates; wrote {config.out}/episodes.jsonl and summary.json")
+    return 0
+
+
 def _common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="a TOML or YAML file with [serve], [judge] and [train] sections")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -139,7 +185,7 @@ def _setup_logging(verbose: bool) -> None:
         datefmt="[%X]",
         handlers=[RichHandler(rich_tracebacks=True, show_path=False)],
     )
-    for noisy in ("httpx", "openai", "urllib3", "filelock", "transformers"):
+    for noisy in ("httpx", "httpx2", "openai", "urllib3", "filelock", "transformers"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
@@ -198,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             return _simulate(args)
         if args.command == "envs":
             return _envs_serve(args)
+        if args.command == "agent":
+            return _agent(args)
         file_values = load_file(args.config) if args.config else {}
         for section in file_values:
             if section not in ("serve", "judge", "train"):

@@ -139,9 +139,12 @@ class EmbeddingJudge:
 
 
 class JudgeWorker:
-    def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str,
+    def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str | None,
                  teacher_engine=None, tokenizer=None, seed: int = 0,
                  on_verdict: Callable[[Verdict], None] | None = None):
+        """`method` names the objective each verdict's sample is built for; None writes verdicts
+        only, for a caller that builds its own samples from them (the agent rollout driver's
+        step-wise advantages need a whole group of trajectories, see envs/agent.py)."""
         self.store, self.judge, self.config, self.method = store, judge, config, method
         self.on_verdict = on_verdict
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
@@ -204,11 +207,12 @@ class JudgeWorker:
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
         self.store.write_verdict(verdict)
-        sample = build_sample(turn, verdict, teacher, self.method)
-        if isinstance(sample, str):
-            self.store.reject_sample(turn.id, self.method, turn.policy_version, sample)
-        else:
-            self.store.add_sample(sample, self.method)
+        if self.method is not None:
+            sample = build_sample(turn, verdict, teacher, self.method)
+            if isinstance(sample, str):
+                self.store.reject_sample(turn.id, self.method, turn.policy_version, sample)
+            else:
+                self.store.add_sample(sample, self.method)
         self.judged += 1
         if self.on_verdict is not None:
             self.on_verdict(verdict)

@@ -33,7 +33,11 @@ async def run_trainer(
     publish: Callable[[dict, int], Awaitable[None]],
     stop: asyncio.Event,
     on_step: Callable[[dict[str, float]], None] | None = None,
+    sample_method: str | None = None,
 ) -> None:
+    """Train until `stop` is set. Claims the samples of `sample_method` (default: the loss's
+    own `config.method`) and trains them with `config.method`'s loss: the agent rollout
+    driver's step-wise samples are claimed as "agent" and trained with the binary loss."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
@@ -42,7 +46,7 @@ async def run_trainer(
     try:
         while not stop.is_set():
             samples, dropped = await asyncio.to_thread(
-                store.claim_samples, config.method, config.batch_size, trainer.policy_version,
+                store.claim_samples, sample_method or config.method, config.batch_size, trainer.policy_version,
                 config.max_staleness, trainer.train_step + 1,
             )
             if not samples:

@@ -1,0 +1,634 @@
+"""`openclaw-rl agent`: play episodes through the policy API and train on step-wise advantages.
+
+    openclaw-rl agent --env toolcall --episodes 32 --parallel 4 --group-size 4
+
+    for each train task, G episodes (K at a time, threads; envs local or leased from a pool)
+      -> every step a main turn of the episode's session, every observation its next state
+      -> the judge votes on each step (PRM), as it reads any turn
+      -> group done: r_t = outcome + mean vote of step t; A standardized per (task, step)
+      -> samples (reward = A) into the store as method "agent" -> the trainer -> v+1
+
+Outputs in `--out`: `episodes.jsonl` (one line per episode: task, actions, observations,
+rewards, advantages, outcome, turns), `summary.json` (env, episodes, success_rate,
+success_by_env, success_by_split, reward_mode, updates, policy versions, wall_time_s).
+
+Decisions and why:
+
+- **The driver, not the judge, writes the training samples of agent turns.** A step's
+  advantage compares it with the same step of the other G trajectories of its task, so it
+  exists only once the whole group has ended and been judged; the judge worker, which
+  builds a sample the moment one turn is judged, cannot know it. So the in-process judge
+  runs with samples off (`JudgeWorker(method=None)`: verdicts only, which are the PRM
+  votes we read), the driver writes one sample per kept step under its own method name
+  `agent` (`AGENT_METHOD`), with the advantage as the sample's reward, and the trainer
+  claims `agent` samples (`run_trainer(sample_method="agent")`) and trains them with the
+  binary loss, whose advantage is the sample's reward on every token: A_t as computed
+  here. No other sample of these turns exists, and the distinct name keeps them apart
+  from per-turn samples should another judge or trainer share the store.
+- **Rewards** (SPEC section 3): outcome o = +1 for success and -1 for failure, so a group
+  that splits on the outcome splits the advantages symmetrically and a failure is not
+  merely "less good". `integrated`: r_t = o + mean of the judge's votes on step t (a step
+  without votes, e.g. no verdict, adds 0); `outcome`: r_t = o. Standardizing uses
+  `train.losses.stepwise_advantages` (population std; groups with one member or zero
+  variance are dropped and their turns' samples rejected with the reason). A step the
+  standardization puts at exactly 0 is rejected too: it carries no direction.
+- **Ragged trajectories**: the group of step t holds the trajectories that reached step
+  t, so a long trajectory's late steps are often alone and dropped. That is the method
+  as written (same task, same step index); it also keeps a padding-free meaning of "step".
+- **A broken environment is not the agent's failure**: its episode is kept out of its
+  group (no samples) and counted under `env_errors`; a failed chat call ends the episode,
+  which is then evaluated and trained on as it stands.
+- **Evaluation never trains**: `--split eval` episodes (and `--eval-episodes`, played
+  after training) are side turns: served and recorded, never paired, judged or trained.
+- **With `--base-url`** the driver is only a client of another server: the episodes
+  become turns and next states in that server's store and its own judge and trainer
+  learn from them per turn (its configured method); step rewards and advantages are
+  computed from its verdicts (`GET /v1/sessions/{id}`) and written to the outputs, but
+  no `agent` samples are written, since the driver does not hold that server's store.
+- The in-process server is assembled here from loop.py's parts (build_server,
+  build_judge, load_trainer) rather than loop.build_app, because that wires the judge's
+  samples and the trainer's claims to the same method, which is what this mode avoids.
+
+The file runs past 400 lines because the driver is one pipeline (schedule, play, judge,
+advantage, sample, report) whose stages share the group bookkeeping.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+from openclaw_rl.config import ConfigError
+from openclaw_rl.envs.base import Env, Task
+from openclaw_rl.envs.rollout import Episode, HTTPPolicy, Policy, play_episode
+
+__all__ = ["AGENT_METHOD", "AgentConfig", "group_advantages", "run_agent", "step_rewards"]
+
+log = logging.getLogger(__name__)
+
+AGENT_METHOD = "agent"  # the sample method of step-wise agent samples (see the module docstring)
+OUTCOME_REWARD = {True: 1.0, False: -1.0}
+RewardMode = Literal["integrated", "outcome"]
+Progress = Callable[[dict[str, Any]], None]
+
+
+def _help(text: str, default: Any) -> Any:
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class AgentConfig:
+    env: str = _help("environment(s): terminal | toolcall | swe | gui | module:Class, comma-separated", "")
+    episodes: int = _help("episodes per environment (a multiple of --group-size for --split train)", 8)
+    parallel: int = _help("episodes played at the same time, K", 4)
+    group_size: int = _help("trajectories per task, G; advantages are standardized across them", 4)
+    reward: str = _help("step reward: integrated (outcome + mean PRM vote of the step) | outcome", "integrated")
+    split: str = _help("task split: train (trained on) | eval (side turns, never trained)", "train")
+    eval_episodes: int = _help("held-out (eval split) episodes per environment, played after training", 0)
+    out: str = _help("where episodes.jsonl and summary.json go", "./openclaw-agent")
+    max_steps: int = _help("chat turns per episode at most (a reply without a tool call counts)", 8)
+    max_tokens: int = _help("max new tokens per turn", 256)
+    temperature: float = _help("sampling temperature of the policy", 1.0)
+    seed: int = _help("seed of the task order", 0)
+    base_url: str = _help("drive this OpenAI-compatible openclaw-rl server instead of one in-process", "")
+    api_key: str = _help("API key of --base-url", "")
+    policy_model: str = _help("model name at --base-url; empty: the first it lists", "")
+    pool: str = _help("URL of an env pool (`openclaw-rl envs serve`) to lease environments from", "")
+    pool_token: str = _help("bearer token of --pool; empty: $OPENCLAW_ENV_TOKEN", "")
+    model: str = _help("in-process: model directory; empty: the bundled model", "")
+    data_dir: str = _help("in-process: the store, logs and checkpoints; empty: OUT/data", "")
+    judge: str = _help("in-process: judge of the steps: embedding | local | off | an OpenAI-compatible URL",
+                       "embedding")
+    judge_model: str = _help("in-process: model name at a judge URL", "default")
+    train: bool = _help("in-process: train the policy on the episodes (--no-train: serve and judge only)", True)
+    batch_size: int = _help("in-process: samples per training step", 16)
+    lr: float | None = _help("in-process: learning rate; unset: 1e-5, or 1e-4 with --lora", None)
+    lora: bool = _help("in-process: train a LoRA adapter instead of every weight", False)
+    max_staleness: int = _help("in-process: drop samples more than this many policy versions old", 4)
+    verdict_timeout_s: float = _help("longest wait for a group's verdicts before rewards go without them", 300.0)
+    drain_timeout_s: float = _help("in-process: after the last group, wait this long for full batches to train",
+                                   300.0)
+
+    def __post_init__(self) -> None:
+        def check(ok: bool, name: str, value: Any, want: str) -> None:
+            if not ok:
+                raise ConfigError(f"--{name.replace('_', '-')} = {value!r} is invalid: use {want}")
+
+        check(bool(self.env_names), "env", self.env, "an environment name, e.g. --env toolcall")
+        check(self.episodes >= 1, "episodes", self.episodes, "at least 1")
+        check(self.parallel >= 1, "parallel", self.parallel, "at least 1")
+        check(self.reward in ("integrated", "outcome"), "reward", self.reward, "integrated or outcome")
+        check(self.split in ("train", "eval"), "split", self.split, "train or eval")
+        check(self.split == "eval" or self.group_size >= 2, "group_size", self.group_size,
+              "at least 2: a step's advantage compares it with the same step of the task's other trajectories")
+        check(self.split == "eval" or self.episodes % self.group_size == 0, "episodes", self.episodes,
+              f"a multiple of --group-size {self.group_size} (each task is played by a whole group)")
+        check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "0 or more")
+        check(self.max_steps >= 1, "max_steps", self.max_steps, "at least 1")
+        check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
+        check(not self.base_url or self.model == "", "model", self.model,
+              "no --model with --base-url: the server there has its own")
+        check(self.verdict_timeout_s >= 0, "verdict_timeout_s", self.verdict_timeout_s, "0 or more seconds")
+
+    @property
+    def env_names(self) -> list[str]:
+        return [name.strip() for name in self.env.split(",") if name.strip()]
+
+
+# -- rewards and advantages (pure) ---------------------------------------------------------
+
+
+def step_rewards(success: bool, votes: Sequence[Sequence[int]], mode: RewardMode) -> list[float]:
+    """r_t of every step: outcome (+1 / -1), plus the mean PRM vote of step t when `integrated`."""
+    outcome = OUTCOME_REWARD[bool(success)]
+    if mode == "outcome":
+        return [outcome] * len(votes)
+    return [outcome + (sum(v) / len(v) if v else 0.0) for v in votes]
+
+
+def group_advantages(successes: Sequence[bool], votes: Sequence[Sequence[Sequence[int]]],
+                     mode: RewardMode) -> list[list[float | None]]:
+    """Advantages of the steps of G trajectories of one task (ragged), None where dropped.
+
+    `votes[i][t]` are the judge's votes on step t of trajectory i. Each step's reward is
+    standardized among the trajectories that have a step t (losses.stepwise_advantages).
+    """
+    from openclaw_rl.train.losses import stepwise_advantages
+
+    if len(successes) != len(votes):
+        raise ValueError(f"{len(successes)} outcomes but votes for {len(votes)} trajectories")
+    flat = [(i, t) for i, steps in enumerate(votes) for t in range(len(steps))]
+    if not flat:
+        return [[] for _ in votes]
+    outcomes = [OUTCOME_REWARD[bool(successes[i])] for i, _ in flat]
+    step_votes = [list(votes[i][t]) if mode == "integrated" else [] for i, t in flat]
+    advantages, keep = stepwise_advantages([0] * len(flat), [t for _, t in flat], outcomes, step_votes)
+    result: list[list[float | None]] = [[None] * len(steps) for steps in votes]
+    for (i, t), value, kept in zip(flat, advantages.tolist(), keep.tolist()):
+        result[i][t] = value if kept else None
+    return result
+
+
+# -- where samples go -----------------------------------------------------------------------
+
+
+class SampleSink(Protocol):
+    def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
+        """Samples for the episode's steps (None: the episode gives none); returns (written, rejected)."""
+        ...
+
+
+class StoreSink:
+    """Writes `agent` samples into the in-process server's store."""
+
+    def __init__(self, store) -> None:
+        self.store = store
+
+    def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
+        from openclaw_rl.judge.teacher import logprob_temperature
+        from openclaw_rl.types import Sample
+
+        turns = [t for t in self.store.turns(episode.session_id) if t.kind == "main"]
+        if len(turns) != len(episode.steps):
+            log.warning("session %s has %d main turns for %d steps; steps are matched to turns in order",
+                        episode.session_id, len(turns), len(episode.steps))
+        written = rejected = 0
+        for step, turn in zip(episode.steps, turns):
+            value = advantages[step.index] if advantages is not None else None
+            reason = None
+            if advantages is None:
+                reason = f"the episode gives no samples: {episode.error or 'not trained'}"
+            elif value is None:
+                reason = "dropped: the (task, step) group has one trajectory or zero reward variance"
+            elif value == 0.0:
+                reason = "advantage 0: no direction"
+            elif not turn.response_token_ids:
+                reason = "empty response"
+            if reason is not None:
+                self.store.reject_sample(turn.id, AGENT_METHOD, turn.policy_version, reason)
+                rejected += 1
+                continue
+            self.store.add_sample(Sample(
+                turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
+                prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
+                behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn), reward=value,
+            ), AGENT_METHOD)
+            written += 1
+        return written, rejected
+
+
+# -- environments: local or from a pool -------------------------------------------------------
+
+
+class LocalEnvs:
+    """One environment per worker thread and name, made on first use and kept for its episodes."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._made: list[Env] = []
+        self._lock = threading.Lock()
+
+    def tasks(self, name: str, split: str) -> list[Task]:
+        from openclaw_rl.envs.registry import make_env
+
+        env = make_env(name)
+        try:
+            return env.tasks(split)  # type: ignore[arg-type]
+        finally:
+            env.close()
+
+    @contextlib.contextmanager
+    def env(self, name: str) -> Iterator[Env]:
+        from openclaw_rl.envs.registry import make_env
+
+        envs = self._local.__dict__.setdefault("envs", {})
+        if name not in envs:
+            envs[name] = make_env(name)
+            with self._lock:
+                self._made.append(envs[name])
+        yield envs[name]
+
+    def close(self) -> None:
+        for env in self._made:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class PoolEnvs:
+    """A lease per episode from an env pool; waits while every env is leased."""
+
+    def __init__(self, url: str, token: str, name: str, wait_s: float = 600.0) -> None:
+        from openclaw_rl.envs.client import PoolClient
+
+        self.client = PoolClient(url, token)
+        self.name, self.wait_s = name, wait_s
+
+    def tasks(self, name: str, split: str) -> list[Task]:
+        return self.client.tasks(split)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def env(self, name: str) -> Iterator[Env]:
+        from openclaw_rl.envs.client import PoolExhausted
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                lease = self.client.lease()
+                break
+            except PoolExhausted:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        if lease.name != name:
+            lease.close()
+            raise ConfigError(f"the pool serves {lease.name!r} environments, not {name!r}; use --env {lease.name}")
+        with lease:
+            yield lease  # type: ignore[misc]
+
+    def close(self) -> None:
+        self.client.close()
+
+
+# -- the driver -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Job:
+    number: int
+    env: str
+    task: Task
+    train: bool
+    group: int | None  # training group, None for evaluation
+
+
+@dataclass
+class _Tally:
+    """Counts behind the progress display and the summary, per (env, split)."""
+
+    rows: dict[str, dict[str, Any]] = field(default_factory=dict)
+    samples_written: int = 0
+    samples_rejected: int = 0
+    versions: list[int] = field(default_factory=list)
+
+    def add(self, episode: Episode, split: str, total: int) -> None:
+        row = self.rows.setdefault(f"{episode.env}/{split}", {
+            "env": episode.env, "split": split, "total": total, "done": 0, "success": 0, "env_errors": 0,
+            "policy_errors": 0, "steps": 0})
+        row["done"] += 1
+        row["success"] += int(episode.success)
+        row["env_errors"] += int(episode.env_failed)
+        row["policy_errors"] += int(bool(episode.error and episode.error.startswith("policy")))
+        row["steps"] += len(episode.steps)
+        self.versions += [s.policy_version for s in episode.steps if s.policy_version is not None]
+
+
+class Driver:
+    def __init__(self, config: AgentConfig, policy: Policy, envs: LocalEnvs | PoolEnvs,
+                 sink: SampleSink | None, progress: Progress | None = None) -> None:
+        self.config, self.policy, self.envs, self.sink, self.progress = config, policy, envs, sink, progress
+        self.run_id = uuid.uuid4().hex[:8]
+        self.out = Path(config.out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.episodes_path = self.out / "episodes.jsonl"
+        self.episodes_path.write_text("")
+        self.tally = _Tally()
+        self._lock = threading.Lock()
+        self._report_lock = threading.Lock()  # progress hears from the players and the group finisher
+        self._groups: dict[int, list[Episode]] = {}
+        self._waiting_for_verdicts = config.reward == "integrated"
+
+    def run(self) -> dict[str, Any]:
+        started = time.monotonic()
+        status_before = self._status()
+        main_split = self.config.split
+        jobs = self._jobs(main_split, self.config.episodes, train=main_split == "train")
+        self._play(jobs)
+        if main_split == "train":
+            self._drain()
+        if self.config.eval_episodes:
+            self._play(self._jobs("eval", self.config.eval_episodes, train=False, first=len(jobs)))
+        return self._summary(status_before, time.monotonic() - started)
+
+    def _jobs(self, split: str, episodes: int, *, train: bool, first: int = 0) -> list[_Job]:
+        jobs: list[_Job] = []
+        group_size = self.config.group_size if train else 1
+        for name in self.config.env_names:
+            tasks = self.envs.tasks(name, split)
+            if not tasks:
+                raise ConfigError(f"environment {name!r} has no {split} tasks")
+            random.Random(f"{self.config.seed}/{name}/{split}").shuffle(tasks)
+            for k in range(episodes):
+                group = len(self._groups) + k // group_size if train else None
+                jobs.append(_Job(first + len(jobs), name, tasks[(k // group_size) % len(tasks)], train, group))
+            if train:
+                for k in range(0, episodes, group_size):
+                    self._groups[len(self._groups)] = []
+        return jobs
+
+    def _play(self, jobs: list[_Job]) -> None:
+        sizes = {g: sum(1 for j in jobs if j.group == g) for g in {j.group for j in jobs} if g is not None}
+        totals = {name: sum(1 for j in jobs if j.env == name) for name in self.config.env_names}
+        with ThreadPoolExecutor(self.config.parallel, thread_name_prefix="episode") as players, \
+                ThreadPoolExecutor(1, thread_name_prefix="groups") as finisher:
+            finishing: list[Future] = []
+
+            def finished(job: _Job, episode: Episode) -> None:
+                split = "train" if job.train else "eval"
+                with self._lock:
+                    self.tally.add(episode, split, totals[job.env])
+                    complete = None
+                    if job.group is not None:
+                        self._groups[job.group].append(episode)
+                        if len(self._groups[job.group]) == sizes[job.group]:
+                            complete = self._groups.pop(job.group)
+                if complete is not None:
+                    finishing.append(finisher.submit(self._finish_group, complete))
+                elif job.group is None:
+                    self._write([(episode, None, None, None)])
+                self._report()
+
+            futures = {players.submit(self._episode, job): job for job in jobs}
+            for future in as_completed(futures):
+                finished(futures[future], future.result())
+            for future in finishing:
+                future.result()
+
+    def _episode(self, job: _Job) -> Episode:
+        session_id = f"agent-{self.run_id}-{job.number:05d}"
+        with self.envs.env(job.env) as env:
+            return play_episode(env, job.task, self.policy, session_id, max_steps=self.config.max_steps,
+                                train=job.train)
+
+    def _finish_group(self, episodes: list[Episode]) -> None:
+        """Rewards and advantages of one task's G trajectories, their samples, their lines."""
+        usable = [e for e in episodes if not e.env_failed]
+        votes = {e.session_id: self._votes(e) for e in usable}
+        advantages = group_advantages([e.success for e in usable], [votes[e.session_id] for e in usable],
+                                      self.config.reward)  # type: ignore[arg-type]
+        by_session = dict(zip((e.session_id for e in usable), advantages))
+        records = []
+        for episode in episodes:
+            step_votes = votes.get(episode.session_id)
+            rewards = (step_rewards(episode.success, step_votes, self.config.reward)  # type: ignore[arg-type]
+                       if step_votes is not None else None)
+            advantage = by_session.get(episode.session_id)
+            if self.sink is not None:
+                written, rejected = self.sink.write(episode, advantage)
+                with self._lock:
+                    self.tally.samples_written += written
+                    self.tally.samples_rejected += rejected
+            records.append((episode, step_votes, rewards, advantage))
+        self._write(records)
+        self._report()
+
+    def _votes(self, episode: Episode) -> list[list[int]]:
+        """The judge's votes on each step, waiting for the pending ones in integrated mode."""
+        deadline = time.monotonic() + self.config.verdict_timeout_s
+        verdicts = self.policy.verdicts(episode.session_id)
+        while self._waiting_for_verdicts and any(v.pending for v in verdicts):
+            if time.monotonic() > deadline:
+                log.warning("no verdict for %d steps of %s after %.0f s: they count with the outcome alone; is the "
+                            "server's judge off? (later groups will not wait)",
+                            sum(v.pending for v in verdicts), episode.session_id, self.config.verdict_timeout_s)
+                self._waiting_for_verdicts = False
+                break
+            time.sleep(0.25)
+            verdicts = self.policy.verdicts(episode.session_id)
+        if len(verdicts) != len(episode.steps):
+            log.warning("session %s: %d main turns for %d steps", episode.session_id, len(verdicts), len(episode.steps))
+        votes = [v.votes for v in verdicts][: len(episode.steps)]
+        return votes + [[] for _ in range(len(episode.steps) - len(votes))]
+
+    def _drain(self) -> None:
+        """Let the trainer take the full batches already written (when the samples are ours to watch)."""
+        if not isinstance(self.sink, StoreSink) or not self.config.train:
+            return
+        deadline = time.monotonic() + self.config.drain_timeout_s
+        store = self.sink.store
+        while time.monotonic() < deadline and store.sample_counts(AGENT_METHOD)["ready"] >= self.config.batch_size:
+            time.sleep(0.5)
+
+    def _write(self, records: list[tuple[Episode, Any, Any, Any]]) -> None:
+        lines = [json.dumps(_episode_record(*record), ensure_ascii=False) for record in records]
+        with self._lock, self.episodes_path.open("a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in lines)
+
+    def _status(self) -> dict[str, Any]:
+        try:
+            return self.policy.status()
+        except Exception as error:  # the summary then lacks the server's counters, nothing else
+            log.warning("cannot read the policy server's status: %s", error)
+            return {}
+
+    def _report(self) -> None:
+        if self.progress is None:
+            return
+        with self._lock:
+            snapshot = {"rows": [dict(row) for row in self.tally.rows.values()],
+                        "policy_version": max(self.tally.versions, default=None),
+                        "samples_written": self.tally.samples_written,
+                        "samples_rejected": self.tally.samples_rejected}
+        with self._report_lock:
+            self.progress(snapshot)
+
+    def _summary(self, before: dict[str, Any], wall_time_s: float) -> dict[str, Any]:
+        after = self._status()
+        rows = list(self.tally.rows.values())
+
+        def rate(selected: list[dict[str, Any]]) -> float | None:
+            done = sum(r["done"] for r in selected)
+            return sum(r["success"] for r in selected) / done if done else None
+
+        main = [r for r in rows if r["split"] == self.config.split]
+        versions = self.tally.versions
+        start, end = before.get("policy_version"), after.get("policy_version")
+        summary = {
+            "env": ",".join(self.config.env_names),
+            "split": self.config.split,
+            "episodes": sum(r["done"] for r in main),
+            "success_rate": rate(main),
+            "success_by_env": {r["env"]: rate([r]) for r in main},
+            "success_by_split": {split: rate([r for r in rows if r["split"] == split])
+                                 for split in dict.fromkeys(r["split"] for r in rows)},
+            "reward_mode": self.config.reward,
+            "group_size": self.config.group_size,
+            "parallel": self.config.parallel,
+            "mean_steps": sum(r["steps"] for r in main) / max(1, sum(r["done"] for r in main)),
+            "env_errors": sum(r["env_errors"] for r in rows),
+            "policy_errors": sum(r["policy_errors"] for r in rows),
+            "samples_written": self.tally.samples_written,
+            "samples_rejected": self.tally.samples_rejected,
+            "policy_version_start": start,
+            "policy_version_end": end,
+            "policy_versions_seen": [min(versions), max(versions)] if versions else None,
+            "updates": end - start if isinstance(start, int) and isinstance(end, int) else None,
+            "train_steps": after.get("train_steps"),
+            "wall_time_s": round(wall_time_s, 1),
+            "by_env_and_split": rows,
+        }
+        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+
+def _episode_record(episode: Episode, votes: list[list[int]] | None, rewards: list[float] | None,
+                    advantages: list[float | None] | None) -> dict[str, Any]:
+    outcome = episode.outcome
+    return {
+        "env": episode.env,
+        "task": episode.task.id,
+        "split": episode.task.split,
+        "session_id": episode.session_id,
+        "trained": episode.train,
+        "actions": [s.action for s in episode.steps],
+        "observations": [s.observation for s in episode.steps],
+        "invalid": [s.error for s in episode.steps],
+        "votes": votes,
+        "rewards": rewards,
+        "advantages": advantages,
+        "outcome": asdict(outcome) if outcome else None,
+        "success": episode.success,
+        "turns": [{"index": s.index, "policy_version": s.policy_version} for s in episode.steps],
+        "error": episode.error,
+        "wall_time_s": round(episode.wall_time_s, 2),
+    }
+
+
+# -- the in-process server and the entry point ------------------------------------------------
+
+
+class InProcessServer:
+    """Policy, judge (verdicts only) and trainer (claiming `agent` samples) on a loopback port."""
+
+    def __init__(self, config: AgentConfig, judge=None) -> None:
+        from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+        from openclaw_rl.judge.worker import JudgeWorker
+        from openclaw_rl.loop import build_judge, build_server, load_trainer
+        from openclaw_rl.serve.app import create_app
+        from openclaw_rl.serve.background import ServerThread, free_port
+        from openclaw_rl.train.runner import run_trainer
+
+        if judge is None and config.judge == "off" and config.reward == "integrated" and config.split == "train":
+            raise ConfigError("--reward integrated needs a judge for the step votes: use --judge embedding "
+                              "(or local, or a URL), or --reward outcome")
+        port = free_port()
+        data_dir = Path(config.data_dir or Path(config.out) / "data")
+        serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
+                            train=config.train, default_max_tokens=config.max_tokens)
+        server = build_server(serve, threads=1 if config.train else None)
+        loops = []
+        if config.judge.startswith(("http://", "https://")):
+            judge_config = JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model)
+        else:
+            judge_config = JudgeConfig(judge=config.judge)
+        judge = judge or build_judge(judge_config, server.engine.model_dir, server.engine)
+        if judge is not None:
+            loops.append(JudgeWorker(server.store, judge, judge_config, method=None).run)
+        if config.train:
+            train = TrainConfig(method="binary", batch_size=config.batch_size, lr=config.lr, lora=config.lora,
+                                max_staleness=config.max_staleness, train_threads=1)
+            trainer = load_trainer(server.engine.model_dir, data_dir, train, resume=False)
+
+            async def publish(state_dict: dict, version: int) -> None:
+                await server.engine.load_weights(state_dict, version)
+
+            loops.append(lambda stop: run_trainer(server.store, trainer, train, publish, stop,
+                                                  sample_method=AGENT_METHOD))
+        self.server = server
+        self.judge_name = judge.name if judge is not None else "off"
+        self._thread = ServerThread(create_app(server, loops), port)
+        self.base_url = self._thread.base_url
+
+    def stop(self) -> None:
+        self._thread.stop()  # the app's shutdown stops the judge and trainer, then closes engine and store
+
+
+def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: Policy | None = None,
+              sink: SampleSink | None = None, judge=None) -> dict[str, Any]:
+    """Play every episode, train in-process unless told otherwise, write the outputs; the summary.
+
+    `policy` and `sink` replace the HTTP policy and the store (tests script them); `judge`
+    replaces the in-process judge.
+    """
+    server = None
+    if policy is None and not config.base_url:
+        server = InProcessServer(config, judge)
+    envs: LocalEnvs | PoolEnvs
+    if config.pool:
+        token = config.pool_token or os.environ.get("OPENCLAW_ENV_TOKEN", "")
+        envs = PoolEnvs(config.pool, token, config.env_names[0])
+    else:
+        envs = LocalEnvs()
+    owned: HTTPPolicy | None = None
+    try:
+        if policy is None:
+            url = config.base_url or server.base_url  # type: ignore[union-attr]
+            policy = owned = HTTPPolicy(url, model=config.policy_model, api_key=config.api_key,
+                                        temperature=config.temperature, max_tokens=config.max_tokens)
+        if sink is None and server is not None and config.train and config.split == "train":
+            sink = StoreSink(server.server.store)
+        summary = Driver(config, policy, envs, sink, progress).run()
+        summary["server"] = config.base_url or ("in-process" if server else "custom")
+        if server is not None:
+            summary["judge"] = server.judge_name
+            summary["model"] = server.server.model_name
+        (Path(config.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+    finally:
+        if owned is not None:
+            owned.close()
+        envs.close()
+        if server is not None:
+            server.stop()
