@@ -152,12 +152,12 @@ def _agent(args: argparse.Namespace) -> int:
                            f"K = {config.parallel}, policy v{version if version is not None else '-'}")
         for column in ("env", "split", "episodes", "success", "mean steps", "env errors", "samples"):
             view.add_column(column)
-        samples = f"{snapshot.get('samples_written', 0)} kept / {snapshot.get('samples_rejected', 0)} dropped"
         for row in snapshot.get("rows", []):
             done = row["done"]
+            samples = f"{row['samples_written']} kept / {row['samples_rejected']} dropped"
             view.add_row(row["env"], row["split"], f"{done}/{row['total']}", f"{row['success'] / max(done, 1):.2f}",
                          f"{row['steps'] / max(done, 1):.1f}", str(row["env_errors"]),
-                         samples if row["split"] == "train" else "-")
+                         samples if snapshot.get("writes_samples") and row["split"] == "train" else "-")
         return view
 
     try:

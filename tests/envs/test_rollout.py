@@ -11,7 +11,6 @@ import asyncio
 import json
 import math
 import re
-from pathlib import Path
 from typing import Any
 
 import pytest

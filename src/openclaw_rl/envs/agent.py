@@ -45,17 +45,14 @@ Decisions and why:
   learn from them per turn (its configured method); step rewards and advantages are
   computed from its verdicts (`GET /v1/sessions/{id}`) and written to the outputs, but
   no `agent` samples are written, since the driver does not hold that server's store.
-- The in-process server is assembled here from loop.py's parts (build_server,
-  build_judge, load_trainer) rather than loop.build_app, because that wires the judge's
-  samples and the trainer's claims to the same method, which is what this mode avoids.
-
-The file runs past 400 lines because the driver is one pipeline (schedule, play, judge,
-advantage, sample, report) whose stages share the group bookkeeping.
+- Modules: `rollout.py` plays one episode (the `Policy` seam, the HTTP policy, local
+  envs or pool leases); `agent_server.py` is the in-process server and the sample sink;
+  this file schedules groups, computes rewards and advantages, and writes the outputs.
+  It runs past 400 lines mostly in help text and summary fields, which belong together.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -63,21 +60,21 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from openclaw_rl.config import ConfigError
-from openclaw_rl.envs.base import Env, Task
-from openclaw_rl.envs.rollout import Episode, HTTPPolicy, Policy, play_episode
+from openclaw_rl.envs.agent_server import AGENT_METHOD, AgentServer, StoreSink
+from openclaw_rl.envs.base import Task
+from openclaw_rl.envs.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
 
 __all__ = ["AGENT_METHOD", "AgentConfig", "group_advantages", "run_agent", "step_rewards"]
 
 log = logging.getLogger(__name__)
 
-AGENT_METHOD = "agent"  # the sample method of step-wise agent samples (see the module docstring)
 OUTCOME_REWARD = {True: 1.0, False: -1.0}
 RewardMode = Literal["integrated", "outcome"]
 Progress = Callable[[dict[str, Any]], None]
@@ -182,7 +179,7 @@ def group_advantages(successes: Sequence[bool], votes: Sequence[Sequence[Sequenc
     return result
 
 
-# -- where samples go -----------------------------------------------------------------------
+# -- the driver -------------------------------------------------------------------------------
 
 
 class SampleSink(Protocol):
@@ -191,127 +188,13 @@ class SampleSink(Protocol):
         ...
 
 
-class StoreSink:
-    """Writes `agent` samples into the in-process server's store."""
-
-    def __init__(self, store) -> None:
-        self.store = store
-
-    def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
-        from openclaw_rl.judge.teacher import logprob_temperature
-        from openclaw_rl.types import Sample
-
-        turns = [t for t in self.store.turns(episode.session_id) if t.kind == "main"]
-        if len(turns) != len(episode.steps):
-            log.warning("session %s has %d main turns for %d steps; steps are matched to turns in order",
-                        episode.session_id, len(turns), len(episode.steps))
-        written = rejected = 0
-        for step, turn in zip(episode.steps, turns):
-            value = advantages[step.index] if advantages is not None else None
-            reason = None
-            if advantages is None:
-                reason = f"the episode gives no samples: {episode.error or 'not trained'}"
-            elif value is None:
-                reason = "dropped: the (task, step) group has one trajectory or zero reward variance"
-            elif value == 0.0:
-                reason = "advantage 0: no direction"
-            elif not turn.response_token_ids:
-                reason = "empty response"
-            if reason is not None:
-                self.store.reject_sample(turn.id, AGENT_METHOD, turn.policy_version, reason)
-                rejected += 1
-                continue
-            self.store.add_sample(Sample(
-                turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
-                prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
-                behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn), reward=value,
-            ), AGENT_METHOD)
-            written += 1
-        return written, rejected
-
-
-# -- environments: local or from a pool -------------------------------------------------------
-
-
-class LocalEnvs:
-    """One environment per worker thread and name, made on first use and kept for its episodes."""
-
-    def __init__(self) -> None:
-        self._local = threading.local()
-        self._made: list[Env] = []
-        self._lock = threading.Lock()
-
-    def tasks(self, name: str, split: str) -> list[Task]:
-        from openclaw_rl.envs.registry import make_env
-
-        env = make_env(name)
-        try:
-            return env.tasks(split)  # type: ignore[arg-type]
-        finally:
-            env.close()
-
-    @contextlib.contextmanager
-    def env(self, name: str) -> Iterator[Env]:
-        from openclaw_rl.envs.registry import make_env
-
-        envs = self._local.__dict__.setdefault("envs", {})
-        if name not in envs:
-            envs[name] = make_env(name)
-            with self._lock:
-                self._made.append(envs[name])
-        yield envs[name]
-
-    def close(self) -> None:
-        for env in self._made:
-            with contextlib.suppress(Exception):
-                env.close()
-
-
-class PoolEnvs:
-    """A lease per episode from an env pool; waits while every env is leased."""
-
-    def __init__(self, url: str, token: str, name: str, wait_s: float = 600.0) -> None:
-        from openclaw_rl.envs.client import PoolClient
-
-        self.client = PoolClient(url, token)
-        self.name, self.wait_s = name, wait_s
-
-    def tasks(self, name: str, split: str) -> list[Task]:
-        return self.client.tasks(split)  # type: ignore[arg-type]
-
-    @contextlib.contextmanager
-    def env(self, name: str) -> Iterator[Env]:
-        from openclaw_rl.envs.client import PoolExhausted
-
-        deadline = time.monotonic() + self.wait_s
-        while True:
-            try:
-                lease = self.client.lease()
-                break
-            except PoolExhausted:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1.0)
-        if lease.name != name:
-            lease.close()
-            raise ConfigError(f"the pool serves {lease.name!r} environments, not {name!r}; use --env {lease.name}")
-        with lease:
-            yield lease  # type: ignore[misc]
-
-    def close(self) -> None:
-        self.client.close()
-
-
-# -- the driver -------------------------------------------------------------------------------
-
-
-@dataclass
+@dataclass(frozen=True)
 class _Job:
-    number: int
+    number: int  # episode number in this run: the session id's suffix
     env: str
     task: Task
     train: bool
-    group: int | None  # training group, None for evaluation
+    group: str | None  # the training group (one task's G trajectories); None for evaluation
 
 
 @dataclass
@@ -319,14 +202,12 @@ class _Tally:
     """Counts behind the progress display and the summary, per (env, split)."""
 
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
-    samples_written: int = 0
-    samples_rejected: int = 0
     versions: list[int] = field(default_factory=list)
 
     def add(self, episode: Episode, split: str, total: int) -> None:
         row = self.rows.setdefault(f"{episode.env}/{split}", {
             "env": episode.env, "split": split, "total": total, "done": 0, "success": 0, "env_errors": 0,
-            "policy_errors": 0, "steps": 0})
+            "policy_errors": 0, "steps": 0, "samples_written": 0, "samples_rejected": 0})
         row["done"] += 1
         row["success"] += int(episode.success)
         row["env_errors"] += int(episode.env_failed)
@@ -336,9 +217,12 @@ class _Tally:
 
 
 class Driver:
-    def __init__(self, config: AgentConfig, policy: Policy, envs: LocalEnvs | PoolEnvs,
-                 sink: SampleSink | None, progress: Progress | None = None) -> None:
-        self.config, self.policy, self.envs, self.sink, self.progress = config, policy, envs, sink, progress
+    """Schedules the episodes, finishes each group as it completes, keeps the tally and the outputs."""
+
+    def __init__(self, config: AgentConfig, policy: Policy, envs: EnvSource, sink: SampleSink | None,
+                 progress: Progress | None = None, drain: Callable[[], None] | None = None) -> None:
+        self.config, self.policy, self.envs, self.sink = config, policy, envs, sink
+        self.progress, self.drain = progress, drain
         self.run_id = uuid.uuid4().hex[:8]
         self.out = Path(config.out)
         self.out.mkdir(parents=True, exist_ok=True)
@@ -347,64 +231,61 @@ class Driver:
         self.tally = _Tally()
         self._lock = threading.Lock()
         self._report_lock = threading.Lock()  # progress hears from the players and the group finisher
-        self._groups: dict[int, list[Episode]] = {}
-        self._waiting_for_verdicts = config.reward == "integrated"
+        self._wait_for_verdicts = config.reward == "integrated"
 
     def run(self) -> dict[str, Any]:
         started = time.monotonic()
-        status_before = self._status()
-        main_split = self.config.split
-        jobs = self._jobs(main_split, self.config.episodes, train=main_split == "train")
+        before = self._status()
+        train = self.config.split == "train"
+        jobs = self._jobs(self.config.split, self.config.episodes, train=train)
         self._play(jobs)
-        if main_split == "train":
-            self._drain()
+        if train and self.drain is not None:
+            self.drain()
         if self.config.eval_episodes:
             self._play(self._jobs("eval", self.config.eval_episodes, train=False, first=len(jobs)))
-        return self._summary(status_before, time.monotonic() - started)
+        return self._summary(before, time.monotonic() - started)
 
     def _jobs(self, split: str, episodes: int, *, train: bool, first: int = 0) -> list[_Job]:
+        """`episodes` per environment; in training, consecutive runs of G share a task and a group."""
         jobs: list[_Job] = []
-        group_size = self.config.group_size if train else 1
+        size = self.config.group_size if train else 1
         for name in self.config.env_names:
             tasks = self.envs.tasks(name, split)
             if not tasks:
                 raise ConfigError(f"environment {name!r} has no {split} tasks")
             random.Random(f"{self.config.seed}/{name}/{split}").shuffle(tasks)
             for k in range(episodes):
-                group = len(self._groups) + k // group_size if train else None
-                jobs.append(_Job(first + len(jobs), name, tasks[(k // group_size) % len(tasks)], train, group))
-            if train:
-                for k in range(0, episodes, group_size):
-                    self._groups[len(self._groups)] = []
+                group = f"{name}/{k // size}" if train else None
+                jobs.append(_Job(first + len(jobs), name, tasks[(k // size) % len(tasks)], train, group))
         return jobs
 
     def _play(self, jobs: list[_Job]) -> None:
-        sizes = {g: sum(1 for j in jobs if j.group == g) for g in {j.group for j in jobs} if g is not None}
-        totals = {name: sum(1 for j in jobs if j.env == name) for name in self.config.env_names}
+        """K episodes at a time; a group is finished (on one thread of its own) when its last one ends."""
+        members: dict[str, list[Episode]] = {}
+        sizes = {job.group: sum(j.group == job.group for j in jobs) for job in jobs if job.group}
+        totals = {name: sum(j.env == name for j in jobs) for name in self.config.env_names}
         with ThreadPoolExecutor(self.config.parallel, thread_name_prefix="episode") as players, \
-                ThreadPoolExecutor(1, thread_name_prefix="groups") as finisher:
-            finishing: list[Future] = []
-
-            def finished(job: _Job, episode: Episode) -> None:
-                split = "train" if job.train else "eval"
-                with self._lock:
-                    self.tally.add(episode, split, totals[job.env])
-                    complete = None
-                    if job.group is not None:
-                        self._groups[job.group].append(episode)
-                        if len(self._groups[job.group]) == sizes[job.group]:
-                            complete = self._groups.pop(job.group)
-                if complete is not None:
-                    finishing.append(finisher.submit(self._finish_group, complete))
-                elif job.group is None:
-                    self._write([(episode, None, None, None)])
-                self._report()
-
+                ThreadPoolExecutor(1, thread_name_prefix="group") as finisher:
             futures = {players.submit(self._episode, job): job for job in jobs}
-            for future in as_completed(futures):
-                finished(futures[future], future.result())
-            for future in finishing:
-                future.result()
+            finishing: list[Future] = []
+            try:
+                for future in as_completed(futures):
+                    job, episode = futures[future], future.result()
+                    with self._lock:
+                        self.tally.add(episode, "train" if job.train else "eval", totals[job.env])
+                    if job.group is None:
+                        self._write([(episode, None, None, None)])
+                    else:
+                        members.setdefault(job.group, []).append(episode)
+                        if len(members[job.group]) == sizes[job.group]:
+                            finishing.append(finisher.submit(self._finish_group, members.pop(job.group)))
+                    self._report()
+                for done in finishing:
+                    done.result()
+            except BaseException:
+                for future in futures:  # a broken run stops here rather than playing on
+                    future.cancel()
+                raise
 
     def _episode(self, job: _Job) -> Episode:
         session_id = f"agent-{self.run_id}-{job.number:05d}"
@@ -414,36 +295,36 @@ class Driver:
 
     def _finish_group(self, episodes: list[Episode]) -> None:
         """Rewards and advantages of one task's G trajectories, their samples, their lines."""
-        usable = [e for e in episodes if not e.env_failed]
+        mode: RewardMode = self.config.reward  # type: ignore[assignment]
+        usable = [e for e in episodes if not e.env_failed]  # a broken env says nothing about the agent
         votes = {e.session_id: self._votes(e) for e in usable}
-        advantages = group_advantages([e.success for e in usable], [votes[e.session_id] for e in usable],
-                                      self.config.reward)  # type: ignore[arg-type]
-        by_session = dict(zip((e.session_id for e in usable), advantages))
+        advantages = dict(zip(
+            (e.session_id for e in usable),
+            group_advantages([e.success for e in usable], [votes[e.session_id] for e in usable], mode)))
         records = []
         for episode in episodes:
-            step_votes = votes.get(episode.session_id)
-            rewards = (step_rewards(episode.success, step_votes, self.config.reward)  # type: ignore[arg-type]
-                       if step_votes is not None else None)
-            advantage = by_session.get(episode.session_id)
+            step_votes, advantage = votes.get(episode.session_id), advantages.get(episode.session_id)
+            rewards = step_rewards(episode.success, step_votes, mode) if step_votes is not None else None
             if self.sink is not None:
                 written, rejected = self.sink.write(episode, advantage)
                 with self._lock:
-                    self.tally.samples_written += written
-                    self.tally.samples_rejected += rejected
+                    row = self.tally.rows[f"{episode.env}/train"]
+                    row["samples_written"] += written
+                    row["samples_rejected"] += rejected
             records.append((episode, step_votes, rewards, advantage))
         self._write(records)
         self._report()
 
     def _votes(self, episode: Episode) -> list[list[int]]:
-        """The judge's votes on each step, waiting for the pending ones in integrated mode."""
+        """The judge's votes on each step; in integrated mode, after waiting for the pending ones."""
         deadline = time.monotonic() + self.config.verdict_timeout_s
         verdicts = self.policy.verdicts(episode.session_id)
-        while self._waiting_for_verdicts and any(v.pending for v in verdicts):
+        while self._wait_for_verdicts and any(v.pending for v in verdicts):
             if time.monotonic() > deadline:
-                log.warning("no verdict for %d steps of %s after %.0f s: they count with the outcome alone; is the "
-                            "server's judge off? (later groups will not wait)",
+                log.warning("no verdict for %d steps of %s after %.0f s: they count with the outcome alone. Is the "
+                            "server's judge off? Later groups will not wait.",
                             sum(v.pending for v in verdicts), episode.session_id, self.config.verdict_timeout_s)
-                self._waiting_for_verdicts = False
+                self._wait_for_verdicts = False
                 break
             time.sleep(0.25)
             verdicts = self.policy.verdicts(episode.session_id)
@@ -451,15 +332,6 @@ class Driver:
             log.warning("session %s: %d main turns for %d steps", episode.session_id, len(verdicts), len(episode.steps))
         votes = [v.votes for v in verdicts][: len(episode.steps)]
         return votes + [[] for _ in range(len(episode.steps) - len(votes))]
-
-    def _drain(self) -> None:
-        """Let the trainer take the full batches already written (when the samples are ours to watch)."""
-        if not isinstance(self.sink, StoreSink) or not self.config.train:
-            return
-        deadline = time.monotonic() + self.config.drain_timeout_s
-        store = self.sink.store
-        while time.monotonic() < deadline and store.sample_counts(AGENT_METHOD)["ready"] >= self.config.batch_size:
-            time.sleep(0.5)
 
     def _write(self, records: list[tuple[Episode, Any, Any, Any]]) -> None:
         lines = [json.dumps(_episode_record(*record), ensure_ascii=False) for record in records]
@@ -479,8 +351,7 @@ class Driver:
         with self._lock:
             snapshot = {"rows": [dict(row) for row in self.tally.rows.values()],
                         "policy_version": max(self.tally.versions, default=None),
-                        "samples_written": self.tally.samples_written,
-                        "samples_rejected": self.tally.samples_rejected}
+                        "writes_samples": self.sink is not None}
         with self._report_lock:
             self.progress(snapshot)
 
@@ -495,7 +366,7 @@ class Driver:
         main = [r for r in rows if r["split"] == self.config.split]
         versions = self.tally.versions
         start, end = before.get("policy_version"), after.get("policy_version")
-        summary = {
+        return {
             "env": ",".join(self.config.env_names),
             "split": self.config.split,
             "episodes": sum(r["done"] for r in main),
@@ -509,8 +380,8 @@ class Driver:
             "mean_steps": sum(r["steps"] for r in main) / max(1, sum(r["done"] for r in main)),
             "env_errors": sum(r["env_errors"] for r in rows),
             "policy_errors": sum(r["policy_errors"] for r in rows),
-            "samples_written": self.tally.samples_written,
-            "samples_rejected": self.tally.samples_rejected,
+            "samples_written": sum(r["samples_written"] for r in rows),
+            "samples_rejected": sum(r["samples_rejected"] for r in rows),
             "policy_version_start": start,
             "policy_version_end": end,
             "policy_versions_seen": [min(versions), max(versions)] if versions else None,
@@ -519,12 +390,11 @@ class Driver:
             "wall_time_s": round(wall_time_s, 1),
             "by_env_and_split": rows,
         }
-        (self.out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-        return summary
 
 
 def _episode_record(episode: Episode, votes: list[list[int]] | None, rewards: list[float] | None,
                     advantages: list[float | None] | None) -> dict[str, Any]:
+    """One line of episodes.jsonl; votes, rewards and advantages are null for evaluation episodes."""
     outcome = episode.outcome
     return {
         "env": episode.env,
@@ -546,89 +416,61 @@ def _episode_record(episode: Episode, votes: list[list[int]] | None, rewards: li
     }
 
 
-# -- the in-process server and the entry point ------------------------------------------------
-
-
-class InProcessServer:
-    """Policy, judge (verdicts only) and trainer (claiming `agent` samples) on a loopback port."""
-
-    def __init__(self, config: AgentConfig, judge=None) -> None:
-        from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
-        from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.loop import build_judge, build_server, load_trainer
-        from openclaw_rl.serve.app import create_app
-        from openclaw_rl.serve.background import ServerThread, free_port
-        from openclaw_rl.train.runner import run_trainer
-
-        if judge is None and config.judge == "off" and config.reward == "integrated" and config.split == "train":
-            raise ConfigError("--reward integrated needs a judge for the step votes: use --judge embedding "
-                              "(or local, or a URL), or --reward outcome")
-        port = free_port()
-        data_dir = Path(config.data_dir or Path(config.out) / "data")
-        serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
-                            train=config.train, default_max_tokens=config.max_tokens)
-        server = build_server(serve, threads=1 if config.train else None)
-        loops = []
-        if config.judge.startswith(("http://", "https://")):
-            judge_config = JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model)
-        else:
-            judge_config = JudgeConfig(judge=config.judge)
-        judge = judge or build_judge(judge_config, server.engine.model_dir, server.engine)
-        if judge is not None:
-            loops.append(JudgeWorker(server.store, judge, judge_config, method=None).run)
-        if config.train:
-            train = TrainConfig(method="binary", batch_size=config.batch_size, lr=config.lr, lora=config.lora,
-                                max_staleness=config.max_staleness, train_threads=1)
-            trainer = load_trainer(server.engine.model_dir, data_dir, train, resume=False)
-
-            async def publish(state_dict: dict, version: int) -> None:
-                await server.engine.load_weights(state_dict, version)
-
-            loops.append(lambda stop: run_trainer(server.store, trainer, train, publish, stop,
-                                                  sample_method=AGENT_METHOD))
-        self.server = server
-        self.judge_name = judge.name if judge is not None else "off"
-        self._thread = ServerThread(create_app(server, loops), port)
-        self.base_url = self._thread.base_url
-
-    def stop(self) -> None:
-        self._thread.stop()  # the app's shutdown stops the judge and trainer, then closes engine and store
+# -- the entry point ------------------------------------------------------------------------
 
 
 def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: Policy | None = None,
-              sink: SampleSink | None = None, judge=None) -> dict[str, Any]:
+              sink: SampleSink | None = None, judge: Any = None) -> dict[str, Any]:
     """Play every episode, train in-process unless told otherwise, write the outputs; the summary.
 
     `policy` and `sink` replace the HTTP policy and the store (tests script them); `judge`
-    replaces the in-process judge.
+    replaces the in-process server's judge.
     """
-    server = None
-    if policy is None and not config.base_url:
-        server = InProcessServer(config, judge)
-    envs: LocalEnvs | PoolEnvs
-    if config.pool:
-        token = config.pool_token or os.environ.get("OPENCLAW_ENV_TOKEN", "")
-        envs = PoolEnvs(config.pool, token, config.env_names[0])
-    else:
-        envs = LocalEnvs()
+    server: AgentServer | None = None
     owned: HTTPPolicy | None = None
+    envs: EnvSource | None = None
     try:
+        if policy is None and not config.base_url:
+            server = _start_server(config, judge)
         if policy is None:
             url = config.base_url or server.base_url  # type: ignore[union-attr]
             policy = owned = HTTPPolicy(url, model=config.policy_model, api_key=config.api_key,
                                         temperature=config.temperature, max_tokens=config.max_tokens)
-        if sink is None and server is not None and config.train and config.split == "train":
-            sink = StoreSink(server.server.store)
-        summary = Driver(config, policy, envs, sink, progress).run()
+        trains_here = server is not None and config.train and config.split == "train"
+        if sink is None and trains_here:
+            sink = StoreSink(server.store)  # type: ignore[union-attr]
+        if config.pool:
+            token = config.pool_token or os.environ.get("OPENCLAW_ENV_TOKEN", "")  # pool.TOKEN_ENV_VAR
+            envs = PoolEnvs(config.pool, token, config.env_names[0])
+        else:
+            envs = LocalEnvs()
+        drain = ((lambda: server.drain(config.batch_size, config.drain_timeout_s))  # type: ignore[union-attr]
+                 if trains_here else None)
+        summary = Driver(config, policy, envs, sink, progress, drain).run()
         summary["server"] = config.base_url or ("in-process" if server else "custom")
-        if server is not None:
-            summary["judge"] = server.judge_name
-            summary["model"] = server.server.model_name
+        summary["model"] = server.model_name if server else getattr(owned, "model", None)
+        summary["judge"] = server.judge_name if server else None
         (Path(config.out) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
     finally:
         if owned is not None:
             owned.close()
-        envs.close()
+        if envs is not None:
+            envs.close()
         if server is not None:
             server.stop()
+
+
+def _start_server(config: AgentConfig, judge: Any) -> AgentServer:
+    from openclaw_rl.config import TrainConfig
+
+    if judge is None and config.judge == "off" and config.reward == "integrated" and config.split == "train":
+        raise ConfigError("--reward integrated needs a judge for the step votes: use --judge embedding "
+                          "(or local, or a URL), or --reward outcome")
+    train = None
+    if config.train:
+        train = TrainConfig(method="binary", batch_size=config.batch_size, lr=config.lr, lora=config.lora,
+                            max_staleness=config.max_staleness, train_threads=1)
+    return AgentServer(model=config.model, data_dir=config.data_dir or Path(config.out) / "data",
+                       judge=config.judge, judge_model=config.judge_model, train=train,
+                       max_tokens=config.max_tokens, judge_override=judge)

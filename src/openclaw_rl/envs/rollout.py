@@ -36,21 +36,27 @@ Decisions and why:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from openclaw_rl.config import ConfigError
 from openclaw_rl.envs.base import Action, Env, Outcome, Task
 from openclaw_rl.types import Message
 
-__all__ = ["Episode", "HTTPPolicy", "Policy", "PolicyError", "Reply", "Step", "TurnVerdict", "play_episode"]
+__all__ = ["EnvSource", "Episode", "HTTPPolicy", "LocalEnvs", "Policy", "PolicyError", "PoolEnvs", "Reply", "Step",
+           "TurnVerdict", "play_episode"]
 
 log = logging.getLogger(__name__)
 
 NO_TOOL_CALL = "You did not call a tool, so nothing happened. Act by calling one of the tools: {tools}."
 EXTRA_CALL = "Not run: call one tool per step. Only the first call of your reply was carried out."
+FINAL_DETAIL_CHARS = 500
 
 
 class PolicyError(RuntimeError):
@@ -207,9 +213,12 @@ def _decoded(arguments: str | dict[str, Any]) -> Any:
 
 
 def _final_state(pending: list[Message], outcome: Outcome) -> str:
+    """The last turn's next state: its observation and the check's verdict, with the start of
+    the check's detail (a test log can run to pages; the judge needs the gist)."""
     observation = "\n\n".join(str(m.get("content", "")) for m in pending)
     verdict = "solved" if outcome.success else "not solved"
-    return f"{observation}\n\n[The episode is over. The task was checked: {verdict}. {outcome.detail}]".strip()
+    detail = outcome.detail if len(outcome.detail) <= FINAL_DETAIL_CHARS else outcome.detail[:FINAL_DETAIL_CHARS] + " ..."
+    return f"{observation}\n\n[The episode is over. The task was checked: {verdict}. {detail}]".strip()
 
 
 def _broken(episode: Episode, call: str, error: Exception, started: float) -> Episode:
@@ -303,3 +312,87 @@ class HTTPPolicy:
     def close(self) -> None:
         self._client.close()
         self._http.close()
+
+
+# -- where the environments come from ---------------------------------------------------------
+
+
+class EnvSource(Protocol):
+    """Environments for episodes, by name: local instances or pool leases."""
+
+    def tasks(self, name: str, split: str) -> list[Task]: ...
+
+    def env(self, name: str) -> contextlib.AbstractContextManager[Env]:
+        """An environment for one episode, given back when the block ends."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class LocalEnvs:
+    """One environment per worker thread and name, made on first use and kept for its episodes."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._made: list[Env] = []
+        self._lock = threading.Lock()
+
+    def tasks(self, name: str, split: str) -> list[Task]:
+        from openclaw_rl.envs.registry import make_env
+
+        env = make_env(name)
+        try:
+            return env.tasks(split)  # type: ignore[arg-type]
+        finally:
+            env.close()
+
+    @contextlib.contextmanager
+    def env(self, name: str) -> Iterator[Env]:
+        from openclaw_rl.envs.registry import make_env
+
+        envs = self._local.__dict__.setdefault("envs", {})
+        if name not in envs:
+            envs[name] = make_env(name)
+            with self._lock:
+                self._made.append(envs[name])
+        yield envs[name]
+
+    def close(self) -> None:
+        for env in self._made:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class PoolEnvs:
+    """A lease per episode from an env pool; waits while every env is leased."""
+
+    def __init__(self, url: str, token: str, name: str, wait_s: float = 600.0) -> None:
+        from openclaw_rl.envs.client import PoolClient
+
+        self.client = PoolClient(url, token)
+        self.name, self.wait_s = name, wait_s
+
+    def tasks(self, name: str, split: str) -> list[Task]:
+        return self.client.tasks(split)  # type: ignore[arg-type]
+
+    @contextlib.contextmanager
+    def env(self, name: str) -> Iterator[Env]:
+        from openclaw_rl.envs.client import PoolExhausted
+
+        deadline = time.monotonic() + self.wait_s
+        while True:
+            try:
+                lease = self.client.lease()
+                break
+            except PoolExhausted:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1.0)
+        if lease.name != name:
+            lease.close()
+            raise ConfigError(f"the pool serves {lease.name!r} environments, not {name!r}; use --env {lease.name}")
+        with lease:
+            yield lease  # type: ignore[misc]
+
+    def close(self) -> None:
+        self.client.close()

@@ -1,0 +1,129 @@
+"""The in-process policy server of `openclaw-rl agent`, and how agent samples reach its trainer.
+
+    server = AgentServer(model="", data_dir="run/data", judge="embedding", train=TrainConfig(method="binary"))
+    StoreSink(server.store).write(episode, advantages)   # one `agent` sample per kept step
+    server.stop()
+
+The same parts as `openclaw-rl serve` (loop.build_server, build_judge, load_trainer), wired
+differently, which is why this is not loop.build_app: there the judge's per-turn samples
+and the trainer's claims share one method name. Here
+
+- the judge worker writes verdicts only (`JudgeWorker(method=None)`): the PRM votes the
+  driver reads; no per-turn sample of an agent turn exists for any trainer to claim;
+- the driver writes the samples, method `agent` (AGENT_METHOD), reward = the step's
+  standardized advantage (envs/agent.py says why the driver and not the judge);
+- the trainer claims `agent` samples (`run_trainer(sample_method="agent")`) and trains
+  them with its configured loss, `binary` for the driver: A_t = the sample's reward on
+  every token, a reward of 0 masked out.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from openclaw_rl.envs.rollout import Episode
+
+if TYPE_CHECKING:
+    from openclaw_rl.config import TrainConfig
+    from openclaw_rl.store import Store
+
+__all__ = ["AGENT_METHOD", "AgentServer", "StoreSink"]
+
+log = logging.getLogger(__name__)
+
+AGENT_METHOD = "agent"
+
+
+class StoreSink:
+    """Writes the `agent` samples of an episode's steps, or rejects each with its reason."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
+        """One sample per step with an advantage (None: the episode gives none); (written, rejected)."""
+        from openclaw_rl.judge.teacher import logprob_temperature
+        from openclaw_rl.types import Sample
+
+        turns = [t for t in self.store.turns(episode.session_id) if t.kind == "main"]
+        if len(turns) != len(episode.steps):
+            log.warning("session %s has %d main turns for %d steps; steps are matched to turns in order",
+                        episode.session_id, len(turns), len(episode.steps))
+        written = rejected = 0
+        for step, turn in zip(episode.steps, turns):
+            value = advantages[step.index] if advantages is not None else None
+            if advantages is None:
+                reason = f"the episode gives no samples: {episode.error or 'not trained'}"
+            elif value is None:
+                reason = "dropped: its (task, step) group has one trajectory or zero reward variance"
+            elif value == 0.0:
+                reason = "advantage 0: no direction"
+            elif not turn.response_token_ids:
+                reason = "empty response"
+            else:
+                reason = None
+            if reason is not None:
+                self.store.reject_sample(turn.id, AGENT_METHOD, turn.policy_version, reason)
+                rejected += 1
+                continue
+            self.store.add_sample(Sample(
+                turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
+                prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
+                behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn), reward=value,
+            ), AGENT_METHOD)
+            written += 1
+        return written, rejected
+
+
+class AgentServer:
+    """Policy, judge (verdicts only) and trainer (claiming `agent` samples) on a loopback port."""
+
+    def __init__(self, *, model: str, data_dir: str | Path, judge: str = "embedding", judge_model: str = "default",
+                 train: TrainConfig | None = None, max_tokens: int = 256, judge_override: Any = None) -> None:
+        """`judge`: embedding | local | off | an OpenAI-compatible URL (then `judge_model` names
+        the model there); `judge_override` replaces it (tests). `train` None serves and judges only."""
+        from openclaw_rl.config import JudgeConfig, ServeConfig
+        from openclaw_rl.judge.worker import JudgeWorker
+        from openclaw_rl.loop import build_judge, build_server, load_trainer
+        from openclaw_rl.serve.app import create_app
+        from openclaw_rl.serve.background import ServerThread, free_port
+        from openclaw_rl.train.runner import run_trainer
+
+        port = free_port()
+        serve = ServeConfig(model=model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
+                            train=train is not None, default_max_tokens=max_tokens)
+        server = build_server(serve, threads=1 if train is not None else None)  # one core each: see loop.py
+        loops = []
+        if judge.startswith(("http://", "https://")):
+            judge_config = JudgeConfig(judge="openai", openai_base_url=judge, openai_model=judge_model)
+        else:
+            judge_config = JudgeConfig(judge=judge)
+        reader = judge_override or build_judge(judge_config, server.engine.model_dir, server.engine)
+        if reader is not None:
+            loops.append(JudgeWorker(server.store, reader, judge_config, method=None).run)
+        if train is not None:
+            trainer = load_trainer(server.engine.model_dir, Path(data_dir), train, resume=False)
+
+            async def publish(state_dict: dict, version: int) -> None:
+                await server.engine.load_weights(state_dict, version)
+
+            loops.append(lambda stop: run_trainer(server.store, trainer, train, publish, stop,
+                                                  sample_method=AGENT_METHOD))
+        self.server = server
+        self.store: Store = server.store
+        self.model_name: str = server.model_name
+        self.judge_name = reader.name if reader is not None else "off"
+        self._thread = ServerThread(create_app(server, loops), port)
+        self.base_url = self._thread.base_url
+
+    def drain(self, batch_size: int, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) while a full batch of `agent` samples is ready to train."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and self.store.sample_counts(AGENT_METHOD)["ready"] >= batch_size:
+            time.sleep(0.5)
+
+    def stop(self) -> None:
+        self._thread.stop()  # the app's shutdown stops the judge and trainer, then closes engine and store
