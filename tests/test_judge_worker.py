@@ -226,3 +226,34 @@ def test_a_correction_gets_a_verdict_and_hint_inside_serve(make_server):
     assert verdict["hints"] and verdict["selected_hint"] in verdict["hints"]
     logs = "".join(p.read_text() for p in (Path(server.config.data_dir) / "logs").glob("*.jsonl"))
     assert '"event": "verdict"' in logs
+
+
+class CountingEngine:
+    """The real engine, counting the scoring passes the worker asks it for."""
+
+    def __init__(self, engine):
+        self.engine, self.calls = engine, 0
+
+    async def score(self, *args, **kwargs):
+        self.calls += 1
+        return await self.engine.score(*args, **kwargs)
+
+
+@pytest.mark.parametrize("method, hints, passes", [
+    ("binary", 1, 0),  # binary never reads teacher log-probs: no prefill spent on them
+    ("combined", 1, 1),  # one hint: its teacher only, no student pass to select with
+    ("combined", 2, 3),  # two hints: both teachers and the student's top-k for the overlap
+])
+def test_teacher_scoring_costs_only_the_passes_the_method_needs(tmp_path, engine, method, hints, passes):
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    directive = ["CORRECTION: yes\n[HINT]A leap year has 366 days, not 365.[/HINT]",
+                 "CORRECTION: yes\n[HINT]Say that February then has 29 days.[/HINT]"][:hints]
+    backend = ScriptedBackend(["SCORE: -1"] * 3, (directive * 3)[:3])
+    counting = CountingEngine(engine)
+    worker = JudgeWorker(store, LLMJudge(backend, _config(), len), _config(), method, counting, engine.tokenizer)
+    verdict = asyncio.run(worker.process(turn))
+    assert verdict.reward == -1 and len(verdict.hints) == hints
+    assert counting.calls == passes
+    (sample,), _ = store.claim_samples(method, 1, 0, 2, 1)
+    assert (sample.teacher_logprobs is None) == (method == "binary")

@@ -64,6 +64,8 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--eval-every", type=int, default=1, help="score the held-out set every this many updates")
         sim.add_argument("--max-updates", type=int, default=0,
                          help="stop starting sessions after this many policy updates (0: play all sessions)")
+        sim.add_argument("--max-hints", type=int, default=3,
+                         help="candidate hints per turn (each one costs a teacher forward pass)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
@@ -200,7 +202,7 @@ def _simulate(args: argparse.Namespace) -> int:
         judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
         batch_size=args.batch_size, lora=args.lora, max_turns=args.max_turns, heldout=args.heldout,
         user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
-        max_updates=args.max_updates)
+        max_updates=args.max_updates, max_hints=args.max_hints)
     state: dict[str, dict] = {}
     judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
 

@@ -78,6 +78,7 @@ class SimulateConfig:
     parallel: int = 4  # users playing at the same time (their requests share decode batches)
     eval_every: int = 1  # score every this many policy updates (and always before training)
     max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
+    max_hints: int = 3  # candidate hints per turn; each costs a teacher prefill, and >1 a student one too
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -108,10 +109,11 @@ class _Recorder:
 
 def _judge_config(config: SimulateConfig) -> JudgeConfig:
     if config.judge == "oracle":
-        return JudgeConfig(judge="off")
+        return JudgeConfig(judge="off", max_hints=config.max_hints)
     if config.judge.startswith(("http://", "https://")):
-        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model)
-    return JudgeConfig(judge=config.judge)
+        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model,
+                           max_hints=config.max_hints)
+    return JudgeConfig(judge=config.judge, max_hints=config.max_hints)
 
 
 class _SnapshotEvaluator:

@@ -19,6 +19,7 @@ from openclaw_rl.judge.teacher import TeacherResult, logprob_temperature
 from openclaw_rl.types import Sample, Turn, Verdict
 
 METHODS = ("binary", "opd", "combined", "topk")
+TEACHER_METHODS = ("opd", "combined", "topk")  # the methods that read teacher log-probs (scoring them costs prefills)
 
 
 def build_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None, method: str) -> Sample | str:

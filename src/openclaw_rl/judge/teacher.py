@@ -54,15 +54,18 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
     tools = turn.sampling.get("tools")
     tool_choice = turn.sampling.get("tool_choice")
     response = turn.response_token_ids
-    student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_k=select_k)
     teachers: list[Score] = []
     for hint in hints:
         prompt = render_prompt(tokenizer, hinted_messages(turn.prompt_messages, hint), tools, tool_choice)
         teachers.append(await engine.score(prompt, response, temperature=temperature, top_k=max(select_k, teacher_k)))
-    selection = select_hint(
-        strategy, hints, student_top=student.top_ids, teachers=[[row[:select_k] for row in t.top_ids] for t in teachers],
-        rng=rng, k=select_k,
-    )
+    if len(hints) == 1:  # nothing to choose between: skip the student's forward pass (a second prefill)
+        selection = HintSelection(strategy, 0, None, [])
+    else:
+        student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_k=select_k)
+        selection = select_hint(
+            strategy, hints, student_top=student.top_ids,
+            teachers=[[row[:select_k] for row in t.top_ids] for t in teachers], rng=rng, k=select_k,
+        )
     positions = range(len(response))
     chosen = [teachers[selection.hint_at(t)] for t in positions]
     used = [selection.hint_at(t) for t in positions]

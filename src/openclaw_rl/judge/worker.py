@@ -25,7 +25,7 @@ from openclaw_rl.config import JudgeConfig
 from openclaw_rl.judge.backends import ChatBackend, EmbeddingClassifier
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import extract_hints
-from openclaw_rl.judge.samples import build_sample
+from openclaw_rl.judge.samples import TEACHER_METHODS, build_sample
 from openclaw_rl.judge.teacher import TeacherResult, score_hints
 from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
 from openclaw_rl.store import Store
@@ -186,7 +186,7 @@ class JudgeWorker:
             return verdict
         hints = dedupe_hints(reading.hints, self.config.max_hints)
         teacher: TeacherResult | None = None
-        if hints and self.teacher_engine is not None:
+        if hints and self.teacher_engine is not None and self.method in TEACHER_METHODS:  # binary never reads it
             try:
                 teacher = await asyncio.wait_for(
                     score_hints(self.teacher_engine, self.tokenizer, turn, hints, strategy=self.config.hint_selection,
