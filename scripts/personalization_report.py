@@ -1,0 +1,108 @@
+"""The table and figure of docs/experiments.md, from `openclaw-rl simulate` output dirs.
+
+    python scripts/personalization_report.py OUT_DIR [OUT_DIR ...] --figure docs/img/personalization.png
+
+Each OUT_DIR holds a summary.json (several methods, one judge). Prints a markdown table:
+per judge and method, the score before training, after 8 and 16 updates, the sessions
+played when the score first reached the threshold, and the wall time; and draws one
+panel per judge, score against updates, one line per method, with the paper's numbers.
+
+The threshold is half the learnable gap: the base model's answers are rescored as if
+every style check passed (arithmetic left as it was), and the threshold is halfway from
+the base score to that ceiling. See docs/experiments.md for why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sqlite3
+from pathlib import Path
+
+from openclaw_rl.eval.personas import get_persona
+from openclaw_rl.eval.problems import heldout_problems
+
+PAPER = {"base": 0.17, "binary": (0.25, 0.23), "opd": (0.25, 0.72), "combined": (0.76, 0.81)}
+STYLE_CHECKS = {"no_headings", "no_bold", "no_lists", "no_ai_phrases", "plain_prose", "concise"}
+
+
+def style_ceiling(out_dir: Path, summary: dict) -> tuple[float, float]:
+    """(base score, base score with every style check passed), from the first run's v0 answers."""
+    persona = get_persona(summary["persona"])
+    heldout = {persona.first_message(p): p for p in heldout_problems(summary["heldout"])}
+    first = next(iter(summary["runs"]))
+    db = out_dir / first / "eval-data" / "openclaw.db"
+    with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        rows = conn.execute("SELECT prompt_messages, response_text FROM turns WHERE policy_version = 0 "
+                            "ORDER BY id LIMIT ?", (len(heldout),)).fetchall()
+    base, ceiling = [], []
+    for messages, response in rows:
+        problem = heldout[json.loads(messages)[-1]["content"]]
+        checks = persona.checks(problem, response)
+        base.append(sum(c.weight * c.score for c in checks))
+        ceiling.append(sum(c.weight * (1.0 if c.name in STYLE_CHECKS else c.score) for c in checks))
+    return sum(base) / len(base), sum(ceiling) / len(ceiling)
+
+
+def sessions_to(curve: list[list[float]], threshold: float) -> int | None:
+    for sessions, _, score in sorted(curve, key=lambda p: p[1]):
+        if score >= threshold:
+            return int(sessions)
+    return None
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dirs", nargs="+", type=Path)
+    parser.add_argument("--figure", type=Path, default=None)
+    args = parser.parse_args()
+    summaries = {d: json.loads((d / "summary.json").read_text()) for d in args.out_dirs}
+    first_dir, first = next(iter(summaries.items()))
+    base, ceiling = style_ceiling(first_dir, first)
+    threshold = round(base + (ceiling - base) / 2, 3)
+    print(f"base {base:.3f}, style ceiling {ceiling:.3f}, threshold {threshold:.3f}\n")
+    print("| judge | method | before | after 8 | after 16 | sessions to 16 updates | sessions to "
+          f"{threshold:.2f} | wall time | paper 8 / 16 |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for summary in summaries.values():
+        judge = "oracle (reads the rubric)" if summary["judge"] == "oracle" else summary["judge"]
+        for method, run in summary["runs"].items():
+            by = run["score_by_update"]
+            reached = sessions_to(run["curve"], threshold)
+            at16 = next((int(s) for s, u, _ in run["curve"] if u == 16), None)
+            paper = PAPER.get(method)
+            print(f"| {judge} | {method} | {run['score_before']:.3f} | {by.get('8', float('nan')):.3f} | "
+                  f"{by.get('16', float('nan')):.3f} | {at16 if at16 is not None else '-'} | "
+                  f"{reached if reached is not None else 'not reached'} | {run['wall_time_s'] / 60:.0f} min | "
+                  f"{paper[0]:.2f} / {paper[1]:.2f} |" if paper else "|")
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4.2), sharey=True, squeeze=False)
+        for axis, summary in zip(axes[0], summaries.values()):
+            for method, run in summary["runs"].items():
+                points = sorted(run["curve"], key=lambda p: p[1])
+                line, = axis.plot([p[1] for p in points], [p[2] for p in points], marker="o", label=method)
+                if method in PAPER:
+                    axis.plot([8, 16], PAPER[method], linestyle=":", marker="x", color=line.get_color(),
+                              label=f"{method} (paper)")
+            axis.axhline(threshold, color="grey", linestyle="--", linewidth=0.8, label="threshold")
+            axis.axhline(PAPER["base"], color="black", linestyle=":", linewidth=0.8, label="paper base")
+            title = "ORACLE judge (reads the rubric)" if summary["judge"] == "oracle" else f"judge: {summary['judge']}"
+            axis.set_title(f"{title}, {summary['persona']} persona")
+            axis.set_xlabel("policy updates")
+            axis.set_ylim(0, 1)
+            axis.grid(alpha=0.3)
+        axes[0][0].set_ylabel("personalization score (held-out first answers)")
+        axes[0][-1].legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        args.figure.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.figure, dpi=110)
+        print(f"\nwrote {args.figure}")
+
+
+if __name__ == "__main__":
+    main()
