@@ -2,10 +2,13 @@
 
     python scripts/personalization_report.py OUT_DIR [OUT_DIR ...] --figure docs/img/personalization.png
 
-Each OUT_DIR holds a summary.json (several methods, one judge). Prints a markdown table:
-per judge and method, the score before training, after 8 and 16 updates, the sessions
-played when the score first reached the threshold, and the wall time; and draws one
-panel per judge, score against updates, one line per method, with the paper's numbers.
+Each OUT_DIR holds a summary.json and metrics.jsonl (several methods, one judge). Prints
+a markdown table: per judge and method, the score before training, after 8 and 16
+updates, the sessions played when the score first reached the threshold, and the wall
+time; and draws one panel per judge, score against updates, one line per method, with
+the paper's numbers. When the runs held out different numbers of problems, every score
+is recomputed on the problems they share (the held-out set is a fixed sequence, so a
+smaller one is a prefix of a larger one), from the per-answer scores in metrics.jsonl.
 
 The threshold is half the learnable gap: the base model's answers are rescored as if
 every style check passed (arithmetic left as it was), and the threshold is halfway from
@@ -26,10 +29,11 @@ PAPER = {"base": 0.17, "binary": (0.25, 0.23), "opd": (0.25, 0.72), "combined": 
 STYLE_CHECKS = {"no_headings", "no_bold", "no_lists", "no_ai_phrases", "plain_prose", "concise"}
 
 
-def style_ceiling(out_dir: Path, summary: dict) -> tuple[float, float]:
+def style_ceiling(out_dir: Path, summary: dict, shared: int) -> tuple[float, float]:
     """(base score, base score with every style check passed), from the first run's v0 answers."""
     persona = get_persona(summary["persona"])
     heldout = {persona.first_message(p): p for p in heldout_problems(summary["heldout"])}
+    keep = {p.id for p in heldout_problems(shared)}
     first = next(iter(summary["runs"]))
     db = out_dir / first / "eval-data" / "openclaw.db"
     with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
@@ -38,10 +42,25 @@ def style_ceiling(out_dir: Path, summary: dict) -> tuple[float, float]:
     base, ceiling = [], []
     for messages, response in rows:
         problem = heldout[json.loads(messages)[-1]["content"]]
+        if problem.id not in keep:
+            continue
         checks = persona.checks(problem, response)
         base.append(sum(c.weight * c.score for c in checks))
         ceiling.append(sum(c.weight * (1.0 if c.name in STYLE_CHECKS else c.score) for c in checks))
     return sum(base) / len(base), sum(ceiling) / len(ceiling)
+
+
+def common_curves(out_dir: Path, keep: set[str]) -> dict[str, list[tuple[int, int, float]]]:
+    """Per method, (sessions, updates, mean score over the held-out problems in `keep`)."""
+    curves: dict[str, list[tuple[int, int, float]]] = {}
+    for line in (out_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") != "eval":
+            continue
+        scores = [a["score"] for a in record["answers"] if a["problem"] in keep]
+        curves.setdefault(record["method"], []).append((record["sessions"], record["updates"],
+                                                        sum(scores) / len(scores)))
+    return {m: sorted(c, key=lambda p: p[1]) for m, c in curves.items()}
 
 
 def sessions_to(curve: list[list[float]], threshold: float) -> int | None:
@@ -57,10 +76,20 @@ def main() -> None:
     parser.add_argument("--figure", type=Path, default=None)
     args = parser.parse_args()
     summaries = {d: json.loads((d / "summary.json").read_text()) for d in args.out_dirs}
+    shared = min(s["heldout"] for s in summaries.values())
+    keep = {p.id for p in heldout_problems(shared)}
+    for out_dir, summary in summaries.items():
+        for method, curve in common_curves(out_dir, keep).items():
+            if method not in summary["runs"]:  # a run that did not finish
+                continue
+            run = summary["runs"][method]
+            run["curve"] = [list(p) for p in curve]
+            run["score_by_update"] = {str(u): score for _, u, score in curve}
+            run["score_before"] = curve[0][2]
     first_dir, first = next(iter(summaries.items()))
-    base, ceiling = style_ceiling(first_dir, first)
+    base, ceiling = style_ceiling(first_dir, first, shared)
     threshold = round(base + (ceiling - base) / 2, 3)
-    print(f"base {base:.3f}, style ceiling {ceiling:.3f}, threshold {threshold:.3f}\n")
+    print(f"{shared} held-out problems; base {base:.3f}, style ceiling {ceiling:.3f}, threshold {threshold:.3f}\n")
     print("| judge | method | before | after 8 | after 16 | sessions to 16 updates | sessions to "
           f"{threshold:.2f} | wall time | paper 8 / 16 |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -75,6 +104,26 @@ def main() -> None:
                   f"{by.get('16', float('nan')):.3f} | {at16 if at16 is not None else '-'} | "
                   f"{reached if reached is not None else 'not reached'} | {run['wall_time_s'] / 60:.0f} min | "
                   f"{paper[0]:.2f} / {paper[1]:.2f} |" if paper else "|")
+    print("\nHeld-out answers failing each check, before -> after the last update:\n")
+    for out_dir, summary in summaries.items():
+        evals = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+        evals = [e for e in evals if e.get("event") == "eval" and e["method"] in summary["runs"]]
+        for method in summary["runs"]:
+            mine = sorted((e for e in evals if e["method"] == method), key=lambda e: e["updates"])
+            first, last = mine[0], mine[-1]
+
+            def failing(record: dict) -> dict[str, int]:
+                counts: dict[str, int] = {}
+                for answer in record["answers"]:
+                    if answer["problem"] in keep:
+                        for name in answer["failed"]:
+                            counts[name] = counts.get(name, 0) + 1
+                return counts
+
+            before, after = failing(first), failing(last)
+            changes = ", ".join(f"{name} {before.get(name, 0)}->{after.get(name, 0)}"
+                                for name in sorted(set(before) | set(after)))
+            print(f"- {summary['judge']} / {method} (v0 -> v{last['updates']}, {len(keep)} answers): {changes}")
     if args.figure:
         import matplotlib
 
