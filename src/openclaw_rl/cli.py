@@ -54,17 +54,19 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--out", default="./openclaw-sim" if name == "simulate" else "./openclaw-demo",
                          help="where metrics.jsonl, summary.json and curve.png go")
         sim.add_argument("--model", default="", help="model directory (default: the bundled model)")
-        sim.add_argument("--batch-size", type=int, default=4, help="samples per training step")
+        sim.add_argument("--batch-size", type=int, default=4 if name == "simulate" else 2,
+                         help="samples per training step")
         sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
         sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
         sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
                          help="held-out problems the score is measured on")
         sim.add_argument("--user-model", default="", help="an OpenAI-compatible URL whose model plays the user")
         sim.add_argument("--parallel", type=int, default=4, help="users playing at the same time")
-        sim.add_argument("--eval-every", type=int, default=1, help="score the held-out set every this many updates")
+        sim.add_argument("--eval-every", type=int, default=1 if name == "simulate" else 2,
+                         help="score the held-out set every this many updates")
         sim.add_argument("--max-updates", type=int, default=0,
                          help="stop starting sessions after this many policy updates (0: play all sessions)")
-        sim.add_argument("--max-hints", type=int, default=3,
+        sim.add_argument("--max-hints", type=int, default=3 if name == "simulate" else 1,
                          help="candidate hints per turn (each one costs a teacher forward pass)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
