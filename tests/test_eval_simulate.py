@@ -40,3 +40,17 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
         assert {a["version"] for a in e["answers"]} == {e["updates"]}
     sessions_at = {e["updates"]: e["sessions"] for e in evals}
     assert sessions_at[0] == 0 and 0 < sessions_at[2] <= summary["sessions"]
+
+
+def test_several_methods_each_run_in_a_process_of_their_own(tiny_model_dir, tmp_path):
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "2", "--method", "binary,opd", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
+                 "--parallel", "2"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["method"] == "binary,opd" and set(summary["runs"]) == {"binary", "opd"}
+    assert set(summary["score_before"]) == {"binary", "opd"}
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for method in ("binary", "opd"):  # both children appended to the one metrics file
+        assert [x["event"] for x in lines if x["method"] == method].count("session") == 2
