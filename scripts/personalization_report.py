@@ -26,6 +26,7 @@ from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
 
 PAPER = {"base": 0.17, "binary": (0.25, 0.23), "opd": (0.25, 0.72), "combined": (0.76, 0.81)}
+COLORS = {"binary": "C0", "opd": "C1", "combined": "C2"}
 STYLE_CHECKS = {"no_headings", "no_bold", "no_lists", "no_ai_phrases", "plain_prose", "concise"}
 
 
@@ -110,7 +111,7 @@ def main() -> None:
         evals = [e for e in evals if e.get("event") == "eval" and e["method"] in summary["runs"]]
         for method in summary["runs"]:
             mine = sorted((e for e in evals if e["method"] == method), key=lambda e: e["updates"])
-            first, last = mine[0], mine[-1]
+            start, last = mine[0], mine[-1]
 
             def failing(record: dict) -> dict[str, int]:
                 counts: dict[str, int] = {}
@@ -120,7 +121,7 @@ def main() -> None:
                             counts[name] = counts.get(name, 0) + 1
                 return counts
 
-            before, after = failing(first), failing(last)
+            before, after = failing(start), failing(last)
             changes = ", ".join(f"{name} {before.get(name, 0)}->{after.get(name, 0)}"
                                 for name in sorted(set(before) | set(after)))
             print(f"- {summary['judge']} / {method} (v0 -> v{last['updates']}, {len(keep)} answers): {changes}")
@@ -130,23 +131,28 @@ def main() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axes = plt.subplots(1, len(summaries), figsize=(5.5 * len(summaries), 4.2), sharey=True, squeeze=False)
-        for axis, summary in zip(axes[0], summaries.values()):
-            for method, run in summary["runs"].items():
+        by_judge: dict[str, dict[str, dict]] = {}  # one panel per judge, one line per method
+        for summary in summaries.values():
+            by_judge.setdefault(summary["judge"], {}).update(summary["runs"])
+        fig, axes = plt.subplots(1, len(by_judge), figsize=(5.5 * len(by_judge), 4.2), sharey=True, squeeze=False)
+        for axis, (judge, runs) in zip(axes[0], by_judge.items()):
+            for method, run in sorted(runs.items()):
                 points = sorted(run["curve"], key=lambda p: p[1])
-                line, = axis.plot([p[1] for p in points], [p[2] for p in points], marker="o", label=method)
+                color = COLORS.get(method, "C3")
+                axis.plot([p[1] for p in points], [p[2] for p in points], marker="o", label=method, color=color)
                 if method in PAPER:
-                    axis.plot([8, 16], PAPER[method], linestyle=":", marker="x", color=line.get_color(),
+                    axis.plot([8, 16], PAPER[method], linestyle=":", marker="x", color=color,
                               label=f"{method} (paper)")
             axis.axhline(threshold, color="grey", linestyle="--", linewidth=0.8, label="threshold")
             axis.axhline(PAPER["base"], color="black", linestyle=":", linewidth=0.8, label="paper base")
-            title = "ORACLE judge (reads the rubric)" if summary["judge"] == "oracle" else f"judge: {summary['judge']}"
-            axis.set_title(f"{title}, {summary['persona']} persona")
-            axis.set_xlabel("policy updates")
+            title = "ORACLE judge (reads the rubric)" if judge == "oracle" else f"judge: {judge}"
+            axis.set_title(f"{title}, {first['persona']} persona")
+            axis.set_xlabel("policy updates (batch 2)")
             axis.set_ylim(0, 1)
             axis.grid(alpha=0.3)
-        axes[0][0].set_ylabel("personalization score (held-out first answers)")
-        axes[0][-1].legend(fontsize=7, loc="lower right")
+        axes[0][0].set_ylabel(f"personalization score ({shared} held-out first answers)")
+        for axis in axes[0]:
+            axis.legend(fontsize=7, loc="lower right", ncol=2)
         fig.tight_layout()
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=110)
