@@ -558,3 +558,28 @@ class Sandbox:
     def __repr__(self) -> str:
         state = "closed" if self._closed else str(self.root)
         return f"Sandbox({state})"
+
+
+class SandboxedEnv:
+    """What every sandboxed environment shares: one sandbox per episode, closed with it.
+
+    Subclasses set `self._sandbox` (a `Sandbox` or None) and `self._task`."""
+
+    _sandbox: Sandbox | None = None
+    _task: object | None = None
+
+    def _close_sandbox(self) -> None:
+        if self._sandbox is not None:
+            self._sandbox.close()
+            self._sandbox = None
+
+    def close(self) -> None:
+        """Remove the sandbox; safe to call twice, and the env can be reset again afterwards."""
+        self._close_sandbox()
+        self._task = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

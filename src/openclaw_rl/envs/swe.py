@@ -52,7 +52,7 @@ from pathlib import Path
 
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
-from openclaw_rl.envs.sandbox import Limits, RunResult, Sandbox, SandboxPathError
+from openclaw_rl.envs.sandbox import Limits, RunResult, Sandbox, SandboxedEnv, SandboxPathError
 
 __all__ = ["SWEEnv", "check_files", "load_tasks", "replace_unique"]
 
@@ -189,7 +189,7 @@ def check_files(files: dict[str, str], test_paths: list[str], limits: Limits = L
 # -- the environment -------------------------------------------------------------------
 
 
-class SWEEnv:
+class SWEEnv(SandboxedEnv):
     """Tiny repositories with one bug each; the agent edits files until the hidden tests pass."""
 
     name = "swe"
@@ -265,20 +265,9 @@ class SWEEnv:
         files |= self._task.data["hidden_tests"]
         return check_files(files, sorted(self._task.data["hidden_tests"]), self.limits)
 
-    def close(self) -> None:
-        self._close_sandbox()
-        self._task = None
 
-    def __enter__(self) -> SWEEnv:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
-    def _close_sandbox(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
 
     # -- the tools -------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from importlib import resources
 from typing import Any
 
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
-from openclaw_rl.envs.sandbox import SANDBOX_WORKDIR, Limits, Sandbox
+from openclaw_rl.envs.sandbox import SANDBOX_WORKDIR, Limits, Sandbox, SandboxedEnv
 
 __all__ = ["TerminalEnv", "load_tasks"]
 
@@ -89,7 +89,7 @@ def _task_from_record(record: dict[str, Any]) -> Task:
     return Task(record["id"], record["prompt"], record["split"], data)
 
 
-class TerminalEnv:
+class TerminalEnv(SandboxedEnv):
     """Shell tasks in a bubblewrap sandbox; one episode at a time (see the module docstring)."""
 
     name = "terminal"
@@ -160,16 +160,8 @@ class TerminalEnv:
             detail = f"check failed: {output}"
         return Outcome(success, 1.0 if success else 0.0, detail)
 
-    def close(self) -> None:
-        """Remove the sandbox; safe to call twice, and the env can be reset again afterwards."""
-        self._close_sandbox()
-        self._task = None
 
-    def __enter__(self) -> TerminalEnv:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
 
     # ---- helpers -------------------------------------------------------------------------
 
@@ -194,10 +186,6 @@ class TerminalEnv:
             raise RuntimeError("no episode: call reset(task) first")
         return self._sandbox
 
-    def _close_sandbox(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
 
 
 def _invalid(message: str) -> StepResult:

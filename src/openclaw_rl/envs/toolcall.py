@@ -34,7 +34,7 @@ import math
 import re
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
-from openclaw_rl.envs.sandbox import Limits, Sandbox
+from openclaw_rl.envs.sandbox import Limits, Sandbox, SandboxedEnv
 from openclaw_rl.eval.problems import Problem, heldout_problems, train_problems
 
 __all__ = ["ToolCallEnv", "parse_answer"]
@@ -85,7 +85,7 @@ def _task(problem: Problem, task_id: str, split: Split) -> Task:
                 data={"question": problem.question, "answer": problem.answer, "problem": problem.id})
 
 
-class ToolCallEnv:
+class ToolCallEnv(SandboxedEnv):
     """Word problems with a sandboxed Python tool; outcome = the exact numeric answer."""
 
     name = "toolcall"
@@ -191,17 +191,6 @@ class ToolCallEnv:
             return Outcome(True, 1.0, f"answered {self._answer!r}, expected {expected}")
         return Outcome(False, 0.0, f"answered {self._answer!r} (read as {given:g}), expected {expected}")
 
-    def _close_sandbox(self) -> None:
-        if self._sandbox is not None:
-            self._sandbox.close()
-            self._sandbox = None
 
-    def close(self) -> None:
-        self._close_sandbox()
-        self._task = None
 
-    def __enter__(self) -> ToolCallEnv:
-        return self
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
