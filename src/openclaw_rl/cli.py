@@ -57,6 +57,8 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--batch-size", type=int, default=4 if name == "simulate" else 2,
                          help="samples per training step")
         sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
+        sim.add_argument("--lr", type=float, default=None,
+                         help="AdamW learning rate (default: 1e-5 for full fine-tuning, 1e-4 for LoRA)")
         sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
         sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
                          help="held-out problems the score is measured on")
@@ -202,7 +204,7 @@ def _simulate(args: argparse.Namespace) -> int:
     config = SimulateConfig(
         persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],
         judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
-        batch_size=args.batch_size, lora=args.lora, max_turns=args.max_turns, heldout=args.heldout,
+        batch_size=args.batch_size, lora=args.lora, lr=args.lr, max_turns=args.max_turns, heldout=args.heldout,
         user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
         max_updates=args.max_updates, max_hints=args.max_hints)
     state: dict[str, dict] = {}

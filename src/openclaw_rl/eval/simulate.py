@@ -69,6 +69,7 @@ class SimulateConfig:
     model: str = ""
     batch_size: int = 4
     lora: bool = False
+    lr: float | None = None  # None: the trainer's default (1e-5 full fine-tuning, 1e-4 LoRA)
     max_turns: int = 3
     heldout: int = 16
     eval_max_tokens: int = 200
@@ -204,7 +205,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
-    train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora,
+    train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
                         max_staleness=max(2, config.sessions))
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle, on_publish=on_publish)
     thread = ServerThread(app, port)
