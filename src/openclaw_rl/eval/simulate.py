@@ -267,6 +267,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "sessions": played,
         "updates": final,
         "batch_size": config.batch_size,
+        "lora": config.lora,
+        "lr": config.lr,
         "parallel": config.parallel,
         "seed": config.seed,
         "score_before": points[0][2],
