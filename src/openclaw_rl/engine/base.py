@@ -34,6 +34,21 @@ class Finished:
 StreamEvent = Started | TokenStep | Finished
 
 
+@dataclass(frozen=True)
+class LoraAdapter:
+    """A LoRA adapter as peft saves it: what a remote engine hot-loads instead of full weights.
+
+    `state_dict` is keyed as in peft's `adapter_model.safetensors` (no adapter name);
+    `config` is its `adapter_config.json`.
+    """
+
+    state_dict: dict[str, Any]
+    config: dict[str, Any]
+
+
+Weights = dict[str, Any] | LoraAdapter  # full weights keyed like the model's named_parameters, or an adapter
+
+
 class Engine(Protocol):
     policy_version: int
     max_context: int
@@ -50,7 +65,10 @@ class Engine(Protocol):
         self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0, top_k: int = 0
     ) -> Score: ...
 
-    async def load_weights(self, state_dict: dict[str, Any], policy_version: int) -> None: ...
+    async def load_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
+        """Serve `policy_version` from the next admitted request on. Engines whose
+        `loads_lora_adapters` is true also take a `LoraAdapter`."""
+        ...
 
     def stats(self) -> dict[str, Any]: ...
 

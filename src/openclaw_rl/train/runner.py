@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.store import Store
@@ -34,10 +35,13 @@ async def run_trainer(
     stop: asyncio.Event,
     on_step: Callable[[dict[str, float]], None] | None = None,
     sample_method: str | None = None,
+    export: Callable[[], Any] | None = None,
 ) -> None:
     """Train until `stop` is set. Claims the samples of `sample_method` (default: the loss's
     own `config.method`) and trains them with `config.method`'s loss: the agent rollout
-    driver's step-wise samples are claimed as "agent" and trained with the binary loss."""
+    driver's step-wise samples are claimed as "agent" and trained with the binary loss.
+    `export` makes what is published (default: `trainer.policy_state_dict`, the full
+    weights; `trainer.lora_adapter` for engines that hot-load adapters)."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
@@ -56,7 +60,7 @@ async def run_trainer(
             stats = await asyncio.to_thread(trainer.step, samples)
             stats["dropped_stale"] = float(len(dropped))
             if trainer.policy_version != version:
-                await publish(await asyncio.to_thread(trainer.policy_state_dict), trainer.policy_version)
+                await publish(await asyncio.to_thread(export or trainer.policy_state_dict), trainer.policy_version)
             await asyncio.to_thread(store.set_policy_version, trainer.policy_version, trainer.train_step)
             if trainer.train_step % config.checkpoint_every == 0:
                 await asyncio.to_thread(checkpoint.save, data_dir, trainer)

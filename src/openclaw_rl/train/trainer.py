@@ -25,7 +25,8 @@ Decisions, and why:
   disabled, so no second copy is held. The published weights merge the adapter into
   copies of the base weights (W + scale * B @ A) keyed like the base model's
   named_parameters, so serving loads them as it loads any full update; the training
-  model is never merged in place, which would be undone imprecisely.
+  model is never merged in place, which would be undone imprecisely. Engines that
+  hot-load adapters (vLLM, SGLang) get `lora_adapter()` instead: peft's own format.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import torch
 from torch import Tensor
 
 from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.losses import LossParams, k3_kl, method_loss, method_terms, opd_advantages
@@ -233,6 +235,20 @@ class Trainer:
             value = p.detach() + deltas[name] if name in deltas else p.detach()
             merged[name.replace(".base_layer.", ".")] = value.to("cpu", copy=True)
         return merged
+
+    @torch.no_grad()
+    def lora_adapter(self) -> LoraAdapter:
+        """The adapter alone, as peft saves it, for engines that hot-load adapters (vLLM,
+        SGLang): a few MB instead of the full weights, and no merge on either side."""
+        if not self.config.lora:
+            raise ValueError("lora_adapter() needs a LoRA trainer (lora = true); publish policy_state_dict()")
+        from peft import get_peft_model_state_dict
+
+        config = self.model.peft_config[ADAPTER].to_dict()
+        config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
+        config["base_model_name_or_path"] = str(self.model_dir)
+        state = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
+        return LoraAdapter(state, config)
 
     def trainable_state_dict(self) -> dict[str, Tensor]:
         """What a checkpoint stores: every weight, or the adapter in peft's format."""

