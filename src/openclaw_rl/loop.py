@@ -32,7 +32,7 @@ from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.app import Background, Server, create_app
 from openclaw_rl.serve.metrics import Metrics
-from openclaw_rl.store import Store
+from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint, weights
 
 log = logging.getLogger(__name__)
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 def build_server(config: ServeConfig, threads: int | None = None) -> Server:
     model_dir = resolve_model_dir(config.model or None)
     engine = LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
-    store = Store(Path(config.data_dir))
+    store = make_store(config.store, data_dir=config.data_dir)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics())
 
@@ -77,12 +77,13 @@ def judge_loop(server: Server, config: JudgeConfig, method: str, judge: Judge | 
     return worker.run
 
 
-def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool):
+def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None):
     """A trainer at the latest checkpoint (with --resume), else at the store's version."""
     from openclaw_rl.train.trainer import Trainer
 
     latest = checkpoint.load_latest(data_dir) if resume else None
-    trainer = Trainer(model_dir, config, initial_version=Store(data_dir).policy_version() if resume else 0)
+    initial_version = (store or Store(data_dir)).policy_version() if resume else 0
+    trainer = Trainer(model_dir, config, initial_version=initial_version)
     if latest is not None:
         checkpoint.restore(trainer, latest)
         log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
@@ -166,7 +167,7 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     if (judging := judge_loop(server, judge, train.method, judge_override)) is not None:
         loops.append(judging)
     if config.train:
-        trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume)
+        trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         if trainer.policy_version:
             asyncio.run(server.engine.load_weights(trainer.policy_state_dict(), trainer.policy_version))
         loops.append(train_loop(server, train, trainer, on_publish))
@@ -184,9 +185,10 @@ def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
 
 
-def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, once: bool = False) -> int:
+def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, once: bool = False,
+                  store_url: str = "") -> int:
     """`openclaw-rl judge`: the worker as its own process against an existing store."""
-    store = Store(Path(data_dir))
+    store = make_store(store_url, data_dir=data_dir)
     model_dir = resolve_model_dir(model or None)
     engine = LocalEngine(model_dir)
     judge = build_judge(config, model_dir, engine)
@@ -209,14 +211,15 @@ def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, o
     return asyncio.run(main())
 
 
-def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0) -> int:
+def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
+                  store_url: str = "") -> int:
     """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights."""
     from openclaw_rl.train.runner import run_trainer
 
-    store = Store(Path(data_dir))
+    store = make_store(store_url, data_dir=data_dir)
     if not config.train_threads:
         config = dataclasses.replace(config, train_threads=2)
-    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume)
+    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
 
     async def publish(state_dict: dict, version: int) -> None:
         await asyncio.to_thread(weights.publish, data_dir, state_dict, version)

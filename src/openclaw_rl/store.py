@@ -1,47 +1,67 @@
-"""The durable store: sessions, turns and next states in SQLite (WAL mode).
+"""The durable store: sessions, turns, next states, verdicts, samples, the policy version.
 
 The store is the hand-off between the asynchronous parts: serving writes turns and
 next states, the judge and the trainer read them. Each write is one short transaction,
-committed before the caller goes on, so a main turn is on disk before its response is
+committed before the caller goes on, so a main turn is durable before its response is
 returned and a SIGKILL loses nothing that a client has seen.
 
-One connection guarded by a lock: SQLite serialises writers anyway, the transactions
-are a few hundred microseconds, and a single connection keeps WAL checkpoints simple.
-Other processes (judge, trainer) open their own `Store` on the same file.
+Two databases behind one class. SQLite (WAL) in DATA_DIR/openclaw.db is the embedded
+default: nothing to run, and the judge and trainer processes of the same machine open
+their own `Store` on the same file. PostgreSQL (`make_store("postgresql://...")`) is for
+parts on several machines, which one SQLite file cannot serve (its locks do not work
+over NFS); see docs/shared-state.md. Every query is written once, in the SQL both speak
+(`?` placeholders, `ON CONFLICT` upserts); the small dialect classes at the end hold
+what differs: connecting, column types, placeholders, how a read-modify-write
+transaction starts and which rows it locks.
+
+One connection per `Store`, guarded by a lock: SQLite serialises writers anyway, the
+transactions are a few hundred microseconds (a millisecond or two to a PostgreSQL
+server), and one connection keeps WAL checkpoints simple. Read-modify-write
+transactions are serialised by `BEGIN IMMEDIATE` on SQLite and by row locks on
+PostgreSQL: the session row while a turn index is chosen, `FOR UPDATE SKIP LOCKED` on the
+samples a trainer claims, so two trainers never claim the same sample.
 
 It is one class over five tables (sessions, turns, verdicts, samples, policy) and runs
-past 400 lines on purpose: every query sits next to the transaction rules it shares
-(one lock, BEGIN IMMEDIATE for read-modify-write), and the class is the whole contract
-between the processes.
+past 400 lines on purpose: every query sits next to the transaction rules it shares,
+and the class is the whole contract between the processes.
 
 Human-readable JSONL logs go to DATA_DIR/logs/, one file per policy version, opened in
 append mode and never truncated. They hold what a person wants to read (the request's
-last message, the response, the next state), not whole prompts or token ids.
+last message, the response, the next state), not whole prompts or token ids. They stay
+local files of the process that writes them; with PostgreSQL they go to
+DATA_DIR/logs/HOSTNAME/, so machines sharing a data dir over NFS never append to one
+file (appends from two NFS clients can interleave).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import re
+import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from openclaw_rl.types import Message, NextState, Sample, Session, Turn, TurnKind, Verdict
 
 log = logging.getLogger(__name__)
 
+# {id}, {ref} and {real} are the column types that differ between the dialects.
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (
     id          TEXT PRIMARY KEY,
-    created_at  REAL NOT NULL,
-    closed_at   REAL,
+    created_at  {real} NOT NULL,
+    closed_at   {real},
     source      TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS turns (
-    id                  INTEGER PRIMARY KEY AUTOINCREMENT,
+    id                  {id},
     session_id          TEXT NOT NULL REFERENCES sessions(id),
     idx                 INTEGER NOT NULL,
     kind                TEXT NOT NULL CHECK (kind IN ('main', 'side')),
@@ -55,15 +75,15 @@ CREATE TABLE IF NOT EXISTS turns (
     sampling            TEXT NOT NULL,
     finish_reason       TEXT NOT NULL,
     continuation_hash   TEXT,
-    created_at          REAL NOT NULL,
+    created_at          {real} NOT NULL,
     next_state          TEXT,
-    next_state_at       REAL,
+    next_state_at       {real},
     closed              INTEGER NOT NULL DEFAULT 0,
     UNIQUE (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_by_continuation ON turns(continuation_hash);
 CREATE TABLE IF NOT EXISTS verdicts (
-    turn_id         INTEGER PRIMARY KEY REFERENCES turns(id),
+    turn_id         {ref} PRIMARY KEY REFERENCES turns(id),
     status          TEXT NOT NULL CHECK (status IN ('ok', 'no_verdict')),
     reward          INTEGER,
     votes           TEXT NOT NULL,
@@ -72,19 +92,19 @@ CREATE TABLE IF NOT EXISTS verdicts (
     selected_hint   TEXT,
     overlap_scores  TEXT NOT NULL,
     judge           TEXT NOT NULL,
-    latency_s       REAL NOT NULL,
+    latency_s       {real} NOT NULL,
     reason          TEXT,
-    created_at      REAL NOT NULL
+    created_at      {real} NOT NULL
 );
 CREATE TABLE IF NOT EXISTS samples (
-    turn_id         INTEGER NOT NULL REFERENCES turns(id),
+    turn_id         {ref} NOT NULL REFERENCES turns(id),
     method          TEXT NOT NULL,
     status          TEXT NOT NULL CHECK (status IN ('ready', 'used', 'dropped', 'rejected')),
     reason          TEXT,
     policy_version  INTEGER NOT NULL,
     payload         TEXT,
-    created_at      REAL NOT NULL,
-    used_at         REAL,
+    created_at      {real} NOT NULL,
+    used_at         {real},
     train_step      INTEGER,
     PRIMARY KEY (turn_id, method)
 );
@@ -93,7 +113,7 @@ CREATE TABLE IF NOT EXISTS policy (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     version     INTEGER NOT NULL,
     train_step  INTEGER NOT NULL DEFAULT 0,
-    updated_at  REAL NOT NULL
+    updated_at  {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, idx);
 """
@@ -109,32 +129,92 @@ class StoreError(RuntimeError):
     """A store operation that cannot be done as asked (unknown session, nothing open, ...)."""
 
 
+class StoreUnavailable(StoreError):
+    """The store URL is malformed or its database cannot be reached."""
+
+
+def make_store(url_or_data_dir: str | Path, *, data_dir: str | Path | None = None) -> Store:
+    """The store the serve, judge and train processes share.
+
+    A `postgresql://` (or `postgres://`) URL opens that database; `data_dir` is then still
+    needed for the logs (and by the trainer for checkpoints). Anything else is a data dir
+    and opens its SQLite file; an empty string means `data_dir`'s.
+    """
+    target = str(url_or_data_dir)
+    if "://" not in target:
+        return Store(target or _required(data_dir, target))
+    return Store(_required(data_dir, target), url=target)
+
+
+def _required(data_dir: str | Path | None, url: str) -> str | Path:
+    if data_dir is None:
+        raise ValueError(f"store {redact_url(url) or '(empty)'} needs a data dir for its logs: pass data_dir")
+    return data_dir
+
+
+def redact_url(url: str) -> str:
+    """`url` without its password, fit for error messages and logs."""
+    url = re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
+    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.IGNORECASE)
+
+
 class Store:
-    def __init__(self, data_dir: str | Path, *, busy_timeout_s: float = 10.0):
+    def __init__(self, data_dir: str | Path, *, url: str = "", busy_timeout_s: float = 10.0):
+        """The SQLite store in `data_dir`, or with `url` the PostgreSQL database it names."""
         self.data_dir = Path(data_dir)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.logs_dir = self.data_dir / "logs"
-        self.logs_dir.mkdir(exist_ok=True)
-        self.path = self.data_dir / "openclaw.db"
+        if url:
+            self._sql: _SQLite | _Postgres = _Postgres(url, busy_timeout_s)
+            self.logs_dir = self.logs_dir / socket.gethostname()
+            self.path: Path | None = None
+        else:
+            self.path = self.data_dir / "openclaw.db"
+            self._sql = _SQLite(self.path, busy_timeout_s)
+        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        self.url = redact_url(url) if url else f"sqlite:///{self.path}"
         self._lock = threading.RLock()  # re-entrant: helpers read inside a write
-        self._db = sqlite3.connect(
-            self.path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.execute("PRAGMA foreign_keys=ON")
-        self._db.executescript(SCHEMA)
+
+    @property
+    def _db(self) -> Any:
+        """The open connection (sqlite3 or psycopg), for tests that poke at the tables."""
+        return self._sql.db
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            self._sql.close()
+
+    def _execute(self, sql: str, args: tuple = ()) -> Any:
+        return self._sql.execute(sql, args)
+
+    @contextlib.contextmanager
+    def _write(self) -> Iterator[None]:
+        """One read-modify-write transaction: committed at the end, rolled back on any error."""
+        with self._lock:
+            self._execute(self._sql.begin)
+            try:
+                yield
+                self._execute("COMMIT")
+            except BaseException:
+                self._sql.rollback()
+                raise
+
+    def _replace(self, table: str, key: str, row: dict[str, Any]) -> None:
+        """Insert `row`, or overwrite every column of the row with its key (SQLite's INSERT OR REPLACE)."""
+        keys = {k.strip() for k in key.split(",")}
+        updates = ", ".join(f"{column} = excluded.{column}" for column in row if column not in keys)
+        self._execute(
+            f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))}) "
+            f"ON CONFLICT ({key}) DO UPDATE SET {updates}",
+            tuple(row.values()),
+        )
 
     # -- sessions ---------------------------------------------------------------------
 
     def ensure_session(self, session_id: str, source: str) -> Session:
         with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO sessions (id, created_at, source) VALUES (?, ?, ?)",
+            self._execute(
+                "INSERT INTO sessions (id, created_at, source) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                 (session_id, time.time(), source),
             )
             return self._session(session_id)
@@ -148,7 +228,7 @@ class Store:
 
     def list_sessions(self, limit: int = 100, offset: int = 0) -> list[Session]:
         with self._lock:
-            rows = self._db.execute(
+            rows = self._execute(
                 "SELECT s.id, s.created_at, s.closed_at, s.source, COUNT(t.id) FROM sessions s "
                 "LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id "
                 "ORDER BY s.created_at DESC LIMIT ? OFFSET ?",
@@ -161,19 +241,18 @@ class Store:
         now = time.time()
         with self._lock:
             self._session(session_id)
-            self._db.execute("BEGIN IMMEDIATE")
-            self._db.execute(
-                "UPDATE sessions SET closed_at = COALESCE(closed_at, ?) WHERE id = ?", (now, session_id)
-            )
-            self._db.execute(
-                "UPDATE turns SET closed = 1 WHERE session_id = ? AND kind = 'main' AND next_state IS NULL",
-                (session_id,),
-            )
-            self._db.execute("COMMIT")
+            with self._write():
+                self._execute(
+                    "UPDATE sessions SET closed_at = COALESCE(closed_at, ?) WHERE id = ?", (now, session_id)
+                )
+                self._execute(
+                    "UPDATE turns SET closed = 1 WHERE session_id = ? AND kind = 'main' AND next_state IS NULL",
+                    (session_id,),
+                )
             return self._session(session_id)
 
     def _session(self, session_id: str) -> Session:
-        row = self._db.execute(
+        row = self._execute(
             "SELECT s.id, s.created_at, s.closed_at, s.source, "
             "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s WHERE s.id = ?",
             (session_id,),
@@ -200,23 +279,24 @@ class Store:
         finish_reason: str,
         continuation_hash: str | None,
     ) -> Turn:
-        """Commit a turn; it is on disk when this returns."""
+        """Commit a turn; it is durable when this returns."""
         if len(response_token_ids) != len(behaviour_logprobs):
             raise ValueError(
                 f"{len(response_token_ids)} response ids but {len(behaviour_logprobs)} log-probs"
             )
         now = time.time()
         with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                (idx,) = self._db.execute(
+            with self._write():
+                if self._sql.lock_rows:  # the next index is chosen by one writer of this session at a time
+                    self._execute(f"SELECT id FROM sessions WHERE id = ?{self._sql.lock_rows}", (session_id,))
+                (idx,) = self._execute(
                     "SELECT COALESCE(MAX(idx) + 1, 0) FROM turns WHERE session_id = ?", (session_id,)
                 ).fetchone()
-                cur = self._db.execute(
+                cur = self._execute(
                     "INSERT INTO turns (session_id, idx, kind, policy_version, prompt_messages, "
                     "prompt_token_ids, response_token_ids, behaviour_logprobs, response_text, "
-                    "tool_calls, sampling, finish_reason, continuation_hash, created_at) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"tool_calls, sampling, finish_reason, continuation_hash, created_at) "
+                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){self._sql.returning_id}",
                     (
                         session_id, idx, kind, policy_version, json.dumps(prompt_messages),
                         json.dumps(prompt_token_ids), json.dumps(response_token_ids),
@@ -224,28 +304,19 @@ class Store:
                         json.dumps(sampling), finish_reason, continuation_hash, now,
                     ),
                 )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            turn = self._turn_where("id = ?", (cur.lastrowid,))[0]
+                turn_id = self._sql.inserted_id(cur)
+            turn = self._turn_where("id = ?", (turn_id,))[0]
         self._log_turn(turn)
         return turn
 
     def set_next_state(self, turn_id: int, next_state: NextState) -> None:
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._set_next_state(turn_id, next_state)
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        with self._write():
+            self._set_next_state(turn_id, next_state)
         (turn,) = self._turn_where("id = ?", (turn_id,))
         self._log_next_state(turn.session_id, turn_id, next_state)
 
     def _set_next_state(self, turn_id: int, next_state: NextState) -> None:
-        cur = self._db.execute(
+        cur = self._execute(
             "UPDATE turns SET next_state = ?, next_state_at = ? "
             "WHERE id = ? AND kind = 'main' AND next_state IS NULL",
             (json.dumps(next_state.to_dict()), next_state.at or time.time(), turn_id),
@@ -279,16 +350,16 @@ class Store:
 
     def counts(self) -> dict[str, int]:
         with self._lock:
-            (sessions,) = self._db.execute("SELECT COUNT(*) FROM sessions").fetchone()
-            turns, main, paired = self._db.execute(
-                "SELECT COUNT(*), COALESCE(SUM(kind = 'main'), 0), "
-                "COALESCE(SUM(next_state IS NOT NULL), 0) FROM turns"
+            (sessions,) = self._execute("SELECT COUNT(*) FROM sessions").fetchone()
+            turns, main, paired = self._execute(
+                "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 'main' THEN 1 ELSE 0 END), 0), "
+                "COALESCE(SUM(CASE WHEN next_state IS NOT NULL THEN 1 ELSE 0 END), 0) FROM turns"
             ).fetchone()
         return {"sessions": sessions, "turns": turns, "main_turns": main, "paired_turns": paired}
 
     def _turn_where(self, where: str, args: tuple) -> list[Turn]:
         with self._lock:
-            rows = self._db.execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where}", args).fetchall()
+            rows = self._execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where}", args).fetchall()
         return [_turn_from_row(r) for r in rows]
 
     # -- verdicts ---------------------------------------------------------------------
@@ -304,15 +375,12 @@ class Store:
     def write_verdict(self, verdict: Verdict) -> None:
         now = time.time()
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO verdicts (turn_id, status, reward, votes, raw, hints, selected_hint, "
-                "overlap_scores, judge, latency_s, reason, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    verdict.turn_id, verdict.status, verdict.reward, json.dumps(verdict.votes),
-                    json.dumps(verdict.raw), json.dumps(verdict.hints), verdict.selected_hint,
-                    json.dumps(verdict.overlap_scores), verdict.judge, verdict.latency_s, verdict.reason, now,
-                ),
-            )
+            self._replace("verdicts", "turn_id", {
+                "turn_id": verdict.turn_id, "status": verdict.status, "reward": verdict.reward,
+                "votes": json.dumps(verdict.votes), "raw": json.dumps(verdict.raw), "hints": json.dumps(verdict.hints),
+                "selected_hint": verdict.selected_hint, "overlap_scores": json.dumps(verdict.overlap_scores),
+                "judge": verdict.judge, "latency_s": verdict.latency_s, "reason": verdict.reason, "created_at": now,
+            })
         turn = self.get_turn(verdict.turn_id)
         if turn is not None:
             self._append_log(turn.policy_version, {
@@ -325,7 +393,7 @@ class Store:
             return {}
         marks = ",".join("?" * len(turn_ids))
         with self._lock:
-            rows = self._db.execute(
+            rows = self._execute(
                 "SELECT turn_id, status, reward, votes, raw, hints, selected_hint, overlap_scores, judge, "
                 f"latency_s, reason, created_at FROM verdicts WHERE turn_id IN ({marks})",
                 tuple(turn_ids),
@@ -343,19 +411,19 @@ class Store:
 
     def add_sample(self, sample: Sample, method: str) -> None:
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO samples (turn_id, method, status, policy_version, payload, created_at) "
-                "VALUES (?, ?, 'ready', ?, ?, ?)",
-                (sample.turn_id, method, sample.policy_version, json.dumps(sample.to_dict()), time.time()),
-            )
+            self._replace("samples", "turn_id, method", {
+                "turn_id": sample.turn_id, "method": method, "status": "ready", "reason": None,
+                "policy_version": sample.policy_version, "payload": json.dumps(sample.to_dict()),
+                "created_at": time.time(), "used_at": None, "train_step": None,
+            })
 
     def reject_sample(self, turn_id: int, method: str, policy_version: int, reason: str) -> None:
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO samples (turn_id, method, status, reason, policy_version, created_at) "
-                "VALUES (?, ?, 'rejected', ?, ?, ?)",
-                (turn_id, method, reason, policy_version, time.time()),
-            )
+            self._replace("samples", "turn_id, method", {
+                "turn_id": turn_id, "method": method, "status": "rejected", "reason": reason,
+                "policy_version": policy_version, "payload": None, "created_at": time.time(), "used_at": None,
+                "train_step": None,
+            })
 
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
                       train_step: int) -> tuple[list[Sample], list[tuple[int, str]]]:
@@ -363,41 +431,37 @@ class Store:
 
         Samples more than `max_staleness` versions behind the current policy are dropped
         first, each with its reason. Returns (claimed samples, dropped (turn id, reason)).
+        Atomic across processes: no two claims ever take the same sample.
         """
         now = time.time()
         dropped: list[tuple[int, str]] = []
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                stale = self._db.execute(
-                    "SELECT turn_id, policy_version FROM samples WHERE method = ? AND status = 'ready' "
-                    "AND policy_version < ?",
-                    (method, current_version - max_staleness),
-                ).fetchall()
-                for turn_id, version in stale:
-                    reason = (f"stale: sampled by policy v{version}, current v{current_version}, "
-                              f"max_staleness {max_staleness}")
-                    self._db.execute(
-                        "UPDATE samples SET status = 'dropped', reason = ? WHERE turn_id = ? AND method = ?",
-                        (reason, turn_id, method),
-                    )
-                    dropped.append((turn_id, reason))
-                rows = self._db.execute(
-                    "SELECT turn_id, payload FROM samples WHERE method = ? AND status = 'ready' "
-                    "ORDER BY created_at, turn_id LIMIT ?",
-                    (method, batch_size),
-                ).fetchall()
-                if len(rows) < batch_size:
-                    rows = []
-                for turn_id, _ in rows:
-                    self._db.execute(
-                        "UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE turn_id = ? AND method = ?",
-                        (now, train_step, turn_id, method),
-                    )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
+        skip_locked = self._sql.skip_locked  # on PostgreSQL, samples another claim holds are not ours
+        with self._write():
+            stale = self._execute(
+                "SELECT turn_id, policy_version FROM samples WHERE method = ? AND status = 'ready' "
+                f"AND policy_version < ?{skip_locked}",
+                (method, current_version - max_staleness),
+            ).fetchall()
+            for turn_id, version in stale:
+                reason = (f"stale: sampled by policy v{version}, current v{current_version}, "
+                          f"max_staleness {max_staleness}")
+                self._execute(
+                    "UPDATE samples SET status = 'dropped', reason = ? WHERE turn_id = ? AND method = ?",
+                    (reason, turn_id, method),
+                )
+                dropped.append((turn_id, reason))
+            rows = self._execute(
+                "SELECT turn_id, payload FROM samples WHERE method = ? AND status = 'ready' "
+                f"ORDER BY created_at, turn_id LIMIT ?{skip_locked}",
+                (method, batch_size),
+            ).fetchall()
+            if len(rows) < batch_size:
+                rows = []
+            for turn_id, _ in rows:
+                self._execute(
+                    "UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE turn_id = ? AND method = ?",
+                    (now, train_step, turn_id, method),
+                )
         for turn_id, reason in dropped:
             log.info("dropped sample of turn %d: %s", turn_id, reason)
         return [Sample.from_dict(json.loads(payload)) for _, payload in rows], dropped
@@ -405,7 +469,7 @@ class Store:
     def sample_counts(self, method: str | None = None) -> dict[str, int]:
         where, args = ("WHERE method = ?", (method,)) if method else ("", ())
         with self._lock:
-            rows = self._db.execute(f"SELECT status, COUNT(*) FROM samples {where} GROUP BY status", args).fetchall()
+            rows = self._execute(f"SELECT status, COUNT(*) FROM samples {where} GROUP BY status", args).fetchall()
         counts = {"ready": 0, "used": 0, "dropped": 0, "rejected": 0}
         counts.update(dict(rows))
         return counts
@@ -418,16 +482,16 @@ class Store:
     def policy(self) -> dict[str, Any]:
         """The latest published policy: version, training steps, when (None if never)."""
         with self._lock:
-            row = self._db.execute("SELECT version, train_step, updated_at FROM policy WHERE id = 1").fetchone()
+            row = self._execute("SELECT version, train_step, updated_at FROM policy WHERE id = 1").fetchone()
         version, step, at = row if row else (0, 0, None)
         return {"policy_version": version, "train_steps": step, "last_update_at": at}
 
     def set_policy_version(self, version: int, train_step: int | None = None) -> None:
         with self._lock:
-            self._db.execute(
+            self._execute(
                 "INSERT INTO policy (id, version, train_step, updated_at) VALUES (1, ?, COALESCE(?, 0), ?) "
                 "ON CONFLICT(id) DO UPDATE SET version = excluded.version, "
-                "train_step = COALESCE(?, train_step), updated_at = excluded.updated_at",
+                "train_step = COALESCE(?, policy.train_step), updated_at = excluded.updated_at",
                 (version, train_step, time.time(), train_step),
             )
 
@@ -472,6 +536,109 @@ class Store:
                 "content": next_state.content[:2000],
             },
         )
+
+
+# -- the dialects: what differs between SQLite and PostgreSQL ------------------------------
+
+
+class _SQLite:
+    """The embedded default: one file, WAL, `BEGIN IMMEDIATE` serialises every writer."""
+
+    begin = "BEGIN IMMEDIATE"
+    lock_rows = ""  # the whole database is locked by BEGIN IMMEDIATE
+    skip_locked = ""
+    returning_id = ""
+
+    def __init__(self, path: Path, busy_timeout_s: float) -> None:
+        self.db = sqlite3.connect(path, timeout=busy_timeout_s, check_same_thread=False, isolation_level=None)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.execute("PRAGMA foreign_keys=ON")
+        self.db.executescript(SCHEMA.format(id="INTEGER PRIMARY KEY AUTOINCREMENT", ref="INTEGER", real="REAL"))
+
+    def execute(self, sql: str, args: tuple) -> sqlite3.Cursor:
+        return self.db.execute(sql, args)
+
+    @staticmethod
+    def inserted_id(cursor: sqlite3.Cursor) -> int:
+        return cursor.lastrowid
+
+    def rollback(self) -> None:
+        self.db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class _Postgres:
+    """A PostgreSQL server every machine reaches (psycopg 3, the `postgres` extra).
+
+    Autocommit, as SQLite's `isolation_level=None`: a lone statement commits by itself and
+    `_write` wraps read-modify-writes in BEGIN ... COMMIT (READ COMMITTED), locking the rows
+    whose reading decides the write. A connection that broke (server restarted, network)
+    is replaced at the next statement outside a transaction; the call that met the break
+    fails, as it would have anyway.
+    """
+
+    begin = "BEGIN"
+    lock_rows = " FOR UPDATE"
+    skip_locked = " FOR UPDATE SKIP LOCKED"
+    returning_id = " RETURNING id"
+    _SCHEMA_LOCK = 0x6F70656E636C6177  # "openclaw": an advisory lock, so two processes create tables one by one
+
+    def __init__(self, url: str, connect_timeout_s: float) -> None:
+        self.url = url
+        self.connect_timeout_s = connect_timeout_s
+        scheme = urlsplit(url).scheme.lower()
+        if scheme not in ("postgresql", "postgres"):
+            raise StoreUnavailable(
+                f"store URL {redact_url(url)!r} is not supported: use postgresql://USER@HOST[:PORT]/DATABASE, "
+                "or no --store for the SQLite file in the data dir"
+            )
+        self.db = self._connect()
+        with self.db.transaction():
+            self.db.execute("SELECT pg_advisory_xact_lock(%s)", (self._SCHEMA_LOCK,))
+            self.db.execute(SCHEMA.format(id="BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", ref="BIGINT",
+                                          real="DOUBLE PRECISION"))
+
+    def _connect(self) -> Any:
+        try:
+            import psycopg
+        except ImportError as error:
+            raise StoreUnavailable(
+                f"store {redact_url(self.url)!r} needs psycopg 3: pip install 'openclaw-rl[postgres]' "
+                "(or 'psycopg[binary]')"
+            ) from error
+        try:
+            return psycopg.connect(self.url, autocommit=True, connect_timeout=max(1, round(self.connect_timeout_s)),
+                                   application_name="openclaw-rl")
+        except psycopg.Error as error:
+            detail = " ".join(str(error).split())
+            password = urlsplit(self.url).password
+            if password:
+                detail = detail.replace(password, "***")
+            raise StoreUnavailable(
+                f"cannot open the store {redact_url(self.url)!r}: {detail}. Check that the PostgreSQL server runs "
+                "and is reachable from this machine, that the database exists (createdb), and the user and password "
+                "(better in PGPASSWORD or ~/.pgpass than in the URL); see docs/shared-state.md"
+            ) from None
+
+    def execute(self, sql: str, args: tuple) -> Any:
+        if self.db.broken:  # only between calls: a break inside a transaction already failed its call
+            log.warning("store connection to %s broke; reconnecting", redact_url(self.url))
+            self.db = self._connect()
+        return self.db.execute(sql.replace("?", "%s"), args)
+
+    @staticmethod
+    def inserted_id(cursor: Any) -> int:
+        return cursor.fetchone()[0]
+
+    def rollback(self) -> None:
+        if not self.db.broken:  # a broken connection has no transaction left to roll back
+            self.db.execute("ROLLBACK")
+
+    def close(self) -> None:
+        self.db.close()
 
 
 def _content_text(message: Message) -> str:
