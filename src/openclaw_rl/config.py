@@ -44,6 +44,13 @@ class ServeConfig:
                         "`openclaw-rl train`, whose weights are then picked up from the data dir)", default=True)
     resume: bool = _help("continue from the latest checkpoint in the data dir", default=False)
     status_interval_s: float = _help("seconds between live status lines (0 = none)", default=30.0)
+    engine: str = _help("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
+                        "sglang (an SGLang server; needs --engine-url; untested here: no CPU build)", default="local")
+    engine_url: str = _help("base URL of a running vLLM or SGLang server (docs/deployment.md); unset with "
+                            "--engine vllm = start one here, stopped on exit", default="")
+    vllm_python: str = _help("python of the environment with vLLM, to start a server when --engine-url is unset "
+                             "(unset = $OPENCLAW_VLLM_PYTHON, else .venv-vllm/bin/python, which `make vllm-venv` "
+                             "builds)", default="")
 
     def __post_init__(self) -> None:
         _check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
@@ -52,6 +59,9 @@ class ServeConfig:
         _check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
         _check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
         _check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
+        _check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
+        _check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
+               "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
 
 
 def _check(ok: bool, name: str, value: Any, want: str) -> None:

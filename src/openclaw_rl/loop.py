@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
@@ -38,12 +39,47 @@ from openclaw_rl.train import checkpoint, weights
 log = logging.getLogger(__name__)
 
 
-def build_server(config: ServeConfig, threads: int | None = None) -> Server:
+def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0) -> Server:
     model_dir = resolve_model_dir(config.model or None)
-    engine = LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
+    engine = build_engine(config, model_dir, threads, lora_rank)
     store = make_store(config.store, data_dir=config.data_dir)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics())
+
+
+def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0):
+    """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
+    `--engine vllm` without `--engine-url` starts a vLLM server here (with LoRA slots of
+    `lora_rank` when the trainer trains an adapter) that stops with the engine."""
+    if config.engine == "local":
+        return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
+    weights_dir = Path(config.data_dir) / "engine-weights"  # the remote server must be able to read it
+    if config.engine == "sglang":
+        from openclaw_rl.engine.sglang import SGLangEngine
+
+        return SGLangEngine(config.engine_url, model_dir, weights_dir=weights_dir)
+    from openclaw_rl.engine.vllm import VLLMEngine
+    from openclaw_rl.engine.vllm_server import VLLMServer
+
+    launched = None
+    if not config.engine_url:
+        launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank,
+                              log_path=Path(config.data_dir) / "vllm.log")
+        launched.start()
+    try:
+        return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched)
+    except BaseException:
+        if launched is not None:
+            launched.stop()
+        raise
+
+
+def published_weights(trainer, engine) -> Callable[[], Any]:
+    """What the trainer hands the engine: the LoRA adapter alone where the engine hot-loads
+    adapters (vLLM, SGLang), else the full weights (LoRA merged), as the local engine takes."""
+    if trainer.config.lora and getattr(engine, "loads_lora_adapters", False):
+        return trainer.lora_adapter
+    return trainer.policy_state_dict
 
 
 def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: LocalEngine) -> Judge | None:
@@ -104,7 +140,8 @@ def train_loop(server: Server, config: TrainConfig, trainer,
         if on_publish is not None:  # e.g. the simulator's evaluator, which scores each version's snapshot
             on_publish(state_dict, version)
 
-    return lambda stop: run_trainer(server.store, trainer, config, publish, stop, on_step)
+    return lambda stop: run_trainer(server.store, trainer, config, publish, stop, on_step,
+                                    export=published_weights(trainer, server.engine))
 
 
 def weights_watch_loop(server: Server, interval_s: float = 2.0) -> Background:
@@ -162,14 +199,14 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
-    server = build_server(config, threads)
+    server = build_server(config, threads, lora_rank=train.lora_rank if config.train and train.lora else 0)
     loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
     if (judging := judge_loop(server, judge, train.method, judge_override)) is not None:
         loops.append(judging)
     if config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         if trainer.policy_version:
-            asyncio.run(server.engine.load_weights(trainer.policy_state_dict(), trainer.policy_version))
+            asyncio.run(server.engine.load_weights(published_weights(trainer, server.engine)(), trainer.policy_version))
         loops.append(train_loop(server, train, trainer, on_publish))
     else:
         loops.append(weights_watch_loop(server))
