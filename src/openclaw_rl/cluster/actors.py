@@ -1,0 +1,207 @@
+"""The parts of the online loop as Ray actors.
+
+Each actor runs the very code a single process runs (the serving app, the judge worker,
+the trainer loop, the environment pool) and talks to the others only through the
+shared store and through weight pushes, as loop.py describes. The classes are plain
+here; deploy.py wraps them with `ray.remote` and the resources each one gets.
+
+- `Replica`: one engine behind the ordinary serving app, on a port of its own. It is
+  built by `loop.build_server`, the one seam that picks the engine (local today, any
+  `--engine` kind the server config names tomorrow), and gets new weights by
+  `load_weights`, which the engine applies between requests.
+- `JudgeActor`: a judge worker on its share of the turns (turn id modulo J), with its
+  own copy of the policy for teacher scoring, kept current like the replicas'.
+- `TrainerActor`: the trainer loop; publishing version v writes it to the files channel
+  (DATA_DIR/weights, for restarts and `serve --no-train`) and puts it once into Ray's
+  object store, from which every replica and judge loads it. The store learns of v
+  only after all of them switched (runner.py), so no turn claims a version that a
+  replica does not serve yet.
+- `EnvPoolActor`: an environment pool (envs/pool.py) on a port of its own.
+- `GatewayActor`: the session-affine router (gateway.py) on the address users call.
+
+Every actor keeps torch to one thread (`OMP_NUM_THREADS` is 1 under Ray's default of
+one CPU per actor; `torch.set_num_threads` makes it so whatever the environment says).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from pathlib import Path
+from typing import Any
+
+from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+
+
+def _one_torch_thread() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def _node_ip() -> str:
+    import ray
+
+    return ray.util.get_node_ip_address()
+
+
+def open_store(config: ServeConfig):
+    """The store every part shares: a `--store` URL, else the SQLite file in the data dir."""
+    from openclaw_rl.store import make_store
+
+    return make_store(config.store, data_dir=config.data_dir)
+
+
+class _Served:
+    """An app on a free port of this node, in a background thread."""
+
+    def _start(self, app, host: str) -> None:
+        from openclaw_rl.serve.background import ServerThread, free_port
+
+        self._thread = ServerThread(app, free_port(), host=host)
+
+    async def url(self) -> str:
+        return self._thread.base_url
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._thread.stop)  # the app's shutdown closes what it owns
+
+
+class Replica(_Served):
+    def __init__(self, config: ServeConfig, watch_weights: bool = False):
+        """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
+        `openclaw-rl train`)."""
+        from openclaw_rl.loop import build_server, weights_watch_loop
+        from openclaw_rl.serve.app import create_app
+
+        _one_torch_thread()
+        config = dataclasses.replace(config, status_interval_s=0.0)
+        self.server = build_server(config, threads=config.threads or 1)
+        self._start(create_app(self.server, [weights_watch_loop(self.server)] if watch_weights else []), _node_ip())
+
+    async def load_weights(self, state_dict: dict, policy_version: int) -> int:
+        await self.server.engine.load_weights(state_dict, policy_version)
+        return policy_version
+
+    async def policy_version(self) -> int:
+        return self.server.engine.policy_version
+
+
+class _Sharded:
+    """A store whose waiting turns are only those of shard `index` of `count` (by turn id)."""
+
+    def __init__(self, store, index: int, count: int):
+        self._store, self._index, self._count = store, index, count
+
+    def turns_awaiting_verdict(self, limit: int = 32) -> list:
+        turns = self._store.turns_awaiting_verdict(limit * self._count)
+        return [t for t in turns if t.id % self._count == self._index][:limit]
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+class JudgeActor:
+    def __init__(self, config: ServeConfig, judge: JudgeConfig, method: str, shard: int = 0, shards: int = 1):
+        from openclaw_rl.engine.loading import resolve_model_dir
+        from openclaw_rl.engine.local import LocalEngine
+        from openclaw_rl.judge.worker import JudgeWorker
+        from openclaw_rl.loop import build_judge
+
+        _one_torch_thread()
+        model_dir = resolve_model_dir(config.model or None)
+        self.engine = LocalEngine(model_dir, threads=1)  # the current policy, for teacher scoring
+        self.store = open_store(config)
+        judge_impl = build_judge(judge, model_dir, self.engine)
+        if judge_impl is None:
+            raise ValueError("--judge off: there is no judge to run")
+        self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
+                                  judge, method, teacher_engine=self.engine, tokenizer=self.engine.tokenizer)
+        self._stop: asyncio.Event | None = None
+
+    async def run(self) -> int:
+        """Judge until `stop`; the number of turns judged."""
+        self._stop = asyncio.Event()
+        try:
+            await self.worker.run(self._stop)
+        finally:
+            await self.engine.aclose()
+            self.store.close()
+        return self.worker.judged
+
+    async def load_weights(self, state_dict: dict, policy_version: int) -> int:
+        await self.engine.load_weights(state_dict, policy_version)
+        return policy_version
+
+    async def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+
+class TrainerActor:
+    def __init__(self, config: ServeConfig, train: TrainConfig):
+        from openclaw_rl.engine.loading import resolve_model_dir
+        from openclaw_rl.loop import load_trainer
+
+        _one_torch_thread()
+        self.data_dir = config.data_dir
+        self.config = dataclasses.replace(train, train_threads=train.train_threads or 1)
+        self.store = open_store(config)
+        self.trainer = load_trainer(resolve_model_dir(config.model or None), Path(config.data_dir), self.config,
+                                    config.resume, self.store)
+        self._stop: asyncio.Event | None = None
+
+    async def policy_version(self) -> int:
+        return self.trainer.policy_version
+
+    async def weights(self) -> list:
+        """[a reference to the current policy in the object store] (wrapped, so it travels unresolved)."""
+        import ray
+
+        return [ray.put(await asyncio.to_thread(self.trainer.policy_state_dict))]
+
+    async def run(self, subscribers: list) -> int:
+        """Train until `stop`, pushing each version to `subscribers` (replicas, judges); the steps taken."""
+        import ray
+
+        from openclaw_rl.train import weights
+        from openclaw_rl.train.runner import run_trainer
+
+        async def publish(state_dict: dict, version: int) -> None:
+            await asyncio.to_thread(weights.publish, self.data_dir, state_dict, version)
+            ref = await asyncio.to_thread(ray.put, state_dict)  # once, however many subscribers read it
+            await asyncio.gather(*(s.load_weights.remote(ref, version) for s in subscribers))
+            log.info("policy v%d is served by %d replicas and judges", version, len(subscribers))
+
+        self._stop = asyncio.Event()
+        try:
+            await run_trainer(self.store, self.trainer, self.config, publish, self._stop)
+        finally:
+            self.store.close()
+        return self.trainer.train_step
+
+    async def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+
+class EnvPoolActor(_Served):
+    def __init__(self, pool_config, token: str, options: dict[str, Any] | None = None):
+        import functools
+
+        from openclaw_rl.envs.pool import create_app
+        from openclaw_rl.envs.registry import make_env
+
+        self._start(create_app(pool_config, functools.partial(make_env, pool_config.env, **(options or {})), token),
+                    _node_ip())
+
+
+class GatewayActor(_Served):
+    def __init__(self, replica_urls: list[str], host: str, port: int, request_timeout_s: float):
+        from openclaw_rl.cluster.gateway import create_gateway
+        from openclaw_rl.serve.background import ServerThread
+
+        self._thread = ServerThread(create_gateway(replica_urls, request_timeout_s), port, host=host)

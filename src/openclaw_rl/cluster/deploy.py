@@ -1,0 +1,218 @@
+"""`openclaw-rl serve --ray [ADDRESS]`: place the parts on a Ray cluster and run them.
+
+    connect (or start a local cluster) -> size the actors to the cluster's resources
+    -> trainer, replicas, judges, env pools -> sync every replica to the trainer's version
+    -> trainer and judges run -> gateway on --host/--port of this machine -> until stopped
+
+Placement follows resources: with GPUs in the cluster every replica and the trainer
+takes one (`num_gpus=1`), else each takes one CPU; judges and env pools take a CPU,
+the gateway nothing (it relays bytes). The gateway is pinned to the node this command
+runs on, so users call the address they started it with. Ray places the rest.
+
+A Ray address that does not answer makes `ray.init` retry for minutes, so the address is
+checked with a plain TCP connect first and the error names it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import signal
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from openclaw_rl.config import ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig
+
+log = logging.getLogger(__name__)
+
+_READY_TIMEOUT_S = 600.0  # model loads on a busy node take minutes
+
+
+def _ray():
+    try:
+        import ray
+    except ImportError as error:
+        raise ConfigError("--ray needs Ray: pip install 'openclaw-rl[ray]' (ray==2.60.0)") from error
+    return ray
+
+
+def connect(address: str) -> None:
+    """Join the cluster at `address` ('local' starts one here, 'auto' finds this machine's)."""
+    ray = _ray()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of our own, on a trusted network
+    if ray.is_initialized():
+        return
+    if address == "local":
+        ray.init(include_dashboard=False)
+        return
+    if address != "auto":
+        host, _, port = address.removeprefix("ray://").rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"--ray {address!r} is not a Ray address: use HOST:PORT of the head node (its GCS "
+                              "port, 6379 by default), 'auto', or --ray alone for a local cluster")
+        try:
+            socket.create_connection((host, int(port)), timeout=5.0).close()
+        except OSError as error:
+            raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {error}. Start its head with "
+                              f"`ray start --head --port {port}` there, or use --ray alone for a local cluster") from error
+    try:
+        ray.init(address=address, include_dashboard=False)
+    except ConnectionError as error:
+        raise ConfigError(f"cannot join the Ray cluster at {address!r}: {error}") from error
+
+
+def placement(role: str, resources: dict[str, float]) -> dict[str, Any]:
+    """`ray.remote` options of one actor of `role` on a cluster with `resources`."""
+    if role in ("replica", "trainer") and resources.get("GPU", 0) >= 1:
+        return {"num_gpus": 1, "num_cpus": 1}
+    if role == "gateway":
+        return {"num_cpus": 0}
+    return {"num_cpus": 1}
+
+
+def check_fits(roles: list[str], resources: dict[str, float]) -> None:
+    """Fail now, naming the shortfall, rather than leave actors pending forever."""
+    want: dict[str, float] = {}
+    for role in roles:
+        for key, amount in placement(role, resources).items():
+            name = key.removeprefix("num_").upper().replace("CPUS", "CPU").replace("GPUS", "GPU")
+            want[name] = want.get(name, 0) + amount
+    for name, amount in want.items():
+        if amount > resources.get(name, 0):
+            raise ConfigError(f"the Ray cluster has {resources.get(name, 0):g} {name}s but the actors need "
+                              f"{amount:g} ({', '.join(roles)}): add nodes, or lower --ray-replicas / --ray-judges")
+
+
+def env_pools(spec: str) -> list[tuple[str, int]]:
+    """'terminal:8,swe:4' -> [('terminal', 8), ('swe', 4)]."""
+    pools = []
+    for item in filter(None, (s.strip() for s in spec.split(","))):
+        name, _, size = item.rpartition(":")
+        if not name or not size.isdigit() or int(size) < 1:
+            raise ConfigError(f"--ray-env-pools item {item!r} is invalid: use NAME:SIZE, e.g. terminal:8")
+        pools.append((name, int(size)))
+    return pools
+
+
+@dataclass
+class Deployment:
+    """Handles of the running actors; `stop()` ends them in order (gateway first, trainer
+    with a final checkpoint)."""
+
+    gateway_url: str
+    replica_urls: list[str]
+    env_pool_urls: dict[str, str]
+    env_pool_token: str
+    gateway: Any
+    replicas: list[Any]
+    judges: list[Any]
+    trainer: Any | None
+    env_actors: list[Any]
+    running: list[Any] = field(default_factory=list)  # refs of the judges' and the trainer's run()
+
+    def stop(self) -> None:
+        ray = _ray()
+        ray.get(self.gateway.stop.remote())
+        for part in [*self.judges, *([self.trainer] if self.trainer else [])]:
+            ray.get(part.stop.remote())
+        for ref in self.running:
+            try:
+                ray.get(ref, timeout=120)
+            except Exception:  # a part that failed already said so; the rest still stop
+                log.exception("a judge or trainer actor ended with an error")
+        ray.get([part.stop.remote() for part in [*self.replicas, *self.env_actors]])
+        for actor in [self.gateway, *self.replicas, *self.judges, *self.env_actors, *([self.trainer] if self.trainer else [])]:
+            ray.kill(actor)
+
+
+def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> Deployment:
+    """Start every part on the connected cluster; returns once the gateway answers."""
+    ray = _ray()
+    from openclaw_rl.cluster import actors
+    from openclaw_rl.envs.pool import PoolConfig
+
+    pools = env_pools(cluster.ray_env_pools)
+    resources = ray.cluster_resources()
+    judging = judge.judge != "off"
+    roles = (["trainer"] if serve.train else []) + ["replica"] * cluster.ray_replicas \
+        + ["judge"] * (cluster.ray_judges if judging else 0) + ["env_pool"] * len(pools) + ["gateway"]
+    check_fits(roles, resources)
+    log.info("Ray cluster: %s; placing %s", {k: v for k, v in resources.items() if k in ("CPU", "GPU")},
+             ", ".join(f"{roles.count(r)} {r}" for r in dict.fromkeys(roles)))
+
+    def remote(cls: type, role: str, **options: Any):
+        return ray.remote(cls).options(**placement(role, resources), **options)
+
+    trainer = remote(actors.TrainerActor, "trainer").remote(serve, train) if serve.train else None
+    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train)
+                for _ in range(cluster.ray_replicas)]
+    shards = cluster.ray_judges if judging else 0
+    judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards) for i in range(shards)]
+    token = os.environ.get("OPENCLAW_ENV_TOKEN") or secrets.token_urlsafe(24)
+    env_actors = [remote(actors.EnvPoolActor, "env_pool").remote(PoolConfig(env=name, size=size), token)
+                  for name, size in pools]
+    replica_urls = ray.get([r.url.remote() for r in replicas], timeout=_READY_TIMEOUT_S)
+    env_urls = dict(zip([name for name, _ in pools], ray.get([e.url.remote() for e in env_actors],
+                                                            timeout=_READY_TIMEOUT_S)))
+    running = []
+    if trainer is not None:
+        version = ray.get(trainer.policy_version.remote(), timeout=_READY_TIMEOUT_S)
+        if version:  # --resume: every replica and judge starts at the trainer's version
+            (ref,) = ray.get(trainer.weights.remote())
+            ray.get([part.load_weights.remote(ref, version) for part in [*replicas, *judges]])
+        running.append(trainer.run.remote([*replicas, *judges]))
+    running += [j.run.remote() for j in judges]
+    here = ray.get_runtime_context().get_node_id()
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    gateway = remote(actors.GatewayActor, "gateway",
+                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
+                     ).remote(replica_urls, serve.host, serve.port, serve.request_timeout_s)
+    gateway_url = ray.get(gateway.url.remote(), timeout=_READY_TIMEOUT_S)
+    return Deployment(gateway_url, replica_urls, env_urls, token, gateway, replicas, judges, trainer, env_actors,
+                      running)
+
+
+def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
+    """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
+    ray = _ray()
+    connect(cluster.ray)
+    started = time.monotonic()
+    try:
+        deployment = deploy(serve, judge, train, cluster)
+    except BaseException:
+        ray.shutdown()  # ends the actors that did start
+        raise
+    log.info("gateway on %s -> %d replicas (%s); %d judges; training %s; ready in %.0f s", deployment.gateway_url,
+             len(deployment.replicas), ", ".join(deployment.replica_urls), len(deployment.judges),
+             f"on ({train.method}, batch {train.batch_size})" if deployment.trainer else "off",
+             time.monotonic() - started)
+    for name, url in deployment.env_pool_urls.items():
+        log.info("env pool %s on %s (token %s)", name, url, deployment.env_pool_token)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        while True:
+            if not deployment.running:
+                time.sleep(5.0)
+                continue
+            done, _ = ray.wait(deployment.running, timeout=5.0)
+            for ref in done:  # a judge or the trainer ended on its own: say why, keep serving
+                deployment.running.remove(ref)
+                try:
+                    ray.get(ref)
+                except Exception:
+                    log.exception("a judge or trainer actor failed")
+    except KeyboardInterrupt:
+        log.info("stopping: gateway, judges, trainer (final checkpoint), replicas")
+    finally:
+        deployment.stop()
+        ray.shutdown()
+
+

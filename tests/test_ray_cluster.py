@@ -1,0 +1,223 @@
+"""`serve --ray`: the online loop as Ray actors on a local cluster, end to end.
+
+A real local Ray cluster (started here, shut down at the end) runs the gateway, two
+local-engine replicas, a judge actor, a trainer actor and a toolcall environment pool,
+on the tiny model. Sessions with feedback go through the OpenAI client to the gateway
+until every replica serves policy version 2; no request may fail. The cluster takes
+about 15 s to start and 0.6 GB beside the actors, so this module is `slow`.
+
+The gateway's routing and the placement rules are also checked without Ray (fast).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import httpx
+import pytest
+
+from openclaw_rl.cluster.deploy import check_fits, connect, env_pools, placement
+from openclaw_rl.cluster.gateway import Router, preference, session_key
+from openclaw_rl.config import ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig
+from openclaw_rl.serve.background import free_port
+from openclaw_rl.store import Store
+
+REPLIES = ["No, that's wrong. Don't use bullet points; write plain sentences.", "Thanks, that's exactly right!",
+           "Too long. Make it shorter, one sentence please."]
+
+
+# -- without Ray ------------------------------------------------------------------------
+
+
+def test_a_conversation_keeps_its_replica_from_turn_to_turn():
+    opening = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 2 + 2?"}]
+    later = [*opening, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3 + 3?"}]
+    assert session_key({}, {"messages": opening}) == session_key({}, {"messages": later})
+    assert session_key({}, {"messages": opening}) != session_key({}, {"messages": [opening[1]]})
+    # an explicit session wins, and `user` is the same session id the replica will use
+    assert session_key({"x-session-id": "s1"}, {"messages": opening}) == "session:s1"
+    assert session_key({}, {"messages": opening, "user": "s1"}) == "session:s1"
+
+
+def test_rendezvous_hashing_spreads_sessions_and_moves_only_those_of_a_lost_replica():
+    keys = [f"session:s{i}" for i in range(400)]
+    first = [preference(k, 3)[0] for k in keys]
+    assert all(sorted(preference(k, 3)) == [0, 1, 2] for k in keys)
+    assert all(80 <= first.count(r) <= 190 for r in range(3)), [first.count(r) for r in range(3)]
+    # with replica 2 unreachable, its sessions go to their second choice; the others stay put
+    for key, replica in zip(keys, first):
+        fallback = [r for r in preference(key, 3) if r != 2][0]
+        assert fallback == replica or replica == 2
+
+
+def test_a_session_id_learned_from_a_reply_routes_its_feedback_to_the_same_replica():
+    router = Router(["http://a", "http://b", "http://c"])
+    chosen = router.order("opening:abc")[0]
+    router.learn("sess-42", chosen)
+    assert router.order("session:sess-42")[0] == chosen
+
+
+def test_placement_follows_gpus_and_a_shortfall_is_named():
+    gpu_cluster = {"CPU": 16.0, "GPU": 4.0}
+    assert placement("replica", gpu_cluster) == {"num_gpus": 1, "num_cpus": 1}
+    assert placement("trainer", gpu_cluster) == {"num_gpus": 1, "num_cpus": 1}
+    assert placement("replica", {"CPU": 16.0}) == {"num_cpus": 1}
+    assert placement("gateway", gpu_cluster) == {"num_cpus": 0}
+    check_fits(["trainer", "replica", "replica", "judge", "gateway"], gpu_cluster)
+    with pytest.raises(ConfigError, match="has 2 GPUs but the actors need 3"):
+        check_fits(["trainer", "replica", "replica", "gateway"], {"CPU": 16.0, "GPU": 2.0})
+    with pytest.raises(ConfigError, match="has 2 CPUs but the actors need 4"):
+        check_fits(["trainer", "replica", "replica", "judge", "gateway"], {"CPU": 2.0})
+    assert env_pools("terminal:8, swe:2") == [("terminal", 8), ("swe", 2)]
+    with pytest.raises(ConfigError, match="'terminal' is invalid"):
+        env_pools("terminal")
+
+
+def test_an_unreachable_ray_address_fails_fast_and_names_it(capsys):
+    from openclaw_rl.cli import main
+
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match=r"cannot reach the Ray cluster at '127\.0\.0\.1:1'"):
+        connect("127.0.0.1:1")
+    with pytest.raises(ConfigError, match="is not a Ray address"):
+        connect("no-port-here")
+    assert main(["serve", "--ray", "127.0.0.1:1", "--port", str(free_port())]) == 2
+    assert "cannot reach the Ray cluster at '127.0.0.1:1'" in capsys.readouterr().err
+    assert time.monotonic() - started < 30
+
+
+def test_ray_flags_parse():
+    from openclaw_rl.cli import _parser
+    from openclaw_rl.config import build
+
+    assert build(RayConfig, {}, _parser().parse_args(["serve"])).ray == ""
+    assert build(RayConfig, {}, _parser().parse_args(["serve", "--ray"])).ray == "local"
+    args = _parser().parse_args(["serve", "--ray", "10.0.0.1:6379", "--ray-replicas", "4", "--ray-judges", "2"])
+    assert build(RayConfig, {}, args) == RayConfig(ray="10.0.0.1:6379", ray_replicas=4, ray_judges=2)
+    with pytest.raises(ConfigError, match="ray_replicas"):
+        RayConfig(ray_replicas=0)
+
+
+# -- on a local Ray cluster -------------------------------------------------------------
+
+
+def _session(client, gateway: str, i: int, results: list) -> None:
+    """Two turns; sessions with even i name themselves and end with explicit feedback, the
+    others are inferred from the resent history and get a user reply as next state."""
+    import openai
+
+    headers = {"X-Session-Id": f"ray-session-{i}"} if i % 2 == 0 else {}
+    messages = [{"role": "user", "content": f"Question number {i}: what is {i} + {i}?"}]
+    for turn in range(2):
+        try:
+            raw = client.chat.completions.with_raw_response.create(
+                model="tiny", messages=messages, max_tokens=8, temperature=1.0, extra_headers=headers)
+        except openai.OpenAIError as error:
+            results.append({"ok": False, "error": repr(error)})
+            return
+        reply = raw.parse().choices[0].message.content
+        results.append({"ok": True, "version": int(raw.headers["x-policy-version"]), "text": reply,
+                        "replica": raw.headers["x-replica"], "session": raw.headers["x-session-id"], "i": i})
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": REPLIES[(i + turn) % 3]}]
+    if headers:
+        r = httpx.post(f"{gateway}/v1/sessions/{headers['X-Session-Id']}/feedback",
+                       json={"text": "Wrong: show every step, in plain sentences."}, timeout=60)
+        results.append({"ok": r.status_code == 200, "feedback": r.status_code, "replica": r.headers.get("x-replica"),
+                        "session": headers["X-Session-Id"], "error": r.text})
+
+
+@pytest.fixture(scope="module")
+def on_ray(tiny_model_dir, tmp_path_factory):
+    import ray
+    from openai import OpenAI
+
+    from openclaw_rl.cluster.deploy import deploy
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    started = time.monotonic()
+    ray.init(num_cpus=5, include_dashboard=False, object_store_memory=200 * 2**20)
+    ray_start_s = time.monotonic() - started
+    data_dir = tmp_path_factory.mktemp("ray-loop")
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0)
+    try:
+        deployment = deploy(serve, JudgeConfig(judge="embedding", poll_interval_s=0.1),
+                            TrainConfig(method="combined", batch_size=2, lr=1e-3, train_poll_interval_s=0.1,
+                                        checkpoint_every=100),
+                            RayConfig(ray="local", ray_replicas=2, ray_judges=1, ray_env_pools="toolcall:1"))
+        deploy_s = time.monotonic() - started - ray_start_s
+        gateway = deployment.gateway_url
+        client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
+        results: list[dict] = []
+        deadline = time.monotonic() + 420
+        i = 0
+        while httpx.get(f"{gateway}/healthz").json()["policy_version"] < 2 and time.monotonic() < deadline:
+            threads = [threading.Thread(target=_session, args=(client, gateway, i + k, results)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            i += 4
+        health = httpx.get(f"{gateway}/healthz").json()
+        pools = {name: (url, deployment.env_pool_token) for name, url in deployment.env_pool_urls.items()}
+        pool_check = _lease_a_toolcall_env(*pools["toolcall"])
+        loop_s = time.monotonic() - started - ray_start_s - deploy_s
+        deployment.stop()
+    finally:
+        ray.shutdown()
+    print(f"\nray start {ray_start_s:.1f} s, deploy {deploy_s:.1f} s, loop to v2 {loop_s:.1f} s, "
+          f"{len(results)} requests")
+    return {"data_dir": data_dir, "results": results, "health": health, "pool": pool_check}
+
+
+def _lease_a_toolcall_env(url: str, token: str) -> dict:
+    from openclaw_rl.envs.client import PoolClient
+
+    with PoolClient(url, token) as pool:
+        tasks = pool.tasks("train")
+        with pool.lease(heartbeat=False) as env:
+            observation = env.reset(tasks[0].id)
+        return {"tasks": len(tasks), "observation": observation, "status": pool.status()}
+
+
+@pytest.mark.slow
+def test_sessions_reach_policy_version_2_on_every_replica_without_a_failed_request(on_ray):
+    results = on_ray["results"]
+    assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]]
+    replicas = on_ray["health"]["replicas"]
+    assert len(replicas) == 2 and all(r["policy_version"] >= 2 for r in replicas), on_ray["health"]
+    versions = {r["version"] for r in results if "version" in r}
+    assert 0 in versions and len(versions) >= 2, versions
+
+
+@pytest.mark.slow
+def test_each_session_stays_on_one_replica_and_both_replicas_serve(on_ray):
+    by_session: dict[str, set[str]] = {}
+    for r in on_ray["results"]:
+        by_session.setdefault(r["session"], set()).add(r["replica"])
+    assert all(len(replicas) == 1 for replicas in by_session.values()), by_session
+    assert {next(iter(r)) for r in by_session.values()} == {"0", "1"}
+
+
+@pytest.mark.slow
+def test_the_shared_store_holds_every_turn_with_the_version_that_served_it(on_ray):
+    from openclaw_rl.train import weights
+
+    store = Store(on_ray["data_dir"])
+    try:
+        for r in (r for r in on_ray["results"] if "version" in r):
+            turns = [t for t in store.turns(r["session"]) if t.response_text == r["text"]]
+            assert turns and turns[0].policy_version == r["version"], r
+        feedback = [r for r in on_ray["results"] if "feedback" in r]
+        assert feedback and all(store.last_main_turn(r["session"]).next_state.role == "feedback" for r in feedback)
+        assert store.policy_version() >= 2 and store.sample_counts()["used"] >= 4
+    finally:
+        store.close()
+    assert weights.latest_version(on_ray["data_dir"]) >= 2  # the files channel, for restarts
+
+
+@pytest.mark.slow
+def test_an_environment_pool_runs_as_an_actor(on_ray):
+    pool = on_ray["pool"]
+    assert pool["tasks"] >= 1 and pool["observation"] and pool["status"]["size"] == 1
