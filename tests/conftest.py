@@ -141,9 +141,10 @@ def postgres_bin_dir() -> Path | None:
 
 
 class PostgresServer:
-    """A throwaway PostgreSQL server; `url(db)` names one of its databases."""
+    """A throwaway PostgreSQL server; `url(db)` names one of its databases. `durable=False`
+    turns fsync off (tests); bench/store.py keeps it on, to compare with SQLite fairly."""
 
-    def __init__(self, bin_dir: Path) -> None:
+    def __init__(self, bin_dir: Path, durable: bool = False) -> None:
         import pwd
         import subprocess
         import tempfile
@@ -157,10 +158,17 @@ class PostgresServer:
             self._as_user = ["runuser", "-u", user, "--"]
         self.port = free_port()
         self._pg("initdb", "-D", self.root / "data", "-U", "openclaw", "--auth=trust", "-E", "UTF8", "--no-sync")
-        options = (f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c fsync=off "
-                   "-c synchronous_commit=off -c full_page_writes=off -c max_connections=50")
-        self._pg("pg_ctl", "-D", self.root / "data", "-l", self.root / "server.log", "-w", "-t", "60", "-o", options,
-                 "start")
+        self._options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k {self.root} -c max_connections=50"
+        if not durable:
+            self._options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        self.start_server()
+
+    def start_server(self) -> None:
+        self._pg("pg_ctl", "-D", self.root / "data", "-l", self.root / "server.log", "-w", "-t", "60",
+                 "-o", self._options, "start")
+
+    def stop_server(self) -> None:
+        self._pg("pg_ctl", "-D", self.root / "data", "-m", "fast", "-w", "stop")
 
     def _pg(self, program: str, *args) -> None:
         done = self._run([*self._as_user, str(self._bin / program), *map(str, args)], capture_output=True, text=True,
@@ -181,8 +189,10 @@ class PostgresServer:
         return self.url(name)
 
     def stop(self) -> None:
+        """Stop the server (if it runs) and remove its files."""
         try:
-            self._pg("pg_ctl", "-D", self.root / "data", "-m", "fast", "-w", "stop")
+            if (self.root / "data" / "postmaster.pid").exists():
+                self.stop_server()
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -299,21 +299,40 @@ def test_the_cli_reports_an_unreachable_store_without_a_traceback(tmp_path, caps
     assert err.startswith("openclaw-rl: error: cannot open the store 'postgresql://ann:***@") and "hunter2" not in err
 
 
-def test_a_dropped_postgres_connection_fails_one_call_then_reconnects(postgres_url, tmp_path):
+def test_a_dropped_postgres_connection_is_replaced_without_failing_a_call(postgres_url, tmp_path):
     import psycopg
 
     store = make_store(postgres_url, data_dir=tmp_path)
     try:
         store.ensure_session("s", "header")
-        pid = store._db.info.backend_pid
-        with psycopg.connect(postgres_url, autocommit=True) as admin:  # as a server restart would
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        with pytest.raises(psycopg.OperationalError):
-            store.counts()
-        assert store.counts()["sessions"] == 1
-        assert _turn(store).index == 0
+        for call in (store.counts, lambda: _turn(store), lambda: store.claim_samples("binary", 1, 0, 2, 1)):
+            pid = store._db.info.backend_pid
+            with psycopg.connect(postgres_url, autocommit=True) as admin:  # as a server restart would
+                admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            call()  # a read, a write transaction, a claim: each reconnects and goes through
+            assert store._db.info.backend_pid != pid
+        assert store.counts()["turns"] == 1
     finally:
         store.close()
+
+
+def test_a_stopped_postgres_server_gives_a_clear_error_and_a_restart_heals(tmp_path):
+    from conftest import PostgresServer, postgres_bin_dir
+
+    if postgres_bin_dir() is None:
+        pytest.skip("no PostgreSQL binaries")
+    server = PostgresServer(postgres_bin_dir())
+    try:
+        store = make_store(server.url(), data_dir=tmp_path)
+        store.ensure_session("s", "header")
+        server.stop_server()
+        with pytest.raises(StoreUnavailable, match=r"cannot open the store 'postgresql://openclaw@127\.0\.0\.1"):
+            store.counts()
+        server.start_server()
+        assert store.counts()["sessions"] == 1
+        store.close()
+    finally:
+        server.stop()
 
 
 def test_postgres_tables_are_created_once_by_stores_opening_together(postgres_url, tmp_path):

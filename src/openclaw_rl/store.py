@@ -457,10 +457,11 @@ class Store:
             ).fetchall()
             if len(rows) < batch_size:
                 rows = []
-            for turn_id, _ in rows:
+            if rows:  # one statement, not one per sample: each is a round trip to a PostgreSQL server
                 self._execute(
-                    "UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE turn_id = ? AND method = ?",
-                    (now, train_step, turn_id, method),
+                    f"UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE method = ? "
+                    f"AND turn_id IN ({','.join('?' * len(rows))})",
+                    (now, train_step, method, *(turn_id for turn_id, _ in rows)),
                 )
         for turn_id, reason in dropped:
             log.info("dropped sample of turn %d: %s", turn_id, reason)
@@ -576,8 +577,9 @@ class _Postgres:
     Autocommit, as SQLite's `isolation_level=None`: a lone statement commits by itself and
     `_write` wraps read-modify-writes in BEGIN ... COMMIT (READ COMMITTED), locking the rows
     whose reading decides the write. A connection that broke (server restarted, network)
-    is replaced at the next statement outside a transaction; the call that met the break
-    fails, as it would have anyway.
+    is replaced, and a statement outside a transaction is sent again on the new one: every
+    such statement of the store is a read, an idempotent upsert or a BEGIN. A break inside
+    a transaction fails its call (the server rolled it back), and the next call reconnects.
     """
 
     begin = "BEGIN"
@@ -624,10 +626,25 @@ class _Postgres:
             ) from None
 
     def execute(self, sql: str, args: tuple) -> Any:
-        if self.db.broken:  # only between calls: a break inside a transaction already failed its call
-            log.warning("store connection to %s broke; reconnecting", redact_url(self.url))
-            self.db = self._connect()
-        return self.db.execute(sql.replace("?", "%s"), args)
+        import psycopg
+
+        sql = sql.replace("?", "%s")
+        if self.db.broken:
+            self.db = self._reconnect()
+        outside_transaction = self.db.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        try:
+            return self.db.execute(sql, args)
+        except psycopg.OperationalError:
+            # Outside a transaction a statement is a read, an idempotent upsert or BEGIN, so it
+            # is safe to send again; inside one, the server rolled the transaction back.
+            if not (outside_transaction and self.db.broken):
+                raise
+            self.db = self._reconnect()
+            return self.db.execute(sql, args)
+
+    def _reconnect(self) -> Any:
+        log.warning("store connection to %s broke; reconnecting", redact_url(self.url))
+        return self._connect()
 
     @staticmethod
     def inserted_id(cursor: Any) -> int:
