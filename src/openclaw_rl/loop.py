@@ -145,14 +145,20 @@ def train_loop(server: Server, config: TrainConfig, trainer,
 
 
 def weights_watch_loop(server: Server, interval_s: float = 2.0) -> Background:
-    """Serve-only processes pick up versions a separate trainer publishes to the data dir."""
+    """Serve-only processes pick up versions a separate trainer publishes to the data dir.
+
+    A failed read (on NFS, a version pruned by the trainer's machine mid-load reads as ESTALE)
+    keeps the current version and is tried again at the next poll."""
 
     async def watch(stop: asyncio.Event) -> None:
         while not stop.is_set():
-            latest = await asyncio.to_thread(weights.latest_version, server.config.data_dir)
-            if latest is not None and latest > server.engine.policy_version:
-                state = await asyncio.to_thread(weights.load, server.config.data_dir, latest)
-                await server.engine.load_weights(state, latest)
+            try:
+                latest = await asyncio.to_thread(weights.latest_version, server.config.data_dir)
+                if latest is not None and latest > server.engine.policy_version:
+                    state = await asyncio.to_thread(weights.load, server.config.data_dir, latest)
+                    await server.engine.load_weights(state, latest)
+            except Exception as error:  # noqa: BLE001 - the watcher must outlive any one bad read
+                log.warning("could not load new weights from %s (will retry): %s", server.config.data_dir, error)
             try:
                 await asyncio.wait_for(stop.wait(), interval_s)
             except TimeoutError:
