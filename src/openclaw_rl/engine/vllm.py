@@ -44,6 +44,7 @@ import httpx
 
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
 from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
+from openclaw_rl.engine.vllm_server import ties_embeddings
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,8 @@ class VLLMEngine:
         self.model_name = self.model_dir.name
         self.max_context = int(card.get("max_model_len") or 2048)
         self.eos_token_ids = frozenset(_eos_ids(self.model_dir, self.tokenizer))
+        self.ties_embeddings = ties_embeddings(self.model_dir)
+        self._served_ties = _serves_tied(card) if self.ties_embeddings else False
         self.adapter: str | None = None  # the LoRA adapter requests name, once one is loaded
         self._gate = UpdateGate()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -158,6 +161,15 @@ class VLLMEngine:
     async def load_weights(self, weights: dict[str, Any] | LoraAdapter, policy_version: int) -> None:
         """Publish `policy_version`: new requests wait, those in flight finish, then the swap."""
         client, gate = self._bound()
+        if not isinstance(weights, LoraAdapter) and self.ties_embeddings:
+            if self._served_ties:
+                raise EngineError(
+                    f"the vLLM server at {self.url} serves {self.model_dir.name} with its output layer tied to the "
+                    "input embedding, which vLLM's reload_weights unties and leaves stale: start it on the untied "
+                    "copy that `python -m openclaw_rl.engine.vllm_server` prints (docs/deployment.md)")
+            embedding = weights.get("model.embed_tokens.weight")
+            if embedding is not None and "lm_head.weight" not in weights:
+                weights = {**weights, "lm_head.weight": embedding}  # the untied copy's own output layer
         if isinstance(weights, LoraAdapter):
             path = await asyncio.to_thread(write_lora_adapter, self.weights_dir / "lora", weights, policy_version)
         else:
@@ -387,6 +399,13 @@ def _request_error(status: int, text: str) -> EngineError:
                           or "too long" in lowered):
         return ContextLengthError(f"vLLM refused the prompt as too long: {text[:300]}")
     return EngineError(f"vLLM answered {status}: {text[:500]}")
+
+
+def _serves_tied(card: dict) -> bool:
+    """Whether the server's model (its card's `root`, when that is a directory we can read)
+    ties its output layer to the embedding; unknown roots count as untied."""
+    root = Path(card.get("root") or "")
+    return (root / "config.json").is_file() and ties_embeddings(root)
 
 
 def _eos_ids(model_dir: Path, tokenizer) -> set[int]:

@@ -13,6 +13,11 @@ The flags we pass, and why:
   generation_config.json; every request states its own.
 - `--dtype float32`: the same precision as the local engine and the trainer.
 - `--enable-lora --max-lora-rank R` when the trainer trains a LoRA adapter.
+- An untied copy of a model whose output layer shares the input embedding (SmolLM2
+  does): vLLM's in-place `reload_weights` unties them, reloading the embedding but
+  leaving the output layer stale (measured: log-probs off by 0.1 after an update).
+  The copy (`untied_copy`) has its own `lm_head.weight` and `tie_word_embeddings =
+  false`, and the engine sends `lm_head.weight` with every full update.
 - `VLLM_SERVER_DEV_MODE=1`: exposes `/pause`, `/resume`, `/collective_rpc` and
   `/update_weight_version`, which full weight updates need;
   `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1`: exposes `/v1/load_lora_adapter`.
@@ -24,8 +29,10 @@ on missing package metadata.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -79,6 +86,7 @@ class VLLMServer:
     ):
         self.model_dir = Path(model_dir)
         self.python = resolve_vllm_python(str(python))
+        served_dir = untied_copy(self.model_dir) if ties_embeddings(self.model_dir) else self.model_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.served_model_name = self.model_dir.name
@@ -86,7 +94,7 @@ class VLLMServer:
         self.start_timeout_s = start_timeout_s
         self.command = [
             str(self.python), "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(self.model_dir), "--served-model-name", self.served_model_name,
+            "--model", str(served_dir), "--served-model-name", self.served_model_name,
             "--host", "127.0.0.1", "--port", str(self.port),
             "--dtype", "float32", "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", str(max_logprobs),
@@ -156,9 +164,87 @@ class VLLMServer:
         self.stop()
 
 
+def ties_embeddings(model_dir: Path) -> bool:
+    """Whether the model's output layer is its input embedding (config.json's tie_word_embeddings)."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    return bool(config.get("tie_word_embeddings", config.get("text_config", {}).get("tie_word_embeddings", False)))
+
+
+def untied_copy(model_dir: Path) -> Path:
+    """The model with `lm_head.weight` of its own (a copy of the embedding), made once under
+    the cache dir; every other file is a symlink to the original."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from openclaw_rl.engine.loading import cache_dir
+
+    files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise EngineError(f"{model_dir} holds no *.safetensors files; vLLM serving needs safetensors weights")
+    stamp = max(f.stat().st_mtime_ns for f in files)
+    target = cache_dir() / "vllm-untied" / f"{model_dir.name}-{stamp}"
+    if (target / "config.json").is_file():
+        return target
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for item in model_dir.iterdir():
+        if item.name not in ("config.json", "model.safetensors.index.json") and item.suffix != ".safetensors":
+            (tmp / item.name).symlink_to(item.resolve())
+    config = json.loads((model_dir / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (tmp / "config.json").write_text(json.dumps(config, indent=2))
+    tensors: dict[str, torch.Tensor] = {}
+    for f in files:
+        tensors.update(load_file(str(f)))
+    embedding = next((tensors[k] for k in ("model.embed_tokens.weight", "embed_tokens.weight") if k in tensors), None)
+    if embedding is None:
+        raise EngineError(f"cannot untie {model_dir}: no model.embed_tokens.weight among its weights")
+    tensors.setdefault("lm_head.weight", embedding.clone())
+    save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    os.replace(tmp, target)
+    return target
+
+
 def _supported_rank(rank: int) -> int:
     """vLLM accepts a fixed set of max LoRA ranks; the smallest one that fits `rank`."""
     for allowed in (1, 8, 16, 32, 64, 128, 256, 320, 512):
         if rank <= allowed:
             return allowed
     raise EngineError(f"LoRA rank {rank} is above vLLM's largest max-lora-rank (512)")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m openclaw_rl.engine.vllm_server`: a server as `serve --engine vllm` starts it,
+    in the foreground, for `--engine-url` (another machine, several openclaw-rl processes)."""
+    import argparse
+
+    from openclaw_rl.engine.loading import resolve_model_dir
+
+    parser = argparse.ArgumentParser(prog="python -m openclaw_rl.engine.vllm_server", description=main.__doc__)
+    parser.add_argument("--model", default="", help="model directory (default: the bundled SmolLM2-135M-Instruct)")
+    parser.add_argument("--port", type=int, default=8001, help="port to bind on 127.0.0.1")
+    parser.add_argument("--lora-rank", type=int, default=0, help="LoRA slots of this rank (0 = no adapters)")
+    parser.add_argument("--vllm-python", default="", help="python of the vLLM environment (default: .venv-vllm)")
+    parser.add_argument("--print-only", action="store_true", help="print the command and environment, start nothing")
+    args, extra = parser.parse_known_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    server = VLLMServer(resolve_model_dir(args.model or None), python=args.vllm_python, port=args.port,
+                        lora_rank=args.lora_rank, extra_args=extra, log_path=Path.cwd() / f"vllm-{args.port}.log")
+    print("VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 " + " ".join(server.command), flush=True)
+    if args.print_only:
+        return 0
+    server.start()
+    print(f"serving on {server.url}; Ctrl-C stops it", flush=True)
+    try:
+        while server.running:
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
