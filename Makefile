@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) bench/serve_during_training.py
 	$(PY) bench/judge_agreement.py
 	$(PY) bench/train_step.py
+	$(PY) bench/store.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) openclaw-data
