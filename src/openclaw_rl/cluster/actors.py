@@ -142,6 +142,8 @@ class JudgeActor:
 
 
 class TrainerActor:
+    load_timeout_s = 600.0  # one weight load on every subscriber; a full reload of a big model takes a while
+
     def __init__(self, config: ServeConfig, train: TrainConfig):
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.loop import load_trainer
@@ -173,8 +175,17 @@ class TrainerActor:
         async def publish(state_dict: dict, version: int) -> None:
             await asyncio.to_thread(weights.publish, self.data_dir, state_dict, version)
             ref = await asyncio.to_thread(ray.put, state_dict)  # once, however many subscribers read it
-            await asyncio.gather(*(s.load_weights.remote(ref, version) for s in subscribers))
-            log.info("policy v%d is served by %d replicas and judges", version, len(subscribers))
+            loads = asyncio.gather(*(s.load_weights.remote(ref, version) for s in subscribers), return_exceptions=True)
+            try:
+                results = await asyncio.wait_for(loads, self.load_timeout_s)
+            except TimeoutError:
+                results = [TimeoutError(f"not loaded within {self.load_timeout_s:.0f} s")] * len(subscribers)
+            failed = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+            if failed:  # a dead replica must not stop training; the gateway routes around it
+                log.error("policy v%d: %d of %d replicas and judges did not load it: %s", version, len(failed),
+                          len(subscribers), "; ".join(failed))
+            else:
+                log.info("policy v%d is served by %d replicas and judges", version, len(subscribers))
 
         self._stop = asyncio.Event()
         try:
