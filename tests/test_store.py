@@ -270,6 +270,7 @@ def test_redact_url_hides_passwords():
     assert redact_url("postgresql://db/rl?user=ann&password=s3cret&sslmode=require") == \
         "postgresql://db/rl?user=ann&password=***&sslmode=require"
     assert redact_url("postgresql://ann@db/rl") == "postgresql://ann@db/rl"
+    assert redact_url("postgres://ann:p@ss/w0rd@db/rl") == "postgres://ann:***@db/rl"  # unencoded @ and /
 
 
 def test_unsupported_and_unreachable_urls_say_which_and_what_to_do(tmp_path):
@@ -286,6 +287,10 @@ def test_unsupported_and_unreachable_urls_say_which_and_what_to_do(tmp_path):
     assert "Connection refused" in message and "server runs" in message and "hunter2" not in message
     with pytest.raises(ValueError, match="needs a data dir"):
         make_store(url)
+    with pytest.raises(StoreUnavailable, match=r"'postgresql://ann:\*\*\*@127.0.0.1:port/rl'.*invalid integer"):
+        make_store("postgresql://ann:hunter2@127.0.0.1:port/rl", data_dir=tmp_path)
+    with pytest.raises(StoreUnavailable, match=r"'postgresql://\[::1/rl' is malformed"):
+        make_store("postgresql://[::1/rl", data_dir=tmp_path)
 
 
 def test_the_cli_reports_an_unreachable_store_without_a_traceback(tmp_path, capsys):

@@ -155,7 +155,12 @@ def _required(data_dir: str | Path | None, url: str) -> str | Path:
 def redact_url(url: str) -> str:
     """`url` without its password, fit for error messages and logs."""
     url = re.sub(r"(?i)(password=)[^&\s]*", r"\1***", url)
-    return re.sub(r"^([a-z][a-z0-9+.-]*://[^:/@?#]*):[^@/?#]*@", r"\1:***@", url, flags=re.IGNORECASE)
+    scheme, sep, rest = url.partition("://")
+    before_query, question, query = rest.partition("?")
+    userinfo, at, host = before_query.rpartition("@")  # the last @: a password may hold one, unencoded
+    if not (sep and at and ":" in userinfo):
+        return url
+    return f"{scheme}://{userinfo.partition(':')[0]}:***@{host}{question}{query}"
 
 
 class Store:
@@ -172,7 +177,6 @@ class Store:
             self.path = self.data_dir / "openclaw.db"
             self._sql = _SQLite(self.path, busy_timeout_s)
         self.logs_dir.mkdir(parents=True, exist_ok=True)
-        self.url = redact_url(url) if url else f"sqlite:///{self.path}"
         self._lock = threading.RLock()  # re-entrant: helpers read inside a write
 
     @property
@@ -591,8 +595,12 @@ class _Postgres:
     def __init__(self, url: str, connect_timeout_s: float) -> None:
         self.url = url
         self.connect_timeout_s = connect_timeout_s
-        scheme = urlsplit(url).scheme.lower()
-        if scheme not in ("postgresql", "postgres"):
+        try:
+            parts = urlsplit(url)
+        except ValueError as error:  # e.g. an unclosed [IPv6] host
+            raise StoreUnavailable(f"store URL {redact_url(url)!r} is malformed: {error}") from None
+        self._password = parts.password
+        if parts.scheme.lower() not in ("postgresql", "postgres"):
             raise StoreUnavailable(
                 f"store URL {redact_url(url)!r} is not supported: use postgresql://USER@HOST[:PORT]/DATABASE, "
                 "or no --store for the SQLite file in the data dir"
@@ -616,9 +624,8 @@ class _Postgres:
                                    application_name="openclaw-rl")
         except psycopg.Error as error:
             detail = " ".join(str(error).split())
-            password = urlsplit(self.url).password
-            if password:
-                detail = detail.replace(password, "***")
+            if self._password:
+                detail = detail.replace(self._password, "***")
             raise StoreUnavailable(
                 f"cannot open the store {redact_url(self.url)!r}: {detail}. Check that the PostgreSQL server runs "
                 "and is reachable from this machine, that the database exists (createdb), and the user and password "
