@@ -10,7 +10,6 @@ import time
 import httpx
 
 from conftest import LiveServer
-from openclaw_rl.config import JudgeConfig
 from openclaw_rl.store import make_store
 
 REPLIES = ["No, that's wrong. Write plain sentences.", "Thanks, that's exactly right!"]

@@ -4,7 +4,6 @@ SQLite and on a real PostgreSQL server (see conftest.py), and must pass unchange
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
