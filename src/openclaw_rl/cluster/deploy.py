@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 import signal
 import socket
 import time
@@ -39,14 +38,16 @@ def _ray():
     return ray
 
 
-def connect(address: str) -> None:
-    """Join the cluster at `address` ('local' starts one here, 'auto' finds this machine's)."""
+def connect(address: str, actors: int = 1) -> None:
+    """Join the cluster at `address` ('local' starts one here, 'auto' finds this machine's).
+
+    A local cluster counts at least one CPU per actor (`actors`) even on a machine with
+    fewer cores: they share the cores, as the threads of one `serve` process do."""
     ray = _ray()
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # a cluster of our own, on a trusted network
     if ray.is_initialized():
         return
     if address == "local":
-        ray.init(include_dashboard=False)
+        ray.init(include_dashboard=False, num_cpus=max(os.cpu_count() or 1, actors))
         return
     if address != "auto":
         host, _, port = address.removeprefix("ray://").rpartition(":")
@@ -56,8 +57,9 @@ def connect(address: str) -> None:
         try:
             socket.create_connection((host, int(port)), timeout=5.0).close()
         except OSError as error:
-            raise ConfigError(f"cannot reach the Ray cluster at {address!r}: {error}. Start its head with "
-                              f"`ray start --head --port {port}` there, or use --ray alone for a local cluster") from error
+            why = (f"cannot reach the Ray cluster at {address!r}: {error}. Start its head with "
+                   f"`ray start --head --port {port}` there, or use --ray alone for a local cluster")
+            raise ConfigError(why) from error
     try:
         ray.init(address=address, include_dashboard=False)
     except ConnectionError as error:
@@ -97,6 +99,13 @@ def env_pools(spec: str) -> list[tuple[str, int]]:
     return pools
 
 
+def actor_roles(serve: ServeConfig, judge: JudgeConfig, cluster: RayConfig) -> list[str]:
+    """One entry per actor to start."""
+    return ((["trainer"] if serve.train else []) + ["replica"] * cluster.ray_replicas
+            + ["judge"] * (cluster.ray_judges if judge.judge != "off" else 0)
+            + ["env_pool"] * len(env_pools(cluster.ray_env_pools)) + ["gateway"])
+
+
 @dataclass
 class Deployment:
     """Handles of the running actors; `stop()` ends them in order (gateway first, trainer
@@ -111,20 +120,23 @@ class Deployment:
     judges: list[Any]
     trainer: Any | None
     env_actors: list[Any]
-    running: list[Any] = field(default_factory=list)  # refs of the judges' and the trainer's run()
+    running: dict[str, Any] = field(default_factory=dict)  # "trainer", "judge i" -> the ref of its run()
 
     def stop(self) -> None:
         ray = _ray()
         ray.get(self.gateway.stop.remote())
-        for part in [*self.judges, *([self.trainer] if self.trainer else [])]:
-            ray.get(part.stop.remote())
-        for ref in self.running:
-            try:
-                ray.get(ref, timeout=120)
-            except Exception:  # a part that failed already said so; the rest still stop
-                log.exception("a judge or trainer actor ended with an error")
+        # the trainer first: the step in progress may still publish to the judges and replicas
+        stages = [{"trainer": self.trainer}] if self.trainer else []
+        stages.append({f"judge {i}": judge for i, judge in enumerate(self.judges)})
+        for stage in stages:
+            ray.get([actor.stop.remote() for actor in stage.values()])
+            for name in stage:
+                try:
+                    ray.get(self.running[name], timeout=300)
+                except Exception:  # a part that failed already said so; the rest still stop
+                    log.exception("%s ended with an error", name)
         ray.get([part.stop.remote() for part in [*self.replicas, *self.env_actors]])
-        for actor in [self.gateway, *self.replicas, *self.judges, *self.env_actors, *([self.trainer] if self.trainer else [])]:
+        for actor in [self.gateway, *self.replicas, *self.judges, *self.env_actors, *filter(None, [self.trainer])]:
             ray.kill(actor)
 
 
@@ -132,13 +144,12 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     """Start every part on the connected cluster; returns once the gateway answers."""
     ray = _ray()
     from openclaw_rl.cluster import actors
-    from openclaw_rl.envs.pool import PoolConfig
+    from openclaw_rl.envs.pool import PoolConfig, resolve_token
 
     pools = env_pools(cluster.ray_env_pools)
     resources = ray.cluster_resources()
     judging = judge.judge != "off"
-    roles = (["trainer"] if serve.train else []) + ["replica"] * cluster.ray_replicas \
-        + ["judge"] * (cluster.ray_judges if judging else 0) + ["env_pool"] * len(pools) + ["gateway"]
+    roles = actor_roles(serve, judge, cluster)
     check_fits(roles, resources)
     log.info("Ray cluster: %s; placing %s", {k: v for k, v in resources.items() if k in ("CPU", "GPU")},
              ", ".join(f"{roles.count(r)} {r}" for r in dict.fromkeys(roles)))
@@ -150,21 +161,22 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train)
                 for _ in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
-    judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards) for i in range(shards)]
-    token = os.environ.get("OPENCLAW_ENV_TOKEN") or secrets.token_urlsafe(24)
+    judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards,
+                                                        watch_weights=not serve.train) for i in range(shards)]
+    token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)
     env_actors = [remote(actors.EnvPoolActor, "env_pool").remote(PoolConfig(env=name, size=size), token)
                   for name, size in pools]
     replica_urls = ray.get([r.url.remote() for r in replicas], timeout=_READY_TIMEOUT_S)
     env_urls = dict(zip([name for name, _ in pools], ray.get([e.url.remote() for e in env_actors],
                                                             timeout=_READY_TIMEOUT_S)))
-    running = []
+    running = {}
     if trainer is not None:
         version = ray.get(trainer.policy_version.remote(), timeout=_READY_TIMEOUT_S)
         if version:  # --resume: every replica and judge starts at the trainer's version
             (ref,) = ray.get(trainer.weights.remote())
             ray.get([part.load_weights.remote(ref, version) for part in [*replicas, *judges]])
-        running.append(trainer.run.remote([*replicas, *judges]))
-    running += [j.run.remote() for j in judges]
+        running["trainer"] = trainer.run.remote([*replicas, *judges])
+    running.update({f"judge {i}": j.run.remote() for i, j in enumerate(judges)})
     here = ray.get_runtime_context().get_node_id()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -179,7 +191,7 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
     """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
     ray = _ray()
-    connect(cluster.ray)
+    connect(cluster.ray, actors=len(actor_roles(serve, judge, cluster)) - 1)  # the gateway takes no CPU
     started = time.monotonic()
     try:
         deployment = deploy(serve, judge, train, cluster)
@@ -197,18 +209,20 @@ def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, clu
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, interrupt)
+    pending = {ref: name for name, ref in deployment.running.items()}
     try:
         while True:
-            if not deployment.running:
+            if not pending:
                 time.sleep(5.0)
                 continue
-            done, _ = ray.wait(deployment.running, timeout=5.0)
+            done, _ = ray.wait(list(pending), timeout=5.0)
             for ref in done:  # a judge or the trainer ended on its own: say why, keep serving
-                deployment.running.remove(ref)
+                name = pending.pop(ref)
                 try:
                     ray.get(ref)
+                    log.warning("%s stopped", name)
                 except Exception:
-                    log.exception("a judge or trainer actor failed")
+                    log.exception("%s failed", name)
     except KeyboardInterrupt:
         log.info("stopping: gateway, judges, trainer (final checkpoint), replicas")
     finally:
