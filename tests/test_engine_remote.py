@@ -135,6 +135,9 @@ def test_weights_are_written_whole_and_old_versions_pruned(tmp_path):
         path = write_full_weights(tmp_path, state, version)
     assert path.name == "v000004" and torch.equal(load_file(str(path / "model.safetensors"))["w"], state["w"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v000003", "v000004"]
+    embedding = torch.ones(4, 2)
+    tied = write_full_weights(tmp_path / "tied", {"embed": embedding, "lm_head": embedding}, 1)  # one tensor, two names
+    assert set(load_file(str(tied / "model.safetensors"))) == {"embed", "lm_head"}
     adapter = write_lora_adapter(tmp_path / "lora", LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)},
                                                                 {"r": 2, "peft_type": "LORA"}), 1)
     assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 2

@@ -87,7 +87,13 @@ class UpdateGate:
 
 def write_full_weights(root: Path, state_dict: dict[str, torch.Tensor], version: int) -> Path:
     """`root/vNNNNNN/model.safetensors`, complete before the directory appears."""
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()}
+    tensors, seen = {}, set()
+    for name, t in state_dict.items():
+        t = t.detach().to("cpu").contiguous()
+        if t.data_ptr() in seen:  # a tied weight (lm_head = embedding): safetensors wants its own copy
+            t = t.clone()
+        seen.add(t.data_ptr())
+        tensors[name] = t
     return _write_version(root, version, lambda d: save_file(tensors, str(d / "model.safetensors"),
                                                              metadata={"format": "pt"}))
 
