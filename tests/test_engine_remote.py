@@ -112,7 +112,7 @@ def test_the_gate_holds_requests_during_an_update_and_the_update_waits_for_reque
                 order.append(f"{name} ends")
 
         async def update() -> None:
-            async with gate.update():
+            async with gate.exclusive():
                 order.append("update")
 
         first = asyncio.create_task(request("a", finish_first))

