@@ -1,7 +1,7 @@
 """`serve --ray`: the online loop as Ray actors on a local cluster, end to end.
 
 A real local Ray cluster (started here, shut down at the end) runs the gateway, two
-local-engine replicas, a judge actor, a trainer actor and a toolcall environment pool,
+local-engine replicas, two judge actors, a trainer actor and a toolcall environment pool,
 on the tiny model. Sessions with feedback go through the OpenAI client to the gateway
 until every replica serves policy version 2; no request may fail. The cluster takes
 about 15 s to start and 0.6 GB beside the actors, so this module is `slow`.
@@ -138,7 +138,7 @@ def on_ray(tiny_model_dir, tmp_path_factory):
 
     os.environ["RAY_AUTH_MODE"] = "disabled"
     started = time.monotonic()
-    ray.init(num_cpus=5, include_dashboard=False, object_store_memory=200 * 2**20)
+    ray.init(num_cpus=6, include_dashboard=False, object_store_memory=200 * 2**20)
     ray_start_s = time.monotonic() - started
     data_dir = tmp_path_factory.mktemp("ray-loop")
     serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0)
@@ -146,7 +146,7 @@ def on_ray(tiny_model_dir, tmp_path_factory):
         deployment = deploy(serve, JudgeConfig(judge="embedding", poll_interval_s=0.1),
                             TrainConfig(method="combined", batch_size=2, lr=1e-3, train_poll_interval_s=0.1,
                                         checkpoint_every=100),
-                            RayConfig(ray="local", ray_replicas=2, ray_judges=1, ray_env_pools="toolcall:1"))
+                            RayConfig(ray="local", ray_replicas=2, ray_judges=2, ray_env_pools="toolcall:1"))
         deploy_s = time.monotonic() - started - ray_start_s
         gateway = deployment.gateway_url
         client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
@@ -164,6 +164,10 @@ def on_ray(tiny_model_dir, tmp_path_factory):
             model="tiny", messages=[{"role": "user", "content": "Count to three."}], max_tokens=6, stream=True)
         stream = {"version": int(streamed.headers["x-policy-version"]), "chunks": list(streamed.parse())}
         health = httpx.get(f"{gateway}/healthz").json()
+        store, waited = Store(data_dir), time.monotonic() + 120
+        while (unjudged := len(store.turns_awaiting_verdict(1000))) and time.monotonic() < waited:
+            time.sleep(0.5)
+        store.close()
         pools = {name: (url, deployment.env_pool_token) for name, url in deployment.env_pool_urls.items()}
         pool_check = _lease_a_toolcall_env(*pools["toolcall"])
         loop_s = time.monotonic() - started - ray_start_s - deploy_s
@@ -172,7 +176,8 @@ def on_ray(tiny_model_dir, tmp_path_factory):
         ray.shutdown()
     print(f"\nray start {ray_start_s:.1f} s, deploy {deploy_s:.1f} s, loop to v2 {loop_s:.1f} s, "
           f"{len(results)} requests")
-    return {"data_dir": data_dir, "results": results, "health": health, "pool": pool_check, "stream": stream}
+    return {"data_dir": data_dir, "results": results, "health": health, "pool": pool_check, "stream": stream,
+            "unjudged": unjudged}
 
 
 def _lease_a_toolcall_env(url: str, token: str) -> dict:
@@ -226,6 +231,11 @@ def test_the_shared_store_holds_every_turn_with_the_version_that_served_it(on_ra
     finally:
         store.close()
     assert weights.latest_version(on_ray["data_dir"]) >= 2  # the files channel, for restarts
+
+
+@pytest.mark.slow
+def test_two_judges_share_the_turns_and_leave_none_unjudged(on_ray):
+    assert on_ray["unjudged"] == 0
 
 
 @pytest.mark.slow
