@@ -65,9 +65,11 @@ def test_placement_follows_gpus_and_a_shortfall_is_named():
     gpu_cluster = {"CPU": 16.0, "GPU": 4.0}
     assert placement("replica", gpu_cluster) == {"num_gpus": 1, "num_cpus": 1}
     assert placement("trainer", gpu_cluster) == {"num_gpus": 1, "num_cpus": 1}
+    assert placement("judge", gpu_cluster) == {"num_gpus": 1, "num_cpus": 1}
     assert placement("replica", {"CPU": 16.0}) == {"num_cpus": 1}
+    assert placement("env_pool", gpu_cluster) == {"num_cpus": 1}
     assert placement("gateway", gpu_cluster) == {"num_cpus": 0}
-    check_fits(["trainer", "replica", "replica", "judge", "gateway"], gpu_cluster)
+    check_fits(["trainer", "replica", "replica", "judge", "env_pool", "gateway"], gpu_cluster)
     with pytest.raises(ConfigError, match="has 2 GPUs but the actors need 3"):
         check_fits(["trainer", "replica", "replica", "gateway"], {"CPU": 16.0, "GPU": 2.0})
     with pytest.raises(ConfigError, match="has 2 CPUs but the actors need 4"):

@@ -4,9 +4,10 @@
     -> trainer, replicas, judges, env pools -> sync every replica to the trainer's version
     -> trainer and judges run -> gateway on --host/--port of this machine -> until stopped
 
-Placement follows resources: with GPUs in the cluster every replica and the trainer
-takes one (`num_gpus=1`), else each takes one CPU; judges and env pools take a CPU,
-the gateway nothing (it relays bytes). The gateway is pinned to the node this command
+Placement follows resources: with GPUs in the cluster every replica, judge and the
+trainer takes one (`num_gpus=1`; a judge holds a copy of the policy for teacher
+scoring), else each takes one CPU; env pools take a CPU, the gateway nothing (it relays
+bytes). The gateway is pinned to the node this command
 runs on, so users call the address they started it with. Ray places the rest.
 
 A Ray address that does not answer makes `ray.init` retry for minutes, so the address is
@@ -68,7 +69,7 @@ def connect(address: str, actors: int = 1) -> None:
 
 def placement(role: str, resources: dict[str, float]) -> dict[str, Any]:
     """`ray.remote` options of one actor of `role` on a cluster with `resources`."""
-    if role in ("replica", "trainer") and resources.get("GPU", 0) >= 1:
+    if role in ("replica", "trainer", "judge") and resources.get("GPU", 0) >= 1:  # each holds a model
         return {"num_gpus": 1, "num_cpus": 1}
     if role == "gateway":
         return {"num_cpus": 0}
