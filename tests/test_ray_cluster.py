@@ -79,7 +79,7 @@ def test_placement_follows_gpus_and_a_shortfall_is_named():
         env_pools("terminal")
 
 
-def test_an_unreachable_ray_address_fails_fast_and_names_it():
+def test_an_unreachable_ray_address_fails_fast_and_names_it(tmp_path):
     started = time.monotonic()
     with pytest.raises(ConfigError, match=r"cannot reach the Ray cluster at '127\.0\.0\.1:1'"):
         connect("127.0.0.1:1")
@@ -88,6 +88,10 @@ def test_an_unreachable_ray_address_fails_fast_and_names_it():
     proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "serve", "--ray", "127.0.0.1:1"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "cannot reach the Ray cluster at '127.0.0.1:1'" in proc.stderr, proc.stderr
+    (tmp_path / "cluster.toml").write_text('[ray]\nray = "127.0.0.1:2"\nray_replicas = 3\n')
+    proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "serve", "--config", str(tmp_path / "cluster.toml")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "cannot reach the Ray cluster at '127.0.0.1:2'" in proc.stderr, proc.stderr
     assert time.monotonic() - started < 60  # ray.init alone would retry for minutes
 
 

@@ -185,7 +185,8 @@ def _agent(args: argparse.Namespace) -> int:
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="a TOML or YAML file with [serve], [judge] and [train] sections")
+    parser.add_argument("--config", help="a TOML or YAML file with [serve], [judge] and [train] sections "
+                                         "(and [ray] for serve)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
 

@@ -99,7 +99,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
             parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif "const" in f.metadata:  # the flag alone stands for this value (`--ray` = "local")
             parser.add_argument(flag, dest=f.name, type=kind, nargs="?", const=f.metadata["const"], default=None,
-                                help=help_text)
+                                metavar=f.metadata.get("metavar"), help=help_text)
         else:
             parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
 
@@ -244,7 +244,7 @@ class TrainConfig:
 
 @dataclass
 class RayConfig:
-    ray: str = field(default="", metadata={"const": "local", "help": (
+    ray: str = field(default="", metadata={"const": "local", "metavar": "ADDRESS", "help": (
         "run the parts as Ray actors (docs/ray.md): --ray alone starts a local Ray cluster, --ray auto joins this "
         "machine's, --ray HOST:PORT the cluster with that head; unset = everything in this one process")})
     ray_replicas: int = _help("engine replicas behind the gateway with --ray; each session sticks to one", default=2)
