@@ -7,8 +7,8 @@
 Placement follows resources: with GPUs in the cluster every replica, judge and the
 trainer takes one (`num_gpus=1`; a judge holds a copy of the policy for teacher
 scoring), else each takes one CPU; env pools take a CPU, the gateway nothing (it relays
-bytes). The gateway is pinned to the node this command
-runs on, so users call the address they started it with. Ray places the rest.
+bytes). The gateway is pinned to the node this command runs on, so users call the
+address they started it with. Ray places the rest.
 
 A Ray address that does not answer makes `ray.init` retry for minutes, so the address is
 checked with a plain TCP connect first and the error names it.
@@ -225,7 +225,7 @@ def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, clu
                 except Exception:
                     log.exception("%s failed", name)
     except KeyboardInterrupt:
-        log.info("stopping: gateway, judges, trainer (final checkpoint), replicas")
+        log.info("stopping: gateway, trainer (final checkpoint), judges, replicas")
     finally:
         deployment.stop()
         ray.shutdown()
