@@ -330,5 +330,6 @@ def test_serve_with_vllm_learns_from_sessions(vllm_url, model_dir, tmp_path):
         server.stop()
     assert engine.policy_version >= 2, f"no two updates in time: {verdicts}, samples {samples}"
     assert engine.adapter is not None, "a LoRA trainer publishes its adapter to vLLM"
+    assert engine.stats()["scores"] > 0, "the judge's teacher scoring went through vLLM's prompt log-probs"
     assert all(code == 200 for code, _ in results)
     assert {"0", "1"} <= {v for _, v in results}
