@@ -183,3 +183,28 @@ def test_engine_settings_are_checked(tmp_path, monkeypatch):
     monkeypatch.delenv("OPENCLAW_VLLM_PYTHON", raising=False)
     with pytest.raises(EngineError, match="make vllm-venv"):
         resolve_vllm_python(str(tmp_path / "nowhere" / "python"))
+
+
+def test_a_child_started_like_the_vllm_server_dies_with_its_parent():
+    """serve --engine vllm starts vLLM with this pre-exec hook: killing serve, even with SIGKILL,
+    must not leave a 5.5 GB server behind."""
+    import subprocess
+    import sys
+    import time
+
+    code = ("import subprocess, os, sys; from openclaw_rl.engine.vllm_server import _own_group_dying_with_parent; "
+            "p = subprocess.Popen(['sleep', '600'], preexec_fn=_own_group_dying_with_parent); "
+            "print(p.pid, flush=True); os.kill(os.getpid(), 9)")
+    parent = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    child = int(parent.stdout.split()[0])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{child}/stat") as stat:
+                if stat.read().split()[2] == "Z":  # a zombie is dead
+                    break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the child {child} outlived its parent")

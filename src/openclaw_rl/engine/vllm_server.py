@@ -35,6 +35,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -114,7 +115,7 @@ class VLLMServer:
         log.info("starting vLLM on %s (log: %s)", self.url, self.log_path)
         with open(self.log_path, "ab") as out:
             self._process = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                             start_new_session=True)
+                                             preexec_fn=_own_group_dying_with_parent)
         atexit.register(self.stop)
         deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
@@ -162,6 +163,20 @@ class VLLMServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
+
+
+def _own_group_dying_with_parent() -> None:
+    """In the child before exec: a process group of its own (stop() signals the whole group:
+    vLLM's engine core and workers are its children), and SIGTERM when we die, even by
+    SIGKILL, so no server outlives the process that started it (Linux; elsewhere only the group)."""
+    os.setsid()
+    try:
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6").prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except OSError:
+        pass
 
 
 def ties_embeddings(model_dir: Path) -> bool:
@@ -234,6 +249,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 " + " ".join(server.command), flush=True)
     if args.print_only:
         return 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # `kill` stops the server too (finally below)
     server.start()
     print(f"serving on {server.url}; Ctrl-C stops it", flush=True)
     try:
