@@ -46,9 +46,6 @@ class LoraAdapter:
     config: dict[str, Any]
 
 
-Weights = dict[str, Any] | LoraAdapter  # full weights keyed like the model's named_parameters, or an adapter
-
-
 class Engine(Protocol):
     policy_version: int
     max_context: int
