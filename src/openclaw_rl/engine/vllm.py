@@ -48,7 +48,7 @@ import httpx
 
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
 from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
-from openclaw_rl.engine.vllm_server import ties_embeddings
+from openclaw_rl.engine.vllm_server import VLLMServer, ties_embeddings
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
@@ -68,7 +68,7 @@ class VLLMEngine:
         *,
         policy_version: int = 0,
         weights_dir: str | Path | None = None,
-        server: Any = None,
+        server: VLLMServer | None = None,
         request_timeout_s: float = 600.0,
         update_timeout_s: float = 600.0,
         check_logprobs_mode: bool = True,
