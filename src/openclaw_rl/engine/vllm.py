@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -84,6 +85,7 @@ class VLLMEngine:
         self.request_timeout_s = request_timeout_s
         self.score_alone = score_alone
         self.update_timeout_s = update_timeout_s
+        self._own_weights_dir = weights_dir is None  # a temporary one, removed by aclose
         self.weights_dir = Path(weights_dir) if weights_dir else Path(tempfile.mkdtemp(prefix="openclaw-vllm-weights-"))
         card = self._model_card()
         self.base_model = card["id"]
@@ -214,6 +216,8 @@ class VLLMEngine:
             self._client = None
         if self.server is not None:
             await asyncio.to_thread(self.server.stop)
+        if self._own_weights_dir:
+            shutil.rmtree(self.weights_dir, ignore_errors=True)
 
     # -- HTTP --------------------------------------------------------------------------
 
