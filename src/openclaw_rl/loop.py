@@ -39,21 +39,26 @@ from openclaw_rl.train import checkpoint, weights
 log = logging.getLogger(__name__)
 
 
-def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0) -> Server:
+def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
     model_dir = resolve_model_dir(config.model or None)
-    engine = build_engine(config, model_dir, threads, lora_rank)
+    engine = build_engine(config, model_dir, threads, lora_rank, name)
     store = make_store(config.store, data_dir=config.data_dir)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics())
 
 
-def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0):
+def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
+                 name: str = ""):
     """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
     `--engine vllm` without `--engine-url` starts a vLLM server here (with LoRA slots of
-    `lora_rank` when the trainer trains an adapter) that stops with the engine."""
+    `lora_rank` when the trainer trains an adapter) that stops with the engine. `name`
+    keeps the weights dir and server log of several engines sharing a data dir apart
+    (Ray replicas)."""
     if config.engine == "local":
         return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
     weights_dir = Path(config.data_dir) / "engine-weights"  # the remote server must be able to read it
+    if name:
+        weights_dir = weights_dir / name
     if config.engine == "sglang":
         from openclaw_rl.engine.sglang import SGLangEngine
 
@@ -64,7 +69,7 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
     launched = None
     if not config.engine_url:
         launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank,
-                              log_path=Path(config.data_dir) / "vllm.log")
+                              log_path=Path(config.data_dir) / (f"vllm-{name}.log" if name else "vllm.log"))
         launched.start()
     try:
         return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched)

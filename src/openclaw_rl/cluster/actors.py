@@ -72,15 +72,15 @@ class _Served:
 
 
 class Replica(_Served):
-    def __init__(self, config: ServeConfig, watch_weights: bool = False):
+    def __init__(self, config: ServeConfig, watch_weights: bool = False, index: int = 0):
         """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
-        `openclaw-rl train`)."""
+        `openclaw-rl train`). `index` names this replica's engine files in the data dir."""
         from openclaw_rl.loop import build_server, weights_watch_loop
         from openclaw_rl.serve.app import create_app
 
         _one_torch_thread()
         config = dataclasses.replace(config, status_interval_s=0.0)
-        self.server = build_server(config, threads=config.threads or 1)
+        self.server = build_server(config, threads=config.threads or 1, name=f"replica-{index}")
         self._start(create_app(self.server, [weights_watch_loop(self.server)] if watch_weights else []), _node_ip())
 
     async def load_weights(self, state_dict: dict, policy_version: int) -> int:

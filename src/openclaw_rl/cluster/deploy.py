@@ -159,8 +159,8 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
         return ray.remote(cls).options(**placement(role, resources), **options)
 
     trainer = remote(actors.TrainerActor, "trainer").remote(serve, train) if serve.train else None
-    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train)
-                for _ in range(cluster.ray_replicas)]
+    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train, index=i)
+                for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards,
                                                         watch_weights=not serve.train) for i in range(shards)]
