@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test test-slow test-vllm vllm-venv bench install system-deps clean
+.PHONY: run test test-slow test-vllm vllm-venv bench bench-vllm install system-deps clean
 
 install: $(STAMP)
 
@@ -67,6 +67,10 @@ bench: $(STAMP)
 	$(PY) bench/judge_agreement.py
 	$(PY) bench/train_step.py
 	$(PY) bench/store.py
+
+# The vLLM engine against the local one (decode throughput, update latency); needs the vLLM venv.
+bench-vllm: $(STAMP) $(VLLM_STAMP)
+	$(PY) bench/engines.py
 
 clean:
 	rm -rf $(VENV) $(VLLM_VENV) openclaw-data
