@@ -15,7 +15,8 @@ from openclaw_rl.config import ConfigError, ServeConfig
 from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter
 from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
 from openclaw_rl.engine.sglang import parse_generate_chunk, parse_input_logprobs
-from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs, parse_sse_line
+from openclaw_rl.engine.remote import parse_sse_line
+from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs
 from openclaw_rl.engine.vllm_server import resolve_vllm_python, untied_copy
 from openclaw_rl.types import TokenStep
 

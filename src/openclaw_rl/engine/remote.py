@@ -123,3 +123,24 @@ def _write_version(root: Path, version: int, write: Any) -> Path:
     for old in sorted(p for p in root.glob("v*") if p.is_dir())[:-KEEP_VERSIONS]:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def parse_sse_line(line: str) -> dict | str | None:
+    """One server-sent-events line: a JSON chunk, "[DONE]", or None (blank, comment)."""
+    line = line.strip()
+    if not line.startswith("data:"):
+        return None
+    data = line[len("data:"):].strip()
+    if data == "[DONE]":
+        return data
+    return json.loads(data)
+
+
+async def sse_chunks(response) -> AsyncIterator[dict]:
+    """The JSON chunks of a streamed HTTP response, up to "[DONE]"."""
+    async for line in response.aiter_lines():
+        chunk = parse_sse_line(line)
+        if chunk == "[DONE]":
+            return
+        if chunk is not None:
+            yield chunk

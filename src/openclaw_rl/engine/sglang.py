@@ -37,8 +37,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
-from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
-from openclaw_rl.engine.vllm import parse_sse_line
+from openclaw_rl.engine.remote import UpdateGate, sse_chunks, write_full_weights, write_lora_adapter
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
@@ -97,12 +96,7 @@ class SGLangEngine:
                                           f"{(await response.aread()).decode(errors='replace')[:500]}")
                     yield Started(version, len(prompt_ids))
                     emitted = 0
-                    async for line in response.aiter_lines():
-                        chunk = parse_sse_line(line)
-                        if chunk is None:
-                            continue
-                        if chunk == "[DONE]":
-                            break
+                    async for chunk in sse_chunks(response):
                         steps, reason = parse_generate_chunk(chunk, emitted, params.top_logprobs)
                         emitted += len(steps)
                         for step in steps:

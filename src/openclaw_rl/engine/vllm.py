@@ -48,7 +48,7 @@ from typing import Any
 import httpx
 
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
-from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
+from openclaw_rl.engine.remote import UpdateGate, sse_chunks, write_full_weights, write_lora_adapter
 from openclaw_rl.engine.vllm_server import VLLMServer, ties_embeddings
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
@@ -130,12 +130,7 @@ class VLLMEngine:
                     if response.status_code != 200:
                         raise _request_error(response.status_code, (await response.aread()).decode(errors="replace"))
                     yield Started(version, len(prompt_ids))
-                    async for line in response.aiter_lines():
-                        chunk = parse_sse_line(line)
-                        if chunk is None:
-                            continue
-                        if chunk == "[DONE]":
-                            break
+                    async for chunk in sse_chunks(response):
                         steps, reason = parse_completion_chunk(chunk, params.top_logprobs)
                         for step in steps:
                             self._counters["tokens_generated"] += 1
@@ -326,17 +321,6 @@ def _sampling_fields(temperature: float, top_p: float) -> dict[str, Any]:
     """Every sampling knob stated, so no server-side default (generation_config) applies."""
     return {"temperature": max(temperature, 0.0), "top_p": top_p if temperature > 0 else 1.0, "top_k": -1,
             "min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
-
-
-def parse_sse_line(line: str) -> dict | str | None:
-    """One server-sent-events line: a JSON chunk, "[DONE]", or None (blank, comment)."""
-    line = line.strip()
-    if not line.startswith("data:"):
-        return None
-    data = line[len("data:"):].strip()
-    if data == "[DONE]":
-        return data
-    return json.loads(data)
 
 
 def token_id_of(key: str) -> int:
