@@ -19,6 +19,7 @@ from openclaw_rl.config import ConfigError, JudgeConfig
 from openclaw_rl.envs.agent import AGENT_METHOD, AgentConfig, group_advantages, run_agent, step_rewards
 from openclaw_rl.envs.base import Action, Outcome, StepResult, Task, tool_schema
 from openclaw_rl.envs.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
+from openclaw_rl.envs.text_actions import text_action_hint
 from openclaw_rl.envs.toolcall import ToolCallEnv
 from openclaw_rl.judge.worker import JudgeWorker, Reading
 from openclaw_rl.store import Store
@@ -140,7 +141,7 @@ def test_a_scripted_solver_succeeds_and_gets_the_expected_rewards(tmp_path, mode
     won, lost = by_success[True], by_success[False]
     assert won["task"] == lost["task"]  # one group: one task, two trajectories
     assert won["actions"][0] == {"text": "Let me think about it."}
-    assert won["observations"][0] == NO_TOOL_CALL.format(tools="python, answer")
+    assert won["observations"][0] == NO_TOOL_CALL.format(tools="python, answer") + text_action_hint(ToolCallEnv.tools)
     assert won["actions"][1]["tool"] == "answer"
     assert won["outcome"]["success"] is True and lost["outcome"]["success"] is False
     assert won["rewards"] == pytest.approx(rewards_solver)

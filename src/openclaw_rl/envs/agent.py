@@ -97,6 +97,8 @@ class AgentConfig:
     max_steps: int = _help("chat turns per episode at most (a reply without a tool call counts)", 8)
     max_tokens: int = _help("max new tokens per turn", 256)
     temperature: float = _help("sampling temperature of the policy", 1.0)
+    text_actions: bool = _help("read a code block or a stated answer in a reply without a tool call as that "
+                               "call (--no-text-actions: tool calls only)", True)
     seed: int = _help("seed of the task order", 0)
     base_url: str = _help("drive this OpenAI-compatible openclaw-rl server instead of one in-process", "")
     api_key: str = _help("API key of --base-url", "")
@@ -207,12 +209,15 @@ class _Tally:
     def add(self, episode: Episode, split: str, total: int) -> None:
         row = self.rows.setdefault(f"{episode.env}/{split}", {
             "env": episode.env, "split": split, "total": total, "done": 0, "success": 0, "env_errors": 0,
-            "policy_errors": 0, "steps": 0, "samples_written": 0, "samples_rejected": 0})
+            "policy_errors": 0, "steps": 0, "tool_call_steps": 0, "text_action_steps": 0, "samples_written": 0,
+            "samples_rejected": 0})
         row["done"] += 1
         row["success"] += int(episode.success)
         row["env_errors"] += int(episode.env_failed)
         row["policy_errors"] += int(bool(episode.error and episode.error.startswith("policy")))
         row["steps"] += len(episode.steps)
+        row["tool_call_steps"] += sum("tool" in s.action and not s.action.get("from_text") for s in episode.steps)
+        row["text_action_steps"] += sum(bool(s.action.get("from_text")) for s in episode.steps)
         self.versions += [s.policy_version for s in episode.steps if s.policy_version is not None]
 
 
@@ -291,7 +296,7 @@ class Driver:
         session_id = f"agent-{self.run_id}-{job.number:05d}"
         with self.envs.env(job.env) as env:
             return play_episode(env, job.task, self.policy, session_id, max_steps=self.config.max_steps,
-                                train=job.train)
+                                train=job.train, text_actions=self.config.text_actions)
 
     def _finish_group(self, episodes: list[Episode]) -> None:
         """Rewards and advantages of one task's G trajectories, their samples, their lines."""
@@ -378,6 +383,9 @@ class Driver:
             "group_size": self.config.group_size,
             "parallel": self.config.parallel,
             "mean_steps": sum(r["steps"] for r in main) / max(1, sum(r["done"] for r in main)),
+            "text_actions": self.config.text_actions,
+            "tool_call_steps": sum(r["tool_call_steps"] for r in main),
+            "text_action_steps": sum(r["text_action_steps"] for r in main),
             "env_errors": sum(r["env_errors"] for r in rows),
             "policy_errors": sum(r["policy_errors"] for r in rows),
             "samples_written": sum(r["samples_written"] for r in rows),

@@ -20,9 +20,12 @@ Decisions and why:
 - One action per step: the first tool call is carried out; any further calls in the same
   reply get a tool message saying they were not run. Every call id gets an answer, as
   the OpenAI format requires, and the model learns that one call at a time is what works.
-- A reply without a tool call is a text action. It counts as a step, changes nothing in
-  the environment, and its observation (a user message) tells the model to use a tool.
-  A 135M model often does this; it is data, not a crash. So are malformed arguments
+- A reply without a tool call is first read for a text action (a fenced code block, a
+  stated answer: text_actions.py), which is then carried out as the call it stands for;
+  the history sends it back as that call, so its observation is a `tool` message. A reply
+  with neither counts as a step, changes nothing in the environment, and its observation
+  (a user message) tells the model to use a tool. A 135M model often does this; it is
+  data, not a crash. So are malformed arguments
   (the observation names the JSON error) and a failed chat call (the episode ends there
   and is evaluated as it stands).
 - An environment that breaks (`EnvError`, a lost pool lease, any exception from the env)
@@ -47,6 +50,7 @@ from typing import Any, Protocol
 
 from openclaw_rl.config import ConfigError
 from openclaw_rl.envs.base import Action, Env, Outcome, Task
+from openclaw_rl.envs.text_actions import text_action, text_action_hint
 from openclaw_rl.types import Message
 
 __all__ = ["EnvSource", "Episode", "HTTPPolicy", "LocalEnvs", "Policy", "PolicyError", "PoolEnvs", "Reply", "Step",
@@ -133,14 +137,16 @@ class Episode:
 
 
 def play_episode(env: Env, task: Task, policy: Policy, session_id: str, *, max_steps: int,
-                 train: bool = True) -> Episode:
+                 train: bool = True, text_actions: bool = True) -> Episode:
     """Play `task` on `env` through `policy`, at most `max_steps` chat turns; never raises for the
-    agent's mistakes or a broken environment (see the module docstring)."""
+    agent's mistakes or a broken environment (see the module docstring). `text_actions`: read
+    a code block or a stated answer in a reply without a tool call as that call (text_actions.py)."""
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
     started = time.monotonic()
     episode = Episode(env.name, task, session_id, train)
     tool_names = ", ".join(tool["function"]["name"] for tool in env.tools)
+    no_call = NO_TOOL_CALL.format(tools=tool_names) + (text_action_hint(env.tools) if text_actions else "")
     try:
         first = env.reset(task)
     except Exception as error:  # the env's fault, whatever it raised
@@ -155,10 +161,13 @@ def play_episode(env: Env, task: Task, policy: Policy, session_id: str, *, max_s
             episode.error = f"policy: {error}"
             log.info("episode %s: the chat call of step %d failed: %s", session_id, index, error)
             break
+        calls, from_text = reply.tool_calls, False
+        if not calls and text_actions and (parsed := text_action(reply.text, env.tools)):
+            calls, from_text = [_tool_call(f"text-{index}", *parsed)], True
         messages += pending
-        messages.append(_assistant_message(reply))
-        if reply.tool_calls:
-            call = reply.tool_calls[0]
+        messages.append(_assistant_message(reply.text, calls))
+        if calls:
+            call = calls[0]
             name, arguments = call["function"]["name"], call["function"].get("arguments") or ""
             try:
                 observation, done, invalid = _act(env, name, arguments)
@@ -166,10 +175,12 @@ def play_episode(env: Env, task: Task, policy: Policy, session_id: str, *, max_s
                 return _broken(episode, "step", error, started)
             pending = [{"role": "tool", "tool_call_id": call.get("id", ""), "content": observation}]
             pending += [{"role": "tool", "tool_call_id": extra.get("id", ""), "content": EXTRA_CALL}
-                        for extra in reply.tool_calls[1:]]
+                        for extra in calls[1:]]
             action: dict[str, Any] = {"tool": name, "arguments": _decoded(arguments)}
+            if from_text:
+                action["from_text"] = True
         else:
-            observation, done, invalid = NO_TOOL_CALL.format(tools=tool_names), False, "no tool call"
+            observation, done, invalid = no_call, False, "no tool call"
             pending = [{"role": "user", "content": observation}]
             action = {"text": reply.text}
         episode.steps.append(Step(index, action, observation, reply.policy_version, invalid))
@@ -196,11 +207,15 @@ def _act(env: Env, name: str, arguments: str | dict[str, Any]) -> tuple[str, boo
     return result.observation, result.done, result.info.get("error")
 
 
-def _assistant_message(reply: Reply) -> Message:
-    message: Message = {"role": "assistant", "content": reply.text}
-    if reply.tool_calls:
-        message["tool_calls"] = reply.tool_calls
+def _assistant_message(text: str, tool_calls: list[dict[str, Any]]) -> Message:
+    message: Message = {"role": "assistant", "content": text}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
     return message
+
+
+def _tool_call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
 def _decoded(arguments: str | dict[str, Any]) -> Any:
