@@ -54,3 +54,23 @@ def test_several_methods_each_run_in_a_process_of_their_own(tiny_model_dir, tmp_
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for method in ("binary", "opd"):  # both children appended to the one metrics file
         assert [x["event"] for x in lines if x["method"] == method].count("session") == 2
+
+
+def test_the_approval_threshold_applies_to_the_user_and_the_oracle():
+    import pytest
+
+    from openclaw_rl.eval.oracle import OracleJudge
+    from openclaw_rl.eval.problems import heldout_problems
+    from openclaw_rl.eval.simulate import SimulateConfig
+
+    assert SimulateConfig().persona_object().approve_threshold == 0.8  # the student's own
+    persona = SimulateConfig(approve_threshold=0.7).persona_object()
+    assert persona.approve_threshold == 0.7 and OracleJudge(persona).threshold == 0.7
+    problem = heldout_problems(1)[0]
+    answer = "Tomas buys 8 packs of 8 crayons. He gives 9 crayons to Greta, so he has 50 crayons left."  # 0.725
+    score = persona.rubric(problem, answer)
+    assert 0.7 <= score < 0.8, score
+    assert persona.reply(problem, answer, 0, __import__("random").Random(0)).satisfied
+    assert not SimulateConfig().persona_object().reply(problem, answer, 0, __import__("random").Random(0)).satisfied
+    with pytest.raises(ValueError, match="approve_threshold"):
+        SimulateConfig(approve_threshold=1.5)

@@ -32,6 +32,8 @@ learning from the judge's quality): every output then says ORACLE.
 
 from __future__ import annotations
 
+import dataclasses
+
 import asyncio
 import json
 import logging
@@ -80,6 +82,7 @@ class SimulateConfig:
     eval_every: int = 1  # score every this many policy updates (and always before training)
     max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
     max_hints: int = 3  # candidate hints per turn; each costs a teacher prefill, and >1 a student one too
+    approve_threshold: float | None = None  # rubric at which the user approves (and the oracle votes +1); None: the persona's
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -95,6 +98,15 @@ class SimulateConfig:
             raise ValueError(f"eval_every = {self.eval_every} is invalid: use 1 to score every update")
         if self.max_updates < 0:
             raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
+        if self.approve_threshold is not None and not 0.0 < self.approve_threshold <= 1.0:
+            raise ValueError(f"approve_threshold = {self.approve_threshold} is invalid: use a rubric score in (0, 1]")
+
+    def persona_object(self):
+        """The persona, with `approve_threshold` applied when one is set."""
+        persona = get_persona(self.persona)
+        if self.approve_threshold is None:
+            return persona
+        return dataclasses.replace(persona, approve_threshold=self.approve_threshold)
 
 
 class _Recorder:
@@ -174,7 +186,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     from openclaw_rl.loop import build_app
     from openclaw_rl.serve.background import ServerThread, free_port
 
-    persona = get_persona(config.persona)
+    persona = config.persona_object()
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
     oracle = OracleJudge(persona, problems) if config.judge == "oracle" else None
@@ -269,6 +281,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "batch_size": config.batch_size,
         "lora": config.lora,
         "lr": config.lr,
+        "approve_threshold": persona.approve_threshold,
         "parallel": config.parallel,
         "seed": config.seed,
         "score_before": points[0][2],
