@@ -94,8 +94,8 @@ class AgentConfig:
     split: str = _help("task split: train (trained on) | eval (side turns, never trained)", "train")
     eval_episodes: int = _help("held-out (eval split) episodes per environment, played after training", 0)
     out: str = _help("where episodes.jsonl and summary.json go", "./openclaw-agent")
-    max_steps: int = _help("chat turns per episode at most (a reply without a tool call counts)", 8)
-    max_tokens: int = _help("max new tokens per turn", 256)
+    max_steps: int = _help("chat turns per episode at most (a reply without a tool call counts)", 6)
+    max_tokens: int = _help("max new tokens per turn", 192)
     temperature: float = _help("sampling temperature of the policy", 1.0)
     text_actions: bool = _help("read a code block or a stated answer in a reply without a tool call as that "
                                "call (--no-text-actions: tool calls only)", True)
