@@ -149,6 +149,10 @@ def test_samples_are_claimed_oldest_first_all_or_nothing_and_stale_ones_dropped(
     assert claimed[0] == _sample(turns[1].id, version=5)
     assert store.sample_counts("combined") == {"ready": 1, "used": 2, "dropped": 1, "rejected": 1}
     assert store.sample_counts() == {"ready": 2, "used": 2, "dropped": 1, "rejected": 1}
+    # a finished run's last, short batch: at least min_size of a batch of 4
+    assert store.claim_samples("combined", 4, current_version=5, max_staleness=2, train_step=2, min_size=2)[0] == []
+    claimed, _ = store.claim_samples("combined", 4, current_version=5, max_staleness=2, train_step=2, min_size=1)
+    assert [s.turn_id for s in claimed] == [turns[3].id]
 
 
 def test_adding_a_sample_again_replaces_its_status_reason_and_payload(store):

@@ -430,8 +430,9 @@ class Store:
             })
 
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
-                      train_step: int) -> tuple[list[Sample], list[tuple[int, str]]]:
-        """Take the oldest `batch_size` ready samples, if that many are fresh enough.
+                      train_step: int, min_size: int | None = None) -> tuple[list[Sample], list[tuple[int, str]]]:
+        """Take the oldest `batch_size` ready samples, if at least `min_size` (default: `batch_size`)
+        are fresh enough; a smaller `min_size` lets a finished run train its last, partial batch.
 
         Samples more than `max_staleness` versions behind the current policy are dropped
         first, each with its reason. Returns (claimed samples, dropped (turn id, reason)).
@@ -459,7 +460,7 @@ class Store:
                 f"ORDER BY created_at, turn_id LIMIT ?{skip_locked}",
                 (method, batch_size),
             ).fetchall()
-            if len(rows) < batch_size:
+            if len(rows) < (batch_size if min_size is None else max(1, min_size)):
                 rows = []
             if rows:  # one statement, not one per sample: each is a round trip to a PostgreSQL server
                 self._execute(

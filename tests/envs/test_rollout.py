@@ -337,7 +337,7 @@ class EpisodeNumberJudge:
 
 def test_rollouts_on_the_tiny_model_land_in_the_store_and_train(tiny_model_dir, tmp_path):
     config = AgentConfig(env="toolcall", episodes=4, parallel=2, group_size=2, max_steps=2, max_tokens=16,
-                         model=str(tiny_model_dir), out=str(tmp_path / "out"), batch_size=2, drain_timeout_s=60,
+                         model=str(tiny_model_dir), out=str(tmp_path / "out"), batch_size=3, drain_timeout_s=60,
                          verdict_timeout_s=60)
     snapshots: list[dict] = []
     summary = run_agent(config, snapshots.append, judge=EpisodeNumberJudge())
@@ -365,6 +365,8 @@ def test_rollouts_on_the_tiny_model_land_in_the_store_and_train(tiny_model_dir, 
         steps += len(turns)
     counts = store.sample_counts(AGENT_METHOD)
     assert counts["ready"] + counts["used"] + counts["rejected"] + counts["dropped"] == steps
-    assert counts["used"] >= 2 and summary["samples_written"] >= 2  # step 0 of each group: +1 and -1
+    assert counts["used"] >= 2 and summary["samples_written"] >= 4  # step 0 of each group: +1 and -1
+    # batch 3: the last batch was short of it, and the drain had it trained too
+    assert counts["ready"] == 0 and counts["used"] == summary["samples_written"]
     assert store.sample_counts() == counts  # no per-turn samples of any other method
     assert summary["updates"] >= 1 and summary["policy_version_end"] >= 1

@@ -116,7 +116,8 @@ class AgentConfig:
     lora: bool = _help("in-process: train a LoRA adapter instead of every weight", False)
     max_staleness: int = _help("in-process: drop samples more than this many policy versions old", 4)
     verdict_timeout_s: float = _help("longest wait for a group's verdicts before rewards go without them", 300.0)
-    drain_timeout_s: float = _help("in-process: after the last group, wait this long for full batches to train",
+    drain_timeout_s: float = _help("in-process: after the last group, wait this long for the trainer to train "
+                                   "every sample left, the last batch even if short",
                                    300.0)
 
     def __post_init__(self) -> None:
@@ -452,9 +453,11 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
             envs = PoolEnvs(config.pool, token, config.env_names[0])
         else:
             envs = LocalEnvs()
-        drain = ((lambda: server.drain(config.batch_size, config.drain_timeout_s))  # type: ignore[union-attr]
-                 if trains_here else None)
-        summary = Driver(config, policy, envs, sink, progress, drain).run()
+        def drain() -> None:
+            if not server.drain(config.drain_timeout_s):  # type: ignore[union-attr]
+                log.warning("the trainer had not trained every sample after --drain-timeout-s %s s; "
+                            "the rest stay ready in the store", config.drain_timeout_s)
+        summary = Driver(config, policy, envs, sink, progress, drain if trains_here else None).run()
         summary["server"] = config.base_url or ("in-process" if server else "custom")
         summary["model"] = server.model_name if server else getattr(owned, "model", None)
         summary["judge"] = server.judge_name if server else None

@@ -14,13 +14,14 @@ and the trainer's claims share one method name. Here
   standardized advantage (envs/agent.py says why the driver and not the judge);
 - the trainer claims `agent` samples (`run_trainer(sample_method="agent")`) and trains
   them with its configured loss, `binary` for the driver: A_t = the sample's reward on
-  every token, a reward of 0 masked out.
+  every token, a reward of 0 masked out;
+- a run is finite, so when its last group is done (`drain`) the trainer also takes the
+  last, short batch: every sample the driver wrote is trained on.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,13 +91,14 @@ class AgentServer:
         from openclaw_rl.loop import build_judge, build_server, load_trainer
         from openclaw_rl.serve.app import create_app
         from openclaw_rl.serve.background import ServerThread, free_port
-        from openclaw_rl.train.runner import run_trainer
+        from openclaw_rl.train.runner import Flush, run_trainer
 
         port = free_port()
         serve = ServeConfig(model=model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
                             train=train is not None, default_max_tokens=max_tokens)
         server = build_server(serve, threads=1 if train is not None else None)  # one core each: see loop.py
         loops = []
+        self._flush = Flush()
         if judge.startswith(("http://", "https://")):
             judge_config = JudgeConfig(judge="openai", openai_base_url=judge, openai_model=judge_model)
         else:
@@ -111,7 +113,7 @@ class AgentServer:
                 await server.engine.load_weights(state_dict, version)
 
             loops.append(lambda stop: run_trainer(server.store, trainer, train, publish, stop,
-                                                  sample_method=AGENT_METHOD))
+                                                  sample_method=AGENT_METHOD, flush=self._flush))
         self.server = server
         self.store: Store = server.store
         self.model_name: str = server.model_name
@@ -119,11 +121,11 @@ class AgentServer:
         self._thread = ServerThread(create_app(server, loops), port)
         self.base_url = self._thread.base_url
 
-    def drain(self, batch_size: int, timeout_s: float) -> None:
-        """Wait (at most `timeout_s`) while a full batch of `agent` samples is ready to train."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline and self.store.sample_counts(AGENT_METHOD)["ready"] >= batch_size:
-            time.sleep(0.5)
+    def drain(self, timeout_s: float) -> bool:
+        """Train every `agent` sample still ready, the last batch even if it is short of a full
+        one, and wait (at most `timeout_s`) until that is done; whether it was done in time."""
+        self._flush.requested.set()
+        return self._flush.done.wait(timeout_s)
 
     def stop(self) -> None:
         self._thread.stop()  # the app's shutdown stops the judge and trainer, then closes engine and store

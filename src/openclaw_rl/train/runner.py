@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_rl.config import TrainConfig
@@ -25,6 +27,15 @@ from openclaw_rl.train import checkpoint
 from openclaw_rl.train.trainer import Trainer
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Flush:
+    """Asks a running trainer to train what is ready, even less than a batch (`requested`), and
+    says when a claim after that found nothing left (`done`): a finite run's last samples."""
+
+    requested: threading.Event = field(default_factory=threading.Event)
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 async def run_trainer(
@@ -36,12 +47,13 @@ async def run_trainer(
     on_step: Callable[[dict[str, float]], None] | None = None,
     sample_method: str | None = None,
     export: Callable[[], Any] | None = None,
+    flush: Flush | None = None,
 ) -> None:
     """Train until `stop` is set. Claims the samples of `sample_method` (default: the loss's
     own `config.method`) and trains them with `config.method`'s loss: the agent rollout
     driver's step-wise samples are claimed as "agent" and trained with the binary loss.
     `export` makes what is published (default: `trainer.policy_state_dict`, the full
-    weights; `trainer.lora_adapter` for engines that hot-load adapters)."""
+    weights; `trainer.lora_adapter` for engines that hot-load adapters). `flush`: see Flush."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
@@ -49,11 +61,14 @@ async def run_trainer(
     saved_step = trainer.train_step
     try:
         while not stop.is_set():
+            flushing = flush is not None and flush.requested.is_set()
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, sample_method or config.method, config.batch_size, trainer.policy_version,
-                config.max_staleness, trainer.train_step + 1,
+                config.max_staleness, trainer.train_step + 1, 1 if flushing else None,
             )
             if not samples:
+                if flushing:
+                    flush.done.set()  # type: ignore[union-attr]
                 await _wait(stop, config.train_poll_interval_s)
                 continue
             version = trainer.policy_version
