@@ -74,3 +74,12 @@ def test_the_approval_threshold_applies_to_the_user_and_the_oracle():
     assert not SimulateConfig().persona_object().reply(problem, answer, 0, __import__("random").Random(0)).satisfied
     with pytest.raises(ValueError, match="approve_threshold"):
         SimulateConfig(approve_threshold=1.5)
+
+
+def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defaults():
+    from openclaw_rl.cli import _parser
+
+    demo = _parser().parse_args(["demo"])
+    assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (1e-4, 0.7, "combined", "embedding")
+    simulate = _parser().parse_args(["simulate"])
+    assert (simulate.lr, simulate.approve_threshold) == (None, None)

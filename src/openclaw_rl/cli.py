@@ -64,8 +64,9 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--batch-size", type=int, default=4 if name == "simulate" else 2,
                          help="samples per training step")
         sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
-        sim.add_argument("--lr", type=float, default=None,
-                         help="AdamW learning rate (default: 1e-5 for full fine-tuning, 1e-4 for LoRA)")
+        sim.add_argument("--lr", type=float, default=None if name == "simulate" else 1e-4,
+                         help="AdamW learning rate (unset: 1e-5 for full fine-tuning, 1e-4 for LoRA)"
+                         + ("" if name == "simulate" else "; the demo's: 1e-4, see docs/experiments.md"))
         sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
         sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
                          help="held-out problems the score is measured on")
@@ -77,9 +78,10 @@ def _parser() -> argparse.ArgumentParser:
                          help="stop starting sessions after this many policy updates (0: play all sessions)")
         sim.add_argument("--max-hints", type=int, default=3 if name == "simulate" else 1,
                          help="candidate hints per turn (each one costs a teacher forward pass)")
-        sim.add_argument("--approve-threshold", type=float, default=None,
+        sim.add_argument("--approve-threshold", type=float, default=None if name == "simulate" else 0.7,
                          help="rubric score at which the user approves and the oracle votes +1 "
-                              "(default: the persona's, 0.8)")
+                              "(unset: the persona's own, 0.8)"
+                              + ("" if name == "simulate" else "; the demo's: 0.7, see docs/experiments.md"))
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
