@@ -78,6 +78,9 @@ def _parser() -> argparse.ArgumentParser:
                          help="stop starting sessions after this many policy updates (0: play all sessions)")
         sim.add_argument("--max-hints", type=int, default=3 if name == "simulate" else 1,
                          help="candidate hints per turn (each one costs a teacher forward pass)")
+        sim.add_argument("--max-staleness", type=int, default=4,
+                         help="drop samples more than this many policy versions old: the trainer lags the users, "
+                              "and a sample many updates old pulls an already changed policy off course")
         sim.add_argument("--approve-threshold", type=float, default=None if name == "simulate" else 0.7,
                          help="rubric score at which the user approves and the oracle votes +1 "
                               "(unset: the persona's own, 0.8)"
@@ -219,7 +222,8 @@ def _simulate(args: argparse.Namespace) -> int:
         judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
         batch_size=args.batch_size, lora=args.lora, lr=args.lr, max_turns=args.max_turns, heldout=args.heldout,
         user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
-        max_updates=args.max_updates, max_hints=args.max_hints, approve_threshold=args.approve_threshold)
+        max_updates=args.max_updates, max_hints=args.max_hints, approve_threshold=args.approve_threshold,
+        max_staleness=args.max_staleness)
     state: dict[str, dict] = {}
     judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
 

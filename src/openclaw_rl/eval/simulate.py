@@ -82,6 +82,7 @@ class SimulateConfig:
     eval_every: int = 1  # score every this many policy updates (and always before training)
     max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
     max_hints: int = 3  # candidate hints per turn; each costs a teacher prefill, and >1 a student one too
+    max_staleness: int = 4  # drop samples more than this many policy versions old (the trainer lags the students)
     approve_threshold: float | None = None  # rubric at which the user approves (and the oracle votes +1); None: the persona's
 
     def __post_init__(self) -> None:
@@ -98,6 +99,8 @@ class SimulateConfig:
             raise ValueError(f"eval_every = {self.eval_every} is invalid: use 1 to score every update")
         if self.max_updates < 0:
             raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness = {self.max_staleness} is invalid: use 0 or more policy versions")
         if self.approve_threshold is not None and not 0.0 < self.approve_threshold <= 1.0:
             raise ValueError(f"approve_threshold = {self.approve_threshold} is invalid: use a rubric score in (0, 1]")
 
@@ -218,7 +221,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
-                        max_staleness=max(2, config.sessions))
+                        max_staleness=config.max_staleness)
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle, on_publish=on_publish)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
@@ -282,6 +285,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "lora": config.lora,
         "lr": config.lr,
         "approve_threshold": persona.approve_threshold,
+        "max_staleness": config.max_staleness,
         "parallel": config.parallel,
         "seed": config.seed,
         "score_before": points[0][2],
