@@ -453,10 +453,12 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
             envs = PoolEnvs(config.pool, token, config.env_names[0])
         else:
             envs = LocalEnvs()
+
         def drain() -> None:
             if not server.drain(config.drain_timeout_s):  # type: ignore[union-attr]
                 log.warning("the trainer had not trained every sample after --drain-timeout-s %s s; "
                             "the rest stay ready in the store", config.drain_timeout_s)
+
         summary = Driver(config, policy, envs, sink, progress, drain if trains_here else None).run()
         summary["server"] = config.base_url or ("in-process" if server else "custom")
         summary["model"] = server.model_name if server else getattr(owned, "model", None)

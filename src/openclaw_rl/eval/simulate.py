@@ -32,8 +32,6 @@ learning from the judge's quality): every output then says ORACLE.
 
 from __future__ import annotations
 
-import dataclasses
-
 import asyncio
 import json
 import logging
@@ -43,7 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +81,8 @@ class SimulateConfig:
     max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
     max_hints: int = 3  # candidate hints per turn; each costs a teacher prefill, and >1 a student one too
     max_staleness: int = 4  # drop samples more than this many policy versions old (the trainer lags the students)
-    approve_threshold: float | None = None  # rubric at which the user approves (and the oracle votes +1); None: the persona's
+    # the rubric at which the user approves and the oracle votes +1; None: the persona's own
+    approve_threshold: float | None = None
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -109,7 +108,7 @@ class SimulateConfig:
         persona = get_persona(self.persona)
         if self.approve_threshold is None:
             return persona
-        return dataclasses.replace(persona, approve_threshold=self.approve_threshold)
+        return replace(persona, approve_threshold=self.approve_threshold)
 
 
 class _Recorder:
