@@ -185,6 +185,7 @@ def test_train_config_methods_are_the_loss_methods_and_defaults_are_the_papers()
     ({"micro_batch_size": 0}, "micro_batch_size"), ({"eps_low": 1.0}, "eps_low"),
     ({"method": "binary", "w_rl": 0.0}, "w_rl"), ({"kl_beta": -0.1}, "kl_beta"),
     ({"train_poll_interval_s": 0.0}, "train_poll_interval_s"),
+    ({"gradient_checkpointing": "yes"}, "gradient_checkpointing"),
 ])
 def test_train_config_names_the_bad_field(overrides, name) -> None:
     with pytest.raises(ConfigError, match=f"^{name}"):
@@ -241,6 +242,29 @@ def test_micro_batches_give_the_full_batch_loss_and_gradient(tiny_llama) -> None
         assert stats[size]["loss"] == pytest.approx(stats[len(samples)]["loss"], rel=1e-5, abs=1e-7)
         assert stats[size]["grad_norm"] == pytest.approx(stats[len(samples)]["grad_norm"], rel=1e-4)
     assert stats[1]["trained_samples"] == len(samples) - 1
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_step(tiny_llama, lora) -> None:
+    samples = make_samples(tiny_llama)
+    stats, grads, recomputed = {}, {}, {}
+    for mode in ("off", "on", "auto"):
+        torch.manual_seed(0)  # the same LoRA A matrices for every mode
+        trainer = Trainer(tiny_llama, TrainConfig(method="combined", lora=lora, gradient_checkpointing=mode,
+                                                  grad_clip=1e9), device="cpu")
+        calls = []
+        for layer in trainer._checkpointed:  # count the layers' trips through torch.utils.checkpoint
+            func = layer._gradient_checkpointing_func
+            layer._gradient_checkpointing_func = lambda *a, _f=func, **k: calls.append(1) or _f(*a, **k)
+        trainer._accumulate([collate(samples)])
+        grads[mode] = [p.grad.clone() for p in trainer.trainable]
+        stats[mode], recomputed[mode] = trainer.step(samples), len(calls)
+    # 2 layers x 3 micro-batches (one here, two in step's batches of 4); auto: far under 2048 tokens
+    assert recomputed == {"off": 0, "on": 2 * 3, "auto": 0}
+    assert stats["on"]["loss"] == pytest.approx(stats["off"]["loss"], rel=1e-6)
+    assert stats["on"]["grad_norm"] == pytest.approx(stats["off"]["grad_norm"], rel=1e-5)
+    for on, off in zip(grads["on"], grads["off"]):
+        torch.testing.assert_close(on, off, rtol=1e-5, atol=1e-7)
 
 
 def test_a_batch_without_any_signal_takes_no_step_and_keeps_the_version(tiny_llama) -> None:

@@ -189,6 +189,10 @@ class TrainConfig:
     micro_batch_size: int = _help("samples per forward/backward pass; gradients accumulate over a batch",
                                   default=4)
     grad_clip: float = _help("clip the global gradient norm to this value", default=1.0)
+    gradient_checkpointing: str = _help(
+        "recompute each layer's activations in the backward pass instead of keeping them (less memory, about a "
+        "third more compute): auto = for micro-batches of more than 2048 tokens (long agent prompts), on, off",
+        default="auto")
     eps_low: float = _help("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
     eps_high: float = _help("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)
     opd_clip_c: float = _help("C: OPD advantages are clipped to [-C, C]", default=1.0)
@@ -222,6 +226,8 @@ class TrainConfig:
         _check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
                "at least 1")
         _check(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, "at least 1")
+        _check(self.gradient_checkpointing in ("auto", "on", "off"), "gradient_checkpointing",
+               self.gradient_checkpointing, "auto, on or off")
         _check(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive gradient norm (the paper uses 1.0)")
         _check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
         _check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")

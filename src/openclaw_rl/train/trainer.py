@@ -52,6 +52,7 @@ from openclaw_rl.types import Sample
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER = "default"  # peft's name for the single adapter we train
+CHECKPOINT_TOKENS = 2048  # gradient_checkpointing=auto: micro-batches above this many (padded) tokens
 _MEAN_STATS = ("loss", "pg_loss", "topk_kl", "ref_kl", "approx_kl", "clip_fraction", "ratio_mean")
 
 
@@ -81,6 +82,7 @@ class Trainer:
         elif config.kl_beta > 0:
             self.reference = copy.deepcopy(model).requires_grad_(False).eval()
         self.model = model.eval()  # eval = dropout off; gradients still flow
+        self._checkpointed = _enable_checkpointing(model, config) if config.gradient_checkpointing != "off" else []
         forward = (model.get_base_model() if config.lora else model).forward
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(forward).parameters
         self.trainable = [p for p in model.parameters() if p.requires_grad]
@@ -190,12 +192,16 @@ class Trainer:
         """
         positions = batch["response_positions"]  # (B, T) columns of the response tokens
         first = int(positions.min()) - 1  # the earliest column whose logits predict a response token
-        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
+        kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False}
         if self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = batch["input_ids"].shape[1] - first  # skip the prompt-only columns
         else:
             first = 0
         if not reference:
+            tokens = batch["input_ids"].numel()
+            recompute = self.config.gradient_checkpointing == "on" or tokens > CHECKPOINT_TOKENS
+            for layer in self._checkpointed:  # a layer checkpoints only in training mode; its children stay eval
+                layer.training = recompute
             logits = self.model(**kwargs).logits  # (B, L - first, V)
         elif self.reference is not None:
             logits = self.reference(**kwargs).logits
@@ -297,6 +303,26 @@ class Trainer:
             "lora_alpha": c.lora_alpha if c.lora else None,
             "config": json.loads(json.dumps(c.__dict__)),
         }
+
+
+def _enable_checkpointing(model: torch.nn.Module, config: TrainConfig) -> list[torch.nn.Module]:
+    """Turn on transformers' activation checkpointing; returns the layers that apply it.
+
+    A layer recomputes only while its own `training` flag is set, which `logprobs` sets per
+    micro-batch. Setting the flag on the layer alone keeps dropout in its children off.
+    """
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    base = model.get_base_model() if config.lora else model
+    enable = getattr(base, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:  # transformers before 5
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
+    for layer in layers:
+        layer.training = False
+    return layers
 
 
 def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
