@@ -11,9 +11,10 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
     code = main(["simulate", "--persona", "student", "--sessions", "2", "--method", "combined", "--judge", "oracle",
                  "--model", str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2",
-                 "--max-turns", "2"])
+                 "--max-turns", "2", "--opd-baseline", "mean"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
+    assert summary["opd_baseline"] == "mean"
     for key in ("method", "judge", "sessions", "updates", "score_before", "score_after", "score_by_update"):
         assert key in summary
     assert summary["judge"] == "oracle" and "ORACLE" in summary["judge_label"]

@@ -137,6 +137,18 @@ def test_opd_advantage_is_clipped_gap_and_zero_without_teacher() -> None:
     assert_values(opd_advantages(teacher, behaviour, teacher_mask, clip_c=0.25), [[0.25, 0.25, -0.25, 0.0, 0.0]])
 
 
+def test_opd_mean_baseline_centres_each_sample_on_its_teacher_tokens() -> None:
+    behaviour = f32([[-1.0, -1.0, -1.0, -1.0, -1.0], [-1.0, -1.0, -1.0, -1.0, -1.0]])
+    teacher = f32([[-0.5, 2.0, -3.0, NAN, -0.2], [NAN, NAN, NAN, NAN, NAN]])  # row 2: no teacher at all
+    teacher_mask = mask([[1, 1, 1, 0, 0], [0, 0, 0, 0, 0]])
+    centred = opd_advantages(teacher, behaviour, teacher_mask, clip_c=1.0, baseline="mean")
+    mean = (0.5 + 1.0 - 1.0) / 3  # of the clipped gaps, over the 3 teacher tokens
+    assert_values(centred, [[0.5 - mean, 1.0 - mean, -1.0 - mean, 0.0, 0.0], [0.0] * 5])
+    assert float(centred[0, :3].sum()) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match="unknown OPD baseline 'median'"):
+        opd_advantages(teacher, behaviour, teacher_mask, baseline="median")
+
+
 def test_opd_advantage_carries_no_gradient() -> None:
     teacher = f32([[-0.5]]).requires_grad_()
     assert not opd_advantages(teacher, f32([[-1.0]]), mask([[1]])).requires_grad

@@ -85,6 +85,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="rubric score at which the user approves and the oracle votes +1 "
                               "(unset: the persona's own, 0.8)"
                               + ("" if name == "simulate" else "; the demo's: 0.7, see docs/experiments.md"))
+        sim.add_argument("--opd-baseline", default="none", choices=("none", "mean"),
+                         help="none (the paper) | mean: centre each sample's OPD advantages (docs/experiments.md)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
@@ -223,7 +225,7 @@ def _simulate(args: argparse.Namespace) -> int:
         batch_size=args.batch_size, lora=args.lora, lr=args.lr, max_turns=args.max_turns, heldout=args.heldout,
         user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
         max_updates=args.max_updates, max_hints=args.max_hints, approve_threshold=args.approve_threshold,
-        max_staleness=args.max_staleness)
+        max_staleness=args.max_staleness, opd_baseline=args.opd_baseline)
     state: dict[str, dict] = {}
     judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
 

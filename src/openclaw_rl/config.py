@@ -196,6 +196,9 @@ class TrainConfig:
     eps_low: float = _help("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
     eps_high: float = _help("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)
     opd_clip_c: float = _help("C: OPD advantages are clipped to [-C, C]", default=1.0)
+    opd_baseline: str = _help(
+        "none (the paper) | mean: subtract each sample's mean OPD advantage, which otherwise averages "
+        "-KL(policy || teacher) < 0 and pushes down everything sampled (docs/experiments.md)", default="none")
     w_rl: float = _help("weight of the evaluative reward in the combined advantage", default=1.0)
     w_opd: float = _help("weight of the OPD advantage in the combined advantage", default=1.0)
     kl_beta: float = _help("k3 KL penalty to the initial policy (the paper uses 0.02 when on); 0 = off",
@@ -232,6 +235,7 @@ class TrainConfig:
         _check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
         _check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")
         _check(self.opd_clip_c > 0, "opd_clip_c", self.opd_clip_c, "a positive clip (the paper uses C = 1)")
+        _check(self.opd_baseline in ("none", "mean"), "opd_baseline", self.opd_baseline, "none or mean")
         _check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
         _check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
         _check(self.method != "binary" or self.w_rl > 0, "w_rl", self.w_rl,

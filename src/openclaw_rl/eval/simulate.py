@@ -83,6 +83,7 @@ class SimulateConfig:
     max_staleness: int = 4  # drop samples more than this many policy versions old (the trainer lags the students)
     # the rubric at which the user approves and the oracle votes +1; None: the persona's own
     approve_threshold: float | None = None
+    opd_baseline: str = "none"  # TrainConfig.opd_baseline: "mean" centres each sample's OPD advantages
 
     def __post_init__(self) -> None:
         if self.sessions < 1:
@@ -100,6 +101,8 @@ class SimulateConfig:
             raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness = {self.max_staleness} is invalid: use 0 or more policy versions")
+        if self.opd_baseline not in ("none", "mean"):
+            raise ValueError(f"opd_baseline = {self.opd_baseline!r} is invalid: use none or mean")
         if self.approve_threshold is not None and not 0.0 < self.approve_threshold <= 1.0:
             raise ValueError(f"approve_threshold = {self.approve_threshold} is invalid: use a rubric score in (0, 1]")
 
@@ -220,7 +223,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
-                        max_staleness=config.max_staleness)
+                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline)
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle, on_publish=on_publish)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
@@ -285,6 +288,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "lr": config.lr,
         "approve_threshold": persona.approve_threshold,
         "max_staleness": config.max_staleness,
+        "opd_baseline": config.opd_baseline,
         "parallel": config.parallel,
         "seed": config.seed,
         "score_before": points[0][2],
@@ -370,6 +374,10 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "eval_every": config.eval_every,
         "max_updates": config.max_updates,
         "heldout": config.heldout,
+        "lr": config.lr,
+        "approve_threshold": first["approve_threshold"],
+        "max_staleness": config.max_staleness,
+        "opd_baseline": config.opd_baseline,
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),
         "updates": first["updates"] if single else {m: r["updates"] for m, r in runs.items()},
         "score_before": first["score_before"] if single else {m: r["score_before"] for m, r in runs.items()},

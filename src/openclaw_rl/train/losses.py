@@ -145,20 +145,36 @@ def k3_kl(
     return masked_sample_mean(delta.exp() - delta - 1.0, mask)
 
 
+OPD_BASELINES = ("none", "mean")
+
+
 def opd_advantages(
     teacher_logprobs: Tensor,  # (B, T) response tokens scored under prompt + hint
     behaviour_logprobs: Tensor,  # (B, T)
     teacher_mask: Tensor,  # (B, T) bool: a teacher scored this token
     clip_c: float = 1.0,
+    baseline: str = "none",
 ) -> Tensor:  # (B, T)
-    """OPD advantage clip(teacher - behaviour, -C, C); 0 where there is no teacher."""
+    """OPD advantage clip(teacher - behaviour, -C, C); 0 where there is no teacher.
+
+    baseline "mean" subtracts each sample's mean advantage over its teacher tokens. On
+    tokens sampled from the policy the advantage averages -KL(policy || teacher) <= 0,
+    so without a baseline every step also pushes down whatever was sampled; a constant
+    per sample leaves the expected gradient unchanged and removes that push.
+    """
     if clip_c <= 0:
         raise ValueError(f"clip_c must be > 0, got {clip_c}; the paper uses C = 1")
+    if baseline not in OPD_BASELINES:
+        raise ValueError(f"unknown OPD baseline {baseline!r}; choose one of {', '.join(OPD_BASELINES)}")
     mask = teacher_mask.bool()  # (B, T)
     _check_shape("teacher_logprobs", teacher_logprobs, mask.shape)
     _check_shape("behaviour_logprobs", behaviour_logprobs, mask.shape)
-    gap = _f32(teacher_logprobs) - _f32(behaviour_logprobs)  # (B, T)
-    return torch.where(mask, gap.clamp(-clip_c, clip_c), 0.0).detach()
+    gap = (_f32(teacher_logprobs) - _f32(behaviour_logprobs)).clamp(-clip_c, clip_c)  # (B, T)
+    gap = torch.where(mask, gap, 0.0)
+    if baseline == "mean":
+        count = mask.sum(-1, keepdim=True)  # (B, 1)
+        gap = torch.where(mask, gap - gap.sum(-1, keepdim=True) / count.clamp(min=1), 0.0)
+    return gap.detach()
 
 
 def combined_advantages(
@@ -310,6 +326,7 @@ class LossParams:
     w_opd: float = 1.0  # weight of the OPD advantage in combined
     kl_beta: float = 0.0  # k3 KL penalty to the reference policy; paper 0.02, 0 = off
     tail_floor: float = TAIL_FLOOR  # smallest tail mass before the log in top-k KL
+    opd_baseline: str = "none"  # "mean": subtract each sample's mean OPD advantage (not in the paper)
 
     def __post_init__(self) -> None:
         if self.kl_beta < 0:
@@ -386,7 +403,8 @@ def _policy_advantages(
     if terms.opd:
         teacher_mask = batch["teacher_mask"].bool()
         opd = opd_advantages(
-            batch["teacher_logprobs"], batch["behaviour_logprobs"], teacher_mask, params.opd_clip_c
+            batch["teacher_logprobs"], batch["behaviour_logprobs"], teacher_mask, params.opd_clip_c,
+            params.opd_baseline,
         )
     else:
         teacher_mask = torch.zeros_like(loss_mask)

@@ -72,7 +72,7 @@ class Trainer:
         self.terms = method_terms(config.method)
         self.loss_params = LossParams(
             eps_low=config.eps_low, eps_high=config.eps_high, opd_clip_c=config.opd_clip_c,
-            w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta,
+            w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta, opd_baseline=config.opd_baseline,
         )
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
