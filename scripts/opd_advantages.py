@@ -8,6 +8,7 @@ behaviour, -1, 1) per response token (train/losses.py's advantage):
 
 - its mean over all tokens, over the first 8 tokens of each response and over the rest,
   and the share of tokens where it is negative;
+- its mean on the end-of-turn token (a negative one teaches the policy not to stop);
 - the hints the judge selected, most frequent first;
 - the tokens it pushes up and down most in total (sum over their occurrences).
 
@@ -57,6 +58,10 @@ def main() -> None:
     print(f"{len(payloads)} samples, {len(every)} response tokens with a teacher")
     print(f"mean A_opd: all {sum(every) / len(every):+.4f}, first {FIRST} tokens {sum(first) / len(first):+.4f}, "
           f"rest {sum(rest) / max(len(rest), 1):+.4f}; negative on {sum(a < 0 for a in every) / len(every):.0%}")
+    end = by_token.get(tokenizer.eos_token_id, [])
+    if end:
+        print(f"end of turn {tokenizer.eos_token!r}: mean A_opd {sum(end) / len(end):+.3f} over {len(end)} responses, "
+              f"negative in {sum(a < 0 for a in end)}")
     print("selected hints:")
     for hint, count in hints.most_common(5):
         print(f"  {count:3d}  {hint}")
