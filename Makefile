@@ -66,6 +66,7 @@ bench: $(STAMP)
 	$(PY) bench/serve_during_training.py
 	$(PY) bench/judge_agreement.py
 	$(PY) bench/train_step.py
+	$(PY) bench/train_memory.py
 	$(PY) bench/store.py
 
 # The vLLM engine against the local one (decode throughput, update latency); needs the vLLM venv.
