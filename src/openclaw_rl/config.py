@@ -190,8 +190,8 @@ class TrainConfig:
                                   default=4)
     grad_clip: float = _help("clip the global gradient norm to this value", default=1.0)
     gradient_checkpointing: str = _help(
-        "recompute each layer's activations in the backward pass instead of keeping them (less memory, about a "
-        "third more compute): auto = for micro-batches of more than 2048 tokens (long agent prompts), on, off",
+        "recompute each layer's activations in the backward pass instead of keeping them (bench/train_memory.py: "
+        "19.3 -> 7.7 GB, +9 %% time): auto = for micro-batches of more than 2048 tokens (long agent prompts), on, off",
         default="auto")
     eps_low: float = _help("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
     eps_high: float = _help("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)

@@ -314,12 +314,17 @@ def _enable_checkpointing(model: torch.nn.Module, config: TrainConfig) -> list[t
     from transformers.modeling_layers import GradientCheckpointingLayer
 
     base = model.get_base_model() if config.lora else model
+    layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
+    if not layers or not getattr(base, "supports_gradient_checkpointing", False):
+        if config.gradient_checkpointing == "on":
+            raise ValueError(f"{type(base).__name__} does not support gradient checkpointing; "
+                             "use gradient_checkpointing = off (or auto, which then keeps activations)")
+        return []
     enable = getattr(base, "activation_checkpointing_enable", None)
     if enable is not None:
         enable(activation_checkpointing_kwargs={"use_reentrant": False})
-    else:  # transformers before 5
+    else:  # older transformers name it after gradients
         base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
     for layer in layers:
         layer.training = False
     return layers
