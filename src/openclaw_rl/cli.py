@@ -8,8 +8,8 @@ import sys
 import threading
 
 from openclaw_rl import __version__
-from openclaw_rl.config import (ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig, add_flags, build,
-                                 load_file)
+from openclaw_rl.config import (OPD_BASELINES, ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig,
+                                 add_flags, build, load_file)
 from openclaw_rl.store import StoreError
 
 _FORMAT = argparse.HelpFormatter
@@ -85,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                          help="rubric score at which the user approves and the oracle votes +1 "
                               "(unset: the persona's own, 0.8)"
                               + ("" if name == "simulate" else "; the demo's: 0.7, see docs/experiments.md"))
-        sim.add_argument("--opd-baseline", default="none", choices=("none", "mean"),
+        sim.add_argument("--opd-baseline", default="none", choices=OPD_BASELINES,
                          help="none (the paper) | mean: centre each sample's OPD advantages (docs/experiments.md)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 

@@ -173,6 +173,7 @@ class JudgeConfig:
 
 
 TRAIN_METHODS = ("binary", "opd", "combined", "topk")  # the rows of train.losses.METHODS
+OPD_BASELINES = ("none", "mean")  # train.losses.opd_advantages' baselines
 
 
 @dataclass
@@ -235,7 +236,7 @@ class TrainConfig:
         _check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
         _check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")
         _check(self.opd_clip_c > 0, "opd_clip_c", self.opd_clip_c, "a positive clip (the paper uses C = 1)")
-        _check(self.opd_baseline in ("none", "mean"), "opd_baseline", self.opd_baseline, "none or mean")
+        _check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
         _check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
         _check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
         _check(self.method != "binary" or self.w_rl > 0, "w_rl", self.w_rl,

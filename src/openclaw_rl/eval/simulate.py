@@ -47,7 +47,7 @@ from typing import Any
 
 import openai
 
-from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import OPD_BASELINES, JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
@@ -101,8 +101,8 @@ class SimulateConfig:
             raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness = {self.max_staleness} is invalid: use 0 or more policy versions")
-        if self.opd_baseline not in ("none", "mean"):
-            raise ValueError(f"opd_baseline = {self.opd_baseline!r} is invalid: use none or mean")
+        if self.opd_baseline not in OPD_BASELINES:
+            raise ValueError(f"opd_baseline = {self.opd_baseline!r} is invalid: use " + " or ".join(OPD_BASELINES))
         if self.approve_threshold is not None and not 0.0 < self.approve_threshold <= 1.0:
             raise ValueError(f"approve_threshold = {self.approve_threshold} is invalid: use a rubric score in (0, 1]")
 

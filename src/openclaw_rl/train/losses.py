@@ -58,6 +58,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from openclaw_rl.config import OPD_BASELINES
+
 LOG_RATIO_LIMIT = 20.0
 TAIL_FLOOR = 1e-8
 ZERO_STD = 1e-6
@@ -143,9 +145,6 @@ def k3_kl(
     delta = torch.where(mask, _f32(ref_logprobs) - _f32(logprobs), 0.0)  # (B, T)
     delta = delta.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     return masked_sample_mean(delta.exp() - delta - 1.0, mask)
-
-
-OPD_BASELINES = ("none", "mean")
 
 
 def opd_advantages(
