@@ -268,10 +268,10 @@ def test_a_lora_update_under_traffic_fails_no_request_and_versions_are_true(vllm
 
     server = LiveServer(model_dir, tmp_path / "data", engine="vllm", engine_url=vllm_url)
     trainer = Trainer(model_dir, TrainConfig(lora=True, lora_rank=16), device="cpu")
-    with torch.no_grad():  # a trained-looking adapter: B is zero at initialisation
-        generator = torch.Generator().manual_seed(2)
-        for name, p in trainer.model.named_parameters():
-            if "lora_B" in name:
+    with torch.no_grad():  # a trained-looking adapter (B is zero at initialisation), drawn from a seed alone:
+        generator = torch.Generator().manual_seed(0)  # peft draws A from the global RNG, and 1 draw in 6 left
+        for name, p in trainer.model.named_parameters():  # the 12 greedy tokens unchanged; this one changes the first
+            if "lora_A" in name or "lora_B" in name:
                 p.copy_(0.02 * torch.randn(p.shape, generator=generator))
     question = "Say something about mountains."
     engine = server.server.engine
