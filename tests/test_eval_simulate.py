@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 from openclaw_rl.cli import main
 
@@ -15,6 +18,7 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["opd_baseline"] == "mean"
+    assert summary["lr"] == summary["runs"]["combined"]["lr"] == 1e-5  # the rate used when --lr is unset
     for key in ("method", "judge", "sessions", "updates", "score_before", "score_after", "score_by_update"):
         assert key in summary
     assert summary["judge"] == "oracle" and "ORACLE" in summary["judge_label"]
@@ -41,6 +45,16 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
         assert {a["version"] for a in e["answers"]} == {e["updates"]}
     sessions_at = {e["updates"]: e["sessions"] for e in evals}
     assert sessions_at[0] == 0 and 0 < sessions_at[2] <= summary["sessions"]
+    # the seeds report of docs/experiments.md reads such a run: one row, and the figure
+    script = Path(__file__).parents[1] / "scripts" / "demo_seeds.py"
+    report = subprocess.run([sys.executable, str(script), str(out), "--figure", str(tmp_path / "seeds.png")],
+                            capture_output=True, text=True, check=True).stdout
+    row = next(line for line in report.splitlines() if line.startswith("| 1e-05 | 0 |"))
+    assert f"{summary['score_by_update']['2']:.3f} @2 ({sessions_at[2]})" in row
+    assert "- lr 1e-05, 1 seeds:" in report
+    assert (tmp_path / "seeds.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    missing = subprocess.run([sys.executable, str(script), str(tmp_path)], capture_output=True, text=True)
+    assert missing.returncode == 2 and "holds no summary.json" in missing.stderr
 
 
 def test_several_methods_each_run_in_a_process_of_their_own(tiny_model_dir, tmp_path):
@@ -81,6 +95,6 @@ def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defa
     from openclaw_rl.cli import _parser
 
     demo = _parser().parse_args(["demo"])
-    assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (1e-4, 0.7, "combined", "embedding")
+    assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (5e-5, 0.7, "combined", "embedding")
     simulate = _parser().parse_args(["simulate"])
     assert (simulate.lr, simulate.approve_threshold) == (None, None)

@@ -64,9 +64,9 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--batch-size", type=int, default=4 if name == "simulate" else 2,
                          help="samples per training step")
         sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
-        sim.add_argument("--lr", type=float, default=None if name == "simulate" else 1e-4,
+        sim.add_argument("--lr", type=float, default=None if name == "simulate" else 5e-5,
                          help="AdamW learning rate (unset: 1e-5 for full fine-tuning, 1e-4 for LoRA)"
-                         + ("" if name == "simulate" else "; the demo's: 1e-4, see docs/experiments.md"))
+                         + ("" if name == "simulate" else "; the demo's: 5e-5, see docs/experiments.md"))
         sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
         sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
                          help="held-out problems the score is measured on")

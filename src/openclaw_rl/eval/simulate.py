@@ -285,7 +285,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "updates": final,
         "batch_size": config.batch_size,
         "lora": config.lora,
-        "lr": config.lr,
+        "lr": train.learning_rate,  # the rate used, also when --lr was left unset
         "approve_threshold": persona.approve_threshold,
         "max_staleness": config.max_staleness,
         "opd_baseline": config.opd_baseline,
@@ -374,7 +374,7 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "eval_every": config.eval_every,
         "max_updates": config.max_updates,
         "heldout": config.heldout,
-        "lr": config.lr,
+        "lr": first["lr"],
         "approve_threshold": first["approve_threshold"],
         "max_staleness": config.max_staleness,
         "opd_baseline": config.opd_baseline,
