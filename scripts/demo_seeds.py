@@ -74,7 +74,7 @@ def main() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, axis = plt.subplots(figsize=(7, 4.4))
+        fig, axis = plt.subplots(figsize=(9, 4.4))
         colors = {lr: f"C{i}" for i, lr in enumerate(by_lr)}
         for r in runs:
             axis.plot([p[1] for p in r["curve"]], [p[2] for p in r["curve"]], marker="o", markersize=3,
@@ -91,7 +91,7 @@ def main() -> None:
         axis.set_xlabel("policy updates")
         axis.set_ylabel(f"personalization score ({shared} held-out first answers)")
         axis.grid(alpha=0.3)
-        axis.legend(fontsize=7, loc="lower left", ncol=2)
+        axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=110)
