@@ -19,7 +19,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
-from personalization_report import common_curves, style_ceiling
+from personalization_report import common_curves, save_figure, style_ceiling
 
 from openclaw_rl.eval.problems import heldout_problems
 
@@ -92,10 +92,7 @@ def main() -> None:
         axis.set_ylabel(f"personalization score ({shared} held-out first answers)")
         axis.grid(alpha=0.3)
         axis.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-        fig.tight_layout()
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.figure, dpi=110)
-        print(f"\nwrote {args.figure}")
+        save_figure(fig, args.figure)
 
 
 if __name__ == "__main__":

@@ -71,6 +71,14 @@ def sessions_to(curve: list[list[float]], threshold: float) -> int | None:
     return None
 
 
+def save_figure(fig, path: Path) -> None:
+    """Lay out, write (making the folder) and say where: the last step of every report's figure."""
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    print(f"\nwrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dirs", nargs="+", type=Path)
@@ -153,10 +161,7 @@ def main() -> None:
         axes[0][0].set_ylabel(f"personalization score ({shared} held-out first answers)")
         for axis in axes[0]:
             axis.legend(fontsize=7, loc="lower right", ncol=2)
-        fig.tight_layout()
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.figure, dpi=110)
-        print(f"\nwrote {args.figure}")
+        save_figure(fig, args.figure)
 
 
 if __name__ == "__main__":
