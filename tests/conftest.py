@@ -249,3 +249,84 @@ def store(store_url, tmp_path):
     opened = make_store(store_url, data_dir=tmp_path)
     yield opened
     opened.close()
+
+
+# -- a scripted engine: the one seam where serving tests fake the model ----------------------
+
+
+class ScriptedEngine:
+    """An `Engine` whose responses are given texts, token by token (real tokenizer, real
+    serving path): for tests that need a model to say something exact, e.g. a tool call."""
+
+    def __init__(self, tokenizer, replies: list[str], max_context: int = 2048):
+        self.tokenizer, self.replies = tokenizer, list(replies)
+        self.policy_version, self.max_context = 0, max_context
+        self.eos_token_ids = frozenset({tokenizer.eos_token_id})
+        self.model_dir, self.model_name = Path("scripted"), "scripted"
+        self.prompts: list[list[int]] = []
+
+    async def stream(self, prompt_ids, params):
+        from openclaw_rl.engine.base import Finished, Started
+        from openclaw_rl.types import TokenStep
+
+        self.prompts.append(list(prompt_ids))
+        text = self.replies[(len(self.prompts) - 1) % len(self.replies)]
+        yield Started(self.policy_version, len(prompt_ids))
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        for token_id in ids[: params.max_new_tokens]:
+            yield TokenStep(token_id, -0.5)
+        yield Finished("stop" if len(ids) <= params.max_new_tokens else "length")
+
+    async def score(self, prompt_ids, response_ids, *, temperature=1.0, top_p=1.0, top_k=0):
+        raise NotImplementedError("the scripted engine does not score")
+
+    async def load_weights(self, state_dict, policy_version):
+        self.policy_version = policy_version
+
+    def stats(self):
+        return {"policy_version": self.policy_version}
+
+    async def aclose(self):
+        pass
+
+
+class ScriptedServer:
+    """The real app and store around a `ScriptedEngine`, on a free loopback port."""
+
+    def __init__(self, tokenizer, replies: list[str], data_dir: Path, **overrides):
+        from openclaw_rl.config import ServeConfig
+        from openclaw_rl.serve.app import Server, create_app
+        from openclaw_rl.serve.metrics import Metrics
+        from openclaw_rl.store import make_store
+
+        self.port = free_port()
+        self.engine = ScriptedEngine(tokenizer, replies)
+        config = ServeConfig(data_dir=str(data_dir), port=self.port, train=False, status_interval_s=0.0, **overrides)
+        self.server = Server(engine=self.engine, tokenizer=tokenizer, store=make_store("", data_dir=data_dir),
+                             config=config, model_name="scripted", metrics=Metrics())
+        self._thread = ServerThread(create_app(self.server), self.port)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self._thread.stop()
+
+
+@pytest.fixture
+def scripted_server(tiny_model_dir, tmp_path):
+    """`scripted_server(replies, **config)`: a live server whose model says `replies` in turn."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    started: list[ScriptedServer] = []
+
+    def make(replies: list[str], **overrides) -> ScriptedServer:
+        server = ScriptedServer(tokenizer, replies, tmp_path / f"scripted{len(started)}", **overrides)
+        started.append(server)
+        return server
+
+    yield make
+    for server in started:
+        server.stop()

@@ -93,10 +93,29 @@ def test_header_session_pairs_next_state_and_side_turns_stay_out(live):
     assert turns[2]["next_state"] is None
 
 
-def test_user_field_names_the_session(live):
+def test_user_field_scopes_sessions_but_never_names_one(live):
+    """Two conversations of one user are two sessions, each paired with its own replies."""
     c = client(live)
-    c.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}], max_tokens=2, user="alice-42")
-    assert len(session_of(live, "alice-42")["turns"]) == 1
+    opened = {}
+    for question in ("Translate 'cat' to French", "What is 7*6?"):
+        raw = c.chat.completions.with_raw_response.create(
+            model="m", messages=[{"role": "user", "content": question}], max_tokens=3, temperature=0, user="alice-42")
+        opened[question] = (raw.headers["x-session-id"], raw.parse().choices[0].message.content)
+    assert opened["Translate 'cat' to French"][0] != opened["What is 7*6?"][0]
+    assert httpx.get(f"{live.base_url}/v1/sessions/alice-42").status_code == 404
+    for question, (sid, answer) in opened.items():
+        follow = [{"role": "user", "content": question}, {"role": "assistant", "content": answer},
+                  {"role": "user", "content": f"thanks for {question}"}]
+        raw = c.chat.completions.with_raw_response.create(model="m", messages=follow, max_tokens=2, user="alice-42")
+        assert raw.headers["x-session-id"] == sid
+    for question, (sid, _) in opened.items():
+        assert session_of(live, sid)["turns"][0]["next_state"]["content"] == f"thanks for {question}"
+    # Another user resending the same history is not continued into alice's session.
+    (sid, answer), question = opened["What is 7*6?"], "What is 7*6?"
+    follow = [{"role": "user", "content": question}, {"role": "assistant", "content": answer},
+              {"role": "user", "content": "bob here"}]
+    raw = c.chat.completions.with_raw_response.create(model="m", messages=follow, max_tokens=2, user="bob")
+    assert raw.headers["x-session-id"] != sid
 
 
 def _two_turn_conversation(live, opener: str, reply: str, out: dict) -> None:
@@ -178,7 +197,7 @@ def test_listing_status_models_health_and_metrics(live):
         (json.dumps({"messages": [{"role": "user"}]}).encode(), 400, "needs content"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}).encode(), 400, "temperature"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).encode(), 400, "max_tokens"),
-        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "n": 3}).encode(), 400, "n"),
+        (json.dumps({"messages": [{"role": "user", "content": "hi"}], "n": 9}).encode(), 400, "n"),
         (json.dumps({"messages": [{"role": "user", "content": "word " * 3000}]}).encode(), 400, "context"),
     ],
 )

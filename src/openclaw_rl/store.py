@@ -43,7 +43,7 @@ import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -94,7 +94,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     judge           TEXT NOT NULL,
     latency_s       {real} NOT NULL,
     reason          TEXT,
-    created_at      {real} NOT NULL
+    created_at      {real} NOT NULL,
+    teacher_policy_version  INTEGER
 );
 CREATE TABLE IF NOT EXISTS samples (
     turn_id         {ref} NOT NULL REFERENCES turns(id),
@@ -116,12 +117,19 @@ CREATE TABLE IF NOT EXISTS policy (
     updated_at  {real} NOT NULL
 );
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, idx);
+CREATE TABLE IF NOT EXISTS responses (
+    id          TEXT PRIMARY KEY,
+    session_id  TEXT NOT NULL REFERENCES sessions(id),
+    turn_id     {ref} REFERENCES turns(id),
+    body        TEXT NOT NULL,
+    created_at  {real} NOT NULL
+);
 """
 
 _TURN_COLUMNS = (
     "id, session_id, idx, kind, policy_version, prompt_messages, prompt_token_ids, "
     "response_token_ids, behaviour_logprobs, response_text, tool_calls, sampling, "
-    "finish_reason, created_at, next_state, closed"
+    "finish_reason, created_at, next_state, closed, continuation_hash"
 )
 
 
@@ -328,6 +336,30 @@ class Store:
         if cur.rowcount != 1:
             raise StoreError(f"turn {turn_id} is not an open main turn")
 
+    def close_turns(self, turn_ids: list[int]) -> None:
+        """Close main turns that will get no next state (the choices of an n > 1 request
+        that the client did not continue); a turn already paired stays as it is."""
+        if not turn_ids:
+            return
+        marks = ",".join("?" * len(turn_ids))
+        with self._write():
+            self._execute(f"UPDATE turns SET closed = 1 WHERE id IN ({marks}) AND next_state IS NULL",
+                          tuple(turn_ids))
+
+    # -- Responses API objects: what `previous_response_id` and GET /v1/responses/{id} read --
+
+    def record_response(self, response_id: str, session_id: str, turn_id: int | None, body: dict[str, Any]) -> None:
+        with self._write():
+            self._execute("INSERT INTO responses (id, session_id, turn_id, body, created_at) VALUES (?, ?, ?, ?, ?)",
+                          (response_id, session_id, turn_id, json.dumps(body), time.time()))
+
+    def get_response(self, response_id: str) -> tuple[str, int | None, dict[str, Any]] | None:
+        """(session id, turn id, the response object) of a stored response, or None."""
+        with self._lock:
+            row = self._execute("SELECT session_id, turn_id, body FROM responses WHERE id = ?",
+                                (response_id,)).fetchone()
+        return (row[0], row[1], json.loads(row[2])) if row else None
+
     def turns(self, session_id: str) -> list[Turn]:
         return self._turn_where("session_id = ? ORDER BY idx", (session_id,))
 
@@ -384,6 +416,7 @@ class Store:
                 "votes": json.dumps(verdict.votes), "raw": json.dumps(verdict.raw), "hints": json.dumps(verdict.hints),
                 "selected_hint": verdict.selected_hint, "overlap_scores": json.dumps(verdict.overlap_scores),
                 "judge": verdict.judge, "latency_s": verdict.latency_s, "reason": verdict.reason, "created_at": now,
+                "teacher_policy_version": verdict.teacher_policy_version,
             })
         turn = self.get_turn(verdict.turn_id)
         if turn is not None:
@@ -399,14 +432,14 @@ class Store:
         with self._lock:
             rows = self._execute(
                 "SELECT turn_id, status, reward, votes, raw, hints, selected_hint, overlap_scores, judge, "
-                f"latency_s, reason, created_at FROM verdicts WHERE turn_id IN ({marks})",
+                f"latency_s, reason, created_at, teacher_policy_version FROM verdicts WHERE turn_id IN ({marks})",
                 tuple(turn_ids),
             ).fetchall()
         return {
             r[0]: Verdict(
                 turn_id=r[0], status=r[1], reward=r[2], votes=json.loads(r[3]), raw=json.loads(r[4]),
                 hints=json.loads(r[5]), selected_hint=r[6], overlap_scores=json.loads(r[7]), judge=r[8],
-                latency_s=r[9], reason=r[10], created_at=r[11],
+                latency_s=r[9], reason=r[10], created_at=r[11], teacher_policy_version=r[12],
             )
             for r in rows
         }
@@ -560,7 +593,15 @@ class _SQLite:
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA.format(id="INTEGER PRIMARY KEY AUTOINCREMENT", ref="INTEGER", real="REAL"))
+        schema = SCHEMA.format(id="INTEGER PRIMARY KEY AUTOINCREMENT", ref="INTEGER", real="REAL")
+        self.db.executescript(schema)
+        self.db.execute("BEGIN IMMEDIATE")  # two processes opening an old file add each column once
+        try:
+            add_missing_columns(self.db.execute, schema)
+            self.db.execute("COMMIT")
+        except BaseException:
+            self.db.execute("ROLLBACK")
+            raise
 
     def execute(self, sql: str, args: tuple) -> sqlite3.Cursor:
         return self.db.execute(sql, args)
@@ -609,8 +650,10 @@ class _Postgres:
         self.db = self._connect()
         with self.db.transaction():
             self.db.execute("SELECT pg_advisory_xact_lock(%s)", (self._SCHEMA_LOCK,))
-            self.db.execute(SCHEMA.format(id="BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", ref="BIGINT",
-                                          real="DOUBLE PRECISION"))
+            schema = SCHEMA.format(id="BIGINT GENERATED BY DEFAULT AS IDENTITY PRIMARY KEY", ref="BIGINT",
+                                   real="DOUBLE PRECISION")
+            self.db.execute(schema)
+            add_missing_columns(self.db.execute, schema)
 
     def _connect(self) -> Any:
         try:
@@ -666,6 +709,36 @@ class _Postgres:
         self.db.close()
 
 
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+) \((.*?)\n\);", re.S)
+_TABLE_CONSTRAINTS = ("PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "CONSTRAINT")
+
+
+def add_missing_columns(execute: Callable[[str], Any], schema: str) -> list[str]:
+    """Add to existing tables the columns `schema` declares and they lack; returns the statements run.
+
+    The store has no migrations: CREATE TABLE IF NOT EXISTS leaves a table that an older
+    version created as it was. So the schema stays the one description of every table,
+    and a column added to it later reaches old databases here, by ALTER TABLE ... ADD
+    COLUMN, which SQLite and PostgreSQL both speak. Rows written before read NULL in it, so
+    a new column must allow NULL or have a default (SQLite refuses NOT NULL without one).
+    The caller runs this inside a transaction that serialises the processes opening the
+    database, so each column is added once.
+    """
+    statements = []
+    for table, body in _TABLE.findall(schema):
+        cursor = execute(f"SELECT * FROM {table} LIMIT 0")
+        present = {column[0].lower() for column in cursor.description}
+        for line in body.splitlines():
+            definition = line.strip().rstrip(",")
+            name = definition.split(" ", 1)[0]
+            if definition and name.upper() not in _TABLE_CONSTRAINTS and name.lower() not in present:
+                statements.append(f"ALTER TABLE {table} ADD COLUMN {definition}")
+    for statement in statements:
+        log.info("store: %s (a database made by an older version)", statement)
+        execute(statement)
+    return statements
+
+
 def _content_text(message: Message) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -677,7 +750,7 @@ def _content_text(message: Message) -> str:
 
 def _turn_from_row(row: tuple) -> Turn:
     (tid, session_id, idx, kind, version, prompt_messages, prompt_ids, response_ids, logprobs,
-     text, tool_calls, sampling, finish, created, next_state, closed) = row
+     text, tool_calls, sampling, finish, created, next_state, closed, continuation) = row
     return Turn(
         id=tid,
         session_id=session_id,
@@ -695,4 +768,5 @@ def _turn_from_row(row: tuple) -> Turn:
         created_at=created,
         next_state=NextState.from_dict(json.loads(next_state)) if next_state else None,
         closed=bool(closed),
+        continuation_hash=continuation,
     )

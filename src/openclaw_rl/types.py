@@ -119,6 +119,7 @@ class Turn:
     created_at: float
     next_state: NextState | None = None
     closed: bool = False  # no next state will come (session ended first)
+    continuation_hash: str | None = None  # of prompt + the response as the client saw it (serve/sessions.py)
 
     def public_dict(self) -> dict[str, Any]:
         """The view `GET /v1/sessions/{id}` shows (no token ids or log-probs)."""
@@ -174,6 +175,7 @@ class Verdict:
     latency_s: float
     reason: str | None = None  # why there is no verdict, or notes
     created_at: float = 0.0
+    teacher_policy_version: int | None = None  # whose weights gave the teacher log-probs; None: no teacher
 
     def public_dict(self) -> dict[str, Any]:
         return {
@@ -186,6 +188,7 @@ class Verdict:
             "judge": self.judge,
             "latency_s": round(self.latency_s, 3),
             "reason": self.reason,
+            "teacher_policy_version": self.teacher_policy_version,
         }
 
 

@@ -52,6 +52,7 @@ class _Request:
     params: SamplingParams
     emit: Callable[[StreamEvent | BaseException], None]
     cancelled: bool = False
+    generator: torch.Generator | None = None  # set at admission
 
 
 @dataclass(eq=False)
@@ -249,15 +250,39 @@ class LocalEngine:
             except Exception as error:
                 job.done(None, error)
         if admit:
-            try:
-                self._admit(admit)
-            except Exception as error:  # a failed prefill fails the rows it was admitting, not just the batch
-                log.exception("prefill of %d requests failed", len(admit))
-                for request in admit:
-                    request.emit(EngineError(f"prefill failed: {error}"))
+            self._admit_isolated(admit)
         if self._rows:
             self._decode_step()
         return True
+
+    def _admit_isolated(self, requests: list[_Request]) -> None:
+        """Admit requests so that one bad request fails alone: each gets its generator
+        first, and a prefill that fails for a group is retried one request at a time."""
+        ready = []
+        for request in requests:
+            try:
+                request.generator = self._generator(request.params)
+                ready.append(request)
+            except Exception as error:
+                request.emit(EngineError(f"the request's sampling parameters are invalid: {error}"))
+        groups = [ready] if ready else []
+        while groups:
+            group = groups.pop()
+            try:
+                self._admit(group)
+            except Exception as error:
+                if len(group) > 1:
+                    groups.extend([request] for request in group)
+                    continue
+                log.exception("prefill failed")
+                group[0].emit(EngineError(f"prefill failed: {error}"))
+
+    def _generator(self, params: SamplingParams) -> torch.Generator | None:
+        if params.greedy:
+            return None
+        generator = torch.Generator(device=self.device)
+        generator.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
+        return generator
 
     def _admit(self, requests: list[_Request]) -> None:
         from transformers import DynamicCache
@@ -275,12 +300,7 @@ class LocalEngine:
         self._counters["prefills"] += 1
         rows = []
         for request in requests:
-            params = request.params
-            generator = None
-            if not params.greedy:
-                generator = torch.Generator(device=self.device)
-                generator.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
-            rows.append(_Row(request, position=len(request.prompt_ids), generator=generator))
+            rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator))
             request.emit(Started(self.policy_version, len(request.prompt_ids)))
         self._sample(rows, logits)
         if self._rows:

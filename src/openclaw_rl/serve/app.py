@@ -16,26 +16,28 @@ import time
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable, Sequence
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import ValidationError
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ValidationError
+from starlette.datastructures import Headers
 
 from openclaw_rl.config import ServeConfig
-from openclaw_rl.engine.base import ContextLengthError, Engine, EngineError, Started
-from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.engine.base import Engine
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.schema import (
     ApiError,
+    MAX_ID_CHARS,
     ChatCompletionRequest,
     FeedbackRequest,
     error_response,
     validation_message,
 )
-from openclaw_rl.serve.sessions import next_state_of, resolve_session
-from openclaw_rl.serve.completion import TurnInProgress
+from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
 from openclaw_rl.store import Store, StoreError
-from openclaw_rl.types import NextState, SamplingParams
+from openclaw_rl.types import NextState, TurnKind
 
 log = logging.getLogger(__name__)
 
@@ -103,9 +105,7 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
                 "engine": server.engine.stats()}
 
     @app.get("/v1/sessions")
-    async def sessions(limit: int = 100, offset: int = 0) -> dict[str, Any]:
-        if not (1 <= limit <= 1000) or offset < 0:
-            raise ApiError(400, f"limit must be 1..1000 and offset >= 0, got limit={limit} offset={offset}")
+    async def sessions(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
         found = await run_in_threadpool(server.store.list_sessions, limit, offset)
         return {"object": "list", "data": [
             {"id": s.id, "created_at": s.created_at, "closed_at": s.closed_at, "source": s.source, "turns": s.turn_count}
@@ -128,7 +128,7 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
         return {"id": found.id, "created_at": found.created_at, "closed_at": found.closed_at,
                 "source": found.source, "turns": views}
 
-    @app.post("/v1/sessions/{session_id}/feedback")
+    @app.post("/v1/sessions/{session_id}/feedback", openapi_extra=_body_doc(FeedbackRequest))
     async def feedback(session_id: str, request: Request) -> dict[str, Any]:
         body = FeedbackRequest.model_validate(await _json_body(request))
         turn = await run_in_threadpool(server.store.last_main_turn, session_id)
@@ -152,95 +152,72 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
             raise ApiError(404, str(error), param="session_id", code="session_not_found") from error
         return {"id": closed.id, "closed_at": closed.closed_at}
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=_body_doc(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await _chat(server, request)
 
+    _publish_body_schemas(app, [ChatCompletionRequest, FeedbackRequest])
     return app
+
+
+def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses `model` itself (to answer every
+    bad body in the OpenAI error format), so clients and fuzzers see the real schema."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+def _publish_body_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = document.setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 # -- the request path ------------------------------------------------------------------
 
 
-async def _chat(server: Server, request: Request) -> Response:
+def turn_headers(request: Request) -> tuple[TurnKind, bool, str | None]:
+    """(turn kind, close the session after it, session id) from the optional openclaw headers."""
+    kind = request.headers.get("x-turn-type", "main").strip().lower()
+    if kind not in ("main", "side"):
+        raise ApiError(400, f"X-Turn-Type must be 'main' or 'side', got {kind[:40]!r}", param="X-Turn-Type")
+    done = request.headers.get("x-session-done", "").strip().lower() in ("1", "true", "yes")
+    session_id = request.headers.get("x-session-id") or None
+    if session_id is not None:
+        check_identifier(session_id, "X-Session-Id")
+    return kind, done, session_id  # type: ignore[return-value]
+
+
+def check_identifier(value: str, name: str) -> str:
+    if len(value) > MAX_ID_CHARS or not value.isprintable():
+        raise ApiError(400, f"{name} must be at most {MAX_ID_CHARS} printable characters, got {len(value)} characters",
+                       param=name)
+    return value
+
+
+async def parse_body(request: Request, model: type[BaseModel]) -> Any:
     try:
-        body = ChatCompletionRequest.model_validate(await _json_body(request))
+        return model.model_validate(await _json_body(request))
     except ValidationError as error:
         message, param = validation_message(error)
         raise ApiError(400, message, param=param) from error
-    kind = request.headers.get("x-turn-type", "main").strip().lower()
-    if kind not in ("main", "side"):
-        raise ApiError(400, f"X-Turn-Type must be 'main' or 'side', got {kind!r}", param="X-Turn-Type")
-    done = request.headers.get("x-session-done", "").strip().lower() in ("1", "true", "yes")
-    messages = [m.model_dump(exclude_none=True) for m in body.messages]
-    tools = [t.model_dump() for t in body.tools] if body.tools else None
-
-    try:
-        prompt_ids = render_prompt(server.tokenizer, messages, tools, body.tool_choice)
-    except Exception as error:  # a template that rejects this conversation
-        raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}", param="messages")
-    context = server.engine.max_context
-    if len(prompt_ids) >= context:
-        raise ApiError(400, f"the prompt is {len(prompt_ids)} tokens but the model's context is {context} tokens; "
-                       "shorten the conversation", param="messages", code="context_length_exceeded")
-    max_new = body.max_completion_tokens or body.max_tokens or server.config.default_max_tokens
-    params = SamplingParams(
-        max_new_tokens=min(max_new, context - len(prompt_ids)),
-        temperature=body.temperature,
-        top_p=body.top_p,
-        stop=body.stop_sequences,
-        seed=body.seed,
-        top_logprobs=(body.top_logprobs or 0) if body.logprobs else 0,
-    )
-
-    ref = await run_in_threadpool(
-        resolve_session, server.store, messages, request.headers.get("x-session-id"), body.user
-    )
-    await run_in_threadpool(server.store.ensure_session, ref.id, ref.source)
-    if kind == "main":
-        await run_in_threadpool(_record_next_state, server, ref.id, messages)
-
-    stream = server.engine.stream(prompt_ids, params)
-    timeout = server.config.request_timeout_s
-    try:
-        started = await asyncio.wait_for(anext(stream), timeout)
-    except ContextLengthError as error:
-        raise ApiError(400, str(error), param="messages", code="context_length_exceeded") from error
-    except (EngineError, asyncio.TimeoutError) as error:
-        await stream.aclose()
-        raise ApiError(503, f"the engine could not start this request: {error or 'timed out'}",
-                       kind="server_error") from error
-    assert isinstance(started, Started)
-    turn = TurnInProgress(server, body, ref, kind, done, messages, prompt_ids, params, started, tools)
-    headers = {"X-Policy-Version": str(started.policy_version), "X-Session-Id": ref.id}
-    if body.stream:
-        return StreamingResponse(turn.sse(stream), media_type="text/event-stream", headers=headers)
-    try:
-        async with asyncio.timeout(timeout):
-            async for _ in turn.consume(stream):
-                pass
-    except TimeoutError as error:
-        raise ApiError(504, f"generation took longer than request_timeout_s={timeout}", kind="server_error") from error
-    except EngineError as error:
-        raise ApiError(500, str(error), kind="server_error") from error
-    finally:
-        await stream.aclose()
-    generation = await turn.commit()
-    return JSONResponse(turn.completion(generation), headers=headers)
+    except RecursionError as error:
+        raise ApiError(400, "the request body is nested too deeply", param="body") from error
 
 
-def _record_next_state(server: Server, session_id: str, messages: list[dict]) -> None:
-    previous = server.store.last_main_turn(session_id)
-    if previous is None or previous.next_state is not None or previous.closed:
-        return
-    state = next_state_of(previous, messages)
-    if state is None:
-        return
-    try:
-        server.store.set_next_state(previous.id, state)
-        server.metrics.next_states.labels(state.role).inc()
-    except StoreError:  # a concurrent request of the same session paired it first
-        pass
+async def _chat(server: Server, request: Request) -> Response:
+    body = await parse_body(request, ChatCompletionRequest)
+    kind, done, session_id = turn_headers(request)
+    return await chat_completion(server, body, chat_spec(server, body, kind, done, session_id))
 
 
 # -- middleware and errors -------------------------------------------------------------
@@ -251,8 +228,8 @@ async def _json_body(request: Request) -> Any:
     if not raw:
         raise ApiError(400, "the request body is empty; send a JSON object", param="body")
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        data = await run_in_threadpool(json.loads, raw) if len(raw) > 1 << 16 else json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as error:
         raise ApiError(400, f"the request body is not valid JSON: {error}", param="body", code="invalid_json") from error
     if not isinstance(data, dict):
         raise ApiError(400, f"the request body must be a JSON object, got {type(data).__name__}", param="body")
@@ -283,36 +260,110 @@ def _install_middleware(app: FastAPI, server: Server) -> None:
     async def not_allowed(request: Request, error: Exception) -> JSONResponse:
         return error_response(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
 
-    @app.middleware("http")
-    async def guard(request: Request, call_next) -> Response:
-        started = time.perf_counter()
-        endpoint = _endpoint_label(request)
-        response = await _guarded(request, call_next)
-        response.headers.setdefault("X-Policy-Version", str(server.engine.policy_version))
-        server.metrics.requests.labels(endpoint, str(response.status_code)).inc()
-        server.metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
-        return response
+    @app.exception_handler(RequestValidationError)
+    async def request_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
+        first = error.errors()[0] if error.errors() else {"loc": ("query",), "msg": "invalid request"}
+        param = ".".join(str(p) for p in first["loc"][1:]) or str(first["loc"][0])
+        return error_response(400, f"{param}: {first['msg']}", param=param)
 
-    async def _guarded(request: Request, call_next) -> Response:
-        if key and request.url.path != "/healthz":
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {key}".encode()):
-                return error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY`",
-                                      code="invalid_api_key")
-        declared = request.headers.get("content-length")
+    app.add_middleware(_Guard, server=server)
+
+
+class _Guard:
+    """Pure ASGI middleware in front of every route: API key, body size, metrics.
+
+    The body is read here in chunks and refused with 413 the moment it passes
+    `max_body_bytes`, declared or chunked, so a client can never make the server hold
+    more than the limit; what was read is then replayed to the route. (Pure ASGI rather
+    than Starlette's BaseHTTPMiddleware, which wraps every streamed response in an
+    extra task and queue.)"""
+
+    def __init__(self, app: Any, server: Server) -> None:
+        self.app, self.server = app, server
+
+    async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = time.perf_counter()
+        status = [500]
+        version = str(self.server.engine.policy_version).encode()
+
+        async def send_with_headers(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                if not any(k.lower() == b"x-policy-version" for k, _ in message.get("headers", ())):
+                    message = {**message, "headers": [*message.get("headers", ()), (b"x-policy-version", version)]}
+            await send(message)
+
+        try:
+            rejection = self._refusal(scope)
+            if rejection is None and scope["method"] in ("POST", "PUT", "PATCH"):
+                body, rejection = await self._read_body(receive)
+                receive = _replay(body, receive)
+            if rejection is not None:
+                await rejection(scope, receive, send_with_headers)
+            else:
+                await self.app(scope, receive, send_with_headers)
+        finally:
+            metrics, endpoint = self.server.metrics, _endpoint_label(scope["path"])
+            metrics.requests.labels(endpoint, str(status[0])).inc()
+            metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
+
+    def _refusal(self, scope: dict) -> JSONResponse | None:
+        key, limit = self.server.config.api_key, self.server.config.max_body_bytes
+        headers = Headers(scope=scope)
+        if key and scope["path"] != "/healthz":
+            given = headers.get("authorization", "")
+            given = given[len("Bearer "):] if given.startswith("Bearer ") else headers.get("x-api-key", "")
+            if not hmac.compare_digest(given.encode(), key.encode()):
+                return error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` "
+                                           "(or `x-api-key: KEY`)", code="invalid_api_key")
+        declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return error_response(413, f"the request body is {declared} bytes; the limit is {limit} bytes "
                                        "(max_body_bytes)", code="body_too_large")
-        if declared is None and request.method in ("POST", "PUT", "PATCH"):
-            body = await request.body()  # chunked upload: read it (bounded) before anyone else does
-            if len(body) > limit:
-                return error_response(413, f"the request body is over the limit of {limit} bytes (max_body_bytes)",
-                                      code="body_too_large")
-        return await call_next(request)
+        return None
+
+    async def _read_body(self, receive: Callable) -> tuple[bytes, JSONResponse | None]:
+        limit = self.server.config.max_body_bytes
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return b"", error_response(413, f"the request body is over the limit of {limit} bytes "
+                                                "(max_body_bytes)", code="body_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks), None
 
 
-def _endpoint_label(request: Request) -> str:
-    path = request.url.path
+def _replay(body: bytes, receive: Callable) -> Callable:
+    """A `receive` that hands the route the body read already, then the client's own events."""
+    sent = False
+
+    async def replayed() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replayed
+
+
+def _endpoint_label(path: str) -> str:
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}" + ("/feedback" if path.endswith("/feedback") else "/end" if path.endswith("/end") else "")
-    return path if path in ("/v1/chat/completions", "/v1/models", "/v1/status", "/v1/sessions", "/healthz", "/metrics") else "other"
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
+    return path if path in _ENDPOINTS else "other"
+
+
+_ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions", "/v1/models",
+              "/v1/status", "/v1/sessions", "/healthz", "/metrics")

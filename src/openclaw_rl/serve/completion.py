@@ -1,152 +1,133 @@
-"""One chat completion in progress: text assembly, streamed chunks, and the commit.
+"""One response in progress, whatever API asked for it: text assembly and the commit.
 
-The turn is committed to the store before the last byte of the response leaves: before
-the JSON body, or before the final chunk and `[DONE]` of a stream. A stream the client
-abandons is not recorded (the client never saw a complete response to continue from).
+Each API (chat completions, Responses, Anthropic Messages, completions) formats the same
+events: text deltas while the response is decoded, then the committed turn. The turn is
+committed to the store before the last byte of the response leaves: before the JSON
+body, or before the final event of a stream. A stream the client abandons is not
+recorded (the client never saw a complete response to continue from).
+
+Streamed text is always a prefix of the stored text (see serve/textstream.py), so what
+a client received is what is stored and trained.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import time
-import uuid
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 
-from openclaw_rl.engine.base import EngineError, Finished, Started
+from openclaw_rl.engine.base import Finished, Started
 from openclaw_rl.serve.chat import TOOL_CALL_OPEN, parse_tool_calls
-from openclaw_rl.serve.schema import ChatCompletionRequest
 from openclaw_rl.serve.sessions import SessionRef, continuation_hash, response_message
 from openclaw_rl.serve.textstream import TextAssembler
-from openclaw_rl.types import Generation, SamplingParams, TokenStep
+from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind
 
 if TYPE_CHECKING:
     from openclaw_rl.serve.app import Server
 
 
-class TurnInProgress:
-    """One response being generated: text assembly, streaming chunks, and the commit."""
+@dataclass(frozen=True)
+class TurnSpec:
+    """One request for `n` responses, translated from whichever API it came through."""
 
-    def __init__(self, server: Server, body: ChatCompletionRequest, ref: SessionRef, kind: str, done: bool,
-                 messages: list[dict], prompt_ids: list[int], params: SamplingParams, started: Started,
-                 tools: list[dict] | None):
-        self.server, self.body, self.ref, self.kind, self.done = server, body, ref, kind, done
-        self.messages, self.prompt_ids, self.params, self.started = messages, prompt_ids, params, started
-        self.tools = tools
-        self.tools_on = bool(tools) and body.tool_choice != "none"
-        self.text = TextAssembler(server.tokenizer, params.stop, TOOL_CALL_OPEN if self.tools_on else None)
+    api: str  # chat | responses | messages | completions
+    messages: list[Message]  # the prompt as chat messages: what is stored and judged
+    params: SamplingParams
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: Any = None
+    n: int = 1
+    kind: TurnKind = "main"
+    done: bool = False  # close the session after this turn
+    session_header: str | None = None
+    user: str | None = None  # the end user: scopes session inference
+    prompt_ids: list[int] | None = None  # token-in clients; else rendered from `messages`
+    previous: SessionRef | None = None  # a session named by the request body (previous_response_id)
+
+    @property
+    def tools_on(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+
+class TurnInProgress:
+    """One response (one choice) being generated."""
+
+    def __init__(self, server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: list[int],
+                 params: SamplingParams, started: Started, stream: AsyncIterator, group: str, choice: int):
+        self.server, self.spec, self.ref, self.prompt_ids = server, spec, ref, prompt_ids
+        self.params, self.started, self.stream = params, started, stream
+        self.group, self.choice = group, choice
+        self.text = TextAssembler(server.tokenizer, params.stop, TOOL_CALL_OPEN if spec.tools_on else None)
         self.steps: list[TokenStep] = []
         self.finish_reason = "length"
-        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.content: str | None = None
+        self.tool_calls: list[dict[str, Any]] = []
+        self.generation: Generation | None = None
+        self.turn: Turn | None = None
         self.created = int(time.time())
 
-    async def consume(self, stream: AsyncIterator) -> AsyncIterator[tuple[str, TokenStep | None]]:
-        """Yield (text delta, step) until the response is complete."""
-        async for event in stream:
+    async def deltas(self) -> AsyncIterator[tuple[str, list[TokenStep]]]:
+        """Yield (text that may be shown now, the steps it covers) until the response is complete."""
+        pending: list[TokenStep] = []
+        async for event in self.stream:
             if isinstance(event, Finished):
                 self.finish_reason = event.reason
-                return
+                break
             self.steps.append(event)
+            pending.append(event)
             delta = self.text.push(event.token_id)
-            yield delta, event
+            if delta:
+                yield delta, pending
+                pending = []
             if self.text.stopped:
                 self.finish_reason = "stop"
-                return
+                break
+        await self.stream.aclose()
+
+    async def run(self) -> Generation:
+        """Decode to the end without streaming, and commit."""
+        async for _ in self.deltas():
+            pass
+        return await self.commit()
 
     async def commit(self) -> Generation:
         text, kept = self.text.finish()
         steps = self.steps[:kept]
-        content, tool_calls = parse_tool_calls(text) if self.tools_on else (text, [])
+        content, tool_calls = parse_tool_calls(text) if self.spec.tools_on else (text, [])
         finish = "tool_calls" if tool_calls else self.finish_reason
         generation = Generation(
             text=text, token_ids=[s.token_id for s in steps], logprobs=[s.logprob for s in steps],
             top_logprobs=[s.top for s in steps], finish_reason=finish,
             policy_version=self.started.policy_version, prompt_token_count=len(self.prompt_ids),
         )
-        self.content, self.tool_calls = content, tool_calls
-        store = self.server.store
-        await run_in_threadpool(
+        self.content, self.tool_calls, self.generation = content, tool_calls, generation
+        spec, store = self.spec, self.server.store
+        sampling = {**self.params.to_dict(), "tools": spec.tools, "tool_choice": spec.tool_choice, "api": spec.api,
+                    "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.user}
+        hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.user or "")
+                  if spec.kind == "main" else None)
+        self.turn = await run_in_threadpool(
             lambda: store.record_turn(
-                session_id=self.ref.id, kind=self.kind, policy_version=generation.policy_version,
-                prompt_messages=self.messages, prompt_token_ids=self.prompt_ids,
+                session_id=self.ref.id, kind=spec.kind, policy_version=generation.policy_version,
+                prompt_messages=spec.messages, prompt_token_ids=self.prompt_ids,
                 response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
-                response_text=text, tool_calls=tool_calls,
-                sampling={**self.params.to_dict(), "tools": self.tools, "tool_choice": self.body.tool_choice},
-                finish_reason=finish,
-                continuation_hash=(continuation_hash(self.messages, response_message(content, tool_calls))
-                                   if self.kind == "main" else None),
+                response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
+                continuation_hash=hashed,
             )
         )
-        if self.done:
-            await run_in_threadpool(store.close_session, self.ref.id)
         metrics = self.server.metrics
-        metrics.turns_recorded.labels(self.kind).inc()
+        metrics.turns_recorded.labels(spec.kind).inc()
         metrics.tokens_generated.inc(len(self.steps))
         return generation
 
-    def _logprobs(self, steps: list[TokenStep]) -> dict[str, Any] | None:
-        if not self.body.logprobs:
-            return None
-        decode = self.server.tokenizer.decode
+    def remaining(self) -> str:
+        """What a stream still owes the client once the response is committed."""
+        assert self.generation is not None
+        return self.text.remaining(self.generation.text)
 
-        def entry(token_id: int, logprob: float) -> dict[str, Any]:
-            token = decode([token_id])
-            return {"token": token, "logprob": logprob, "bytes": list(token.encode())}
-
-        return {"content": [
-            {**entry(s.token_id, s.logprob), "top_logprobs": [entry(i, lp) for i, lp in s.top]} for s in steps
-        ]}
-
-    def _usage(self, generation: Generation) -> dict[str, int]:
-        completion = len(generation.token_ids)
-        return {"prompt_tokens": generation.prompt_token_count, "completion_tokens": completion,
-                "total_tokens": generation.prompt_token_count + completion}
-
-    def completion(self, generation: Generation) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": self.content}
-        if self.tool_calls:
-            message["tool_calls"] = self.tool_calls
-        return {
-            "id": self.id, "object": "chat.completion", "created": self.created, "model": self.server.model_name,
-            "choices": [{"index": 0, "message": message, "finish_reason": generation.finish_reason,
-                         "logprobs": self._logprobs(self.steps[: len(generation.token_ids)])}],
-            "usage": self._usage(generation),
-            "policy_version": generation.policy_version,
-            "session_id": self.ref.id,
-        }
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None, **extra: Any) -> str:
-        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                 "model": self.server.model_name,
-                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}], **extra}
-        return f"data: {json.dumps(chunk)}\n\n"
-
-    async def sse(self, stream: AsyncIterator) -> AsyncIterator[str]:
-        timeout = self.server.config.request_timeout_s
-        pending: list[TokenStep] = []  # steps whose text is not shown yet
-        try:
-            yield self._chunk({"role": "assistant", "content": ""})
-            async with asyncio.timeout(timeout):
-                async for delta, step in self.consume(stream):
-                    pending.append(step)
-                    if delta:
-                        yield self._chunk({"content": delta}, logprobs=self._logprobs(pending))
-                        pending = []
-            await stream.aclose()
-            generation = await self.commit()
-            rest = self.text.remaining(generation.text)
-            if rest:
-                yield self._chunk({"content": rest})
-            if self.tool_calls:
-                calls = [{"index": i, **call} for i, call in enumerate(self.tool_calls)]
-                yield self._chunk({"tool_calls": calls})
-            usage = self._usage(generation) if self.body.stream_options and self.body.stream_options.include_usage else None
-            yield self._chunk({}, finish=generation.finish_reason, usage=usage)
-            yield "data: [DONE]\n\n"
-        except (TimeoutError, EngineError) as error:
-            message = f"generation failed: {error or f'longer than request_timeout_s={timeout}'}"
-            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
-        finally:
-            await stream.aclose()
+    def usage(self) -> dict[str, int]:
+        assert self.generation is not None
+        completion = len(self.generation.token_ids)
+        return {"prompt_tokens": self.generation.prompt_token_count, "completion_tokens": completion,
+                "total_tokens": self.generation.prompt_token_count + completion}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class ApiError(Exception):
@@ -84,38 +84,79 @@ class StreamOptions(_Lenient):
     include_usage: bool = False
 
 
+# Limits every API shares, checked at the edge so that no request can fail its batch-mates.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1  # int64, as OpenAI documents it
+MAX_CHOICES = 8  # n: each choice is a row of the engine's batch
+MAX_STOPS, MAX_STOP_CHARS = 4, 256
+MAX_TOP_LOGPROBS = 20
+MAX_ID_CHARS = 256  # user, session and response ids travel in headers and logs
+
+
+def stop_tuple(stop: str | list[str] | None) -> tuple[str, ...]:
+    return (stop,) if isinstance(stop, str) else tuple(stop or ())
+
+
+def check_stops(stop: str | list[str] | None) -> str | list[str] | None:
+    stops = stop_tuple(stop)
+    if len(stops) > MAX_STOPS:
+        raise ValueError(f"at most {MAX_STOPS} stop sequences are supported, got {len(stops)}")
+    if any(len(s) > MAX_STOP_CHARS for s in stops):
+        raise ValueError(f"a stop sequence may have at most {MAX_STOP_CHARS} characters")
+    return stop
+
+
+def check_response_format(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    kind = (value or {}).get("type", "text")
+    if kind != "text":
+        raise ValueError(f"response_format type {kind!r} is not supported: this server does not constrain output "
+                         "to JSON; leave response_format unset (or 'text') and ask for JSON in the prompt")
+    return value
+
+
+Seed = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
+Temperature = Field(default=1.0, ge=0.0, le=2.0)
+TopP = Field(default=1.0, gt=0.0, le=1.0)
+UserId = Field(default=None, max_length=MAX_ID_CHARS)
+
+
 class ChatCompletionRequest(_Lenient):
-    model: str | None = None
+    model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
     messages: list[ChatMessage] = Field(min_length=1)
     stream: bool = False
     stream_options: StreamOptions | None = None
     max_tokens: int | None = Field(default=None, ge=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=2.0)
-    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    temperature: float = Temperature
+    top_p: float = TopP
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Seed
     logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[ToolSpec] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    n: int = Field(default=1, ge=1, le=1)
-    user: str | None = None
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    user: str | None = UserId
+    response_format: dict[str, Any] | None = None
+
+    _stops = field_validator("stop")(classmethod(lambda cls, v: check_stops(v)))
+    _format = field_validator("response_format")(classmethod(lambda cls, v: check_response_format(v)))
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("none", "auto", "required"):
+            raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {value!r}")
+        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
-        stops = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
-        if len(stops) > 4:
-            raise ValueError(f"stop takes at most 4 sequences, got {len(stops)}")
-        if isinstance(self.tool_choice, str) and self.tool_choice not in ("none", "auto", "required"):
-            raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {self.tool_choice!r}")
         return self
 
     @property
     def stop_sequences(self) -> tuple[str, ...]:
-        return (self.stop,) if isinstance(self.stop, str) else tuple(self.stop or ())
+        return stop_tuple(self.stop)
 
 
 class FeedbackRequest(_Lenient):

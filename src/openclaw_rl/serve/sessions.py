@@ -1,17 +1,25 @@
-"""Which session a request belongs to, and what it tells us about the previous turn.
+"""Which session a request belongs to, and which earlier turn it continues.
 
-A request names its session with the `X-Session-Id` header, else the body's `user`
-field. Stock clients send neither, so we infer: a chat client resends the whole history,
-so a request whose messages begin with a recorded main turn's prompt followed by that
-turn's response continues that turn's session. Each main turn stores a hash of
-prompt + response (its *continuation hash*); a request is hashed at every assistant
-message it contains and the longest recorded prefix wins. Two header-less users never
-share a session: their histories differ at the latest at their first sampled response.
-(Two users whose histories are identical, token for token, cannot be told apart by
-anyone; the one still waiting for a next state is continued.)
+A session is named by the `X-Session-Id` header, by a Responses `previous_response_id`
+(the pipeline resolves that one), or inferred. Stock clients send no header, so we
+infer: a chat client resends the whole history, so a request whose messages begin with
+a recorded main turn's prompt followed by that turn's response continues that turn.
+Each main turn stores a hash of prompt + response *as the client saw it* (content and
+parsed tool calls, never the raw markup; its *continuation hash*); a request is hashed
+at every assistant message it contains and the longest recorded prefix wins. Two
+header-less users never share a session: their histories differ at the latest at their
+first sampled response. (Two conversations whose histories are identical, token for
+token, cannot be told apart by anyone; the one still waiting for a next state is
+continued.)
 
-The messages a main request adds after the previous main turn's prompt and response are
-that turn's next state.
+The OpenAI `user` field is an end user, not a conversation: one person has many. It
+only *scopes* the inference (it is hashed in, so two users' identical histories never
+match each other); a request with no recorded prefix always starts a new session.
+
+The continued turn, not merely the session's last turn, receives the next state: with
+`n > 1` several choices of one request wait in the same session, and the one the client
+resent is the one it continued (its siblings are then closed unjudged). The messages a
+request adds after that turn's prompt and response are its next state.
 """
 
 from __future__ import annotations
@@ -27,11 +35,14 @@ from openclaw_rl.serve.chat import content_text
 from openclaw_rl.store import Store
 from openclaw_rl.types import Message, NextState, Turn
 
+MAX_ID_CHARS = 256  # session ids and user ids: they travel in headers and log lines
+
 
 @dataclass(frozen=True)
 class SessionRef:
     id: str
-    source: str  # header | user | inferred | new
+    source: str  # header | response | inferred | new
+    continues: Turn | None = None  # the main turn this request continues, when known
 
 
 def _canonical(message: Message) -> list[Any]:
@@ -52,8 +63,9 @@ def _canonical_arguments(arguments: Any) -> Any:
     return arguments
 
 
-def history_hash(messages: list[Message]) -> str:
-    blob = json.dumps([_canonical(m) for m in messages], sort_keys=True, ensure_ascii=False)
+def history_hash(messages: list[Message], scope: str = "") -> str:
+    """A hash of a conversation as a client resends it; `scope` (the end user) is mixed in."""
+    blob = json.dumps([scope, [_canonical(m) for m in messages]], sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -65,37 +77,56 @@ def response_message(text: str | None, tool_calls: list[dict]) -> Message:
     return message
 
 
-def continuation_hash(prompt_messages: list[Message], response: Message) -> str:
-    return history_hash([*prompt_messages, response])
+def continuation_hash(prompt_messages: list[Message], response: Message, scope: str = "") -> str:
+    return history_hash([*prompt_messages, response], scope)
 
 
 def resolve_session(store: Store, messages: list[Message], header_id: str | None, user: str | None) -> SessionRef:
+    """The session of a request and the main turn it continues (longest resent prefix)."""
+    scope = user or ""
+    prefixes = [history_hash(messages[: k + 1], scope) for k, m in enumerate(messages) if m.get("role") == "assistant"]
+    rank = {h: i for i, h in enumerate(prefixes)}
+    matches = [t for _, t in store.sessions_continued_by(prefixes) if t.continuation_hash in rank]
     if header_id:
-        return SessionRef(header_id, "header")
-    if user:
-        return SessionRef(user, "user")
-    prefixes = [history_hash(messages[: k + 1]) for k, m in enumerate(messages) if m.get("role") == "assistant"]
-    matches = store.sessions_continued_by(prefixes)
-    if matches:
-        rank = {h: i for i, h in enumerate(prefixes)}
-        # Longest prefix first; then a turn still waiting for its next state; then newest.
-        best = max(
-            matches,
-            key=lambda m: (rank[_hash_of(m[1])], m[1].next_state is None and not m[1].closed, m[1].id),
-        )
-        return SessionRef(best[0], "inferred")
+        matches = [t for t in matches if t.session_id == header_id]
+    # Longest prefix first; then a turn still waiting for its next state; then newest.
+    best = max(matches, key=lambda t: (rank[t.continuation_hash], t.next_state is None and not t.closed, t.id),
+               default=None)
+    if header_id:
+        return SessionRef(header_id, "header", best)
+    if best is not None:
+        return SessionRef(best.session_id, "inferred", best)
     return SessionRef(f"sess-{uuid.uuid4().hex}", "new")
 
 
-def _hash_of(turn: Turn) -> str:
-    return continuation_hash(turn.prompt_messages, response_message(turn.response_text, turn.tool_calls))
+def turn_to_pair(store: Store, ref: SessionRef) -> tuple[Turn | None, list[Turn]]:
+    """(the open main turn this request is the next state of, open siblings to close).
+
+    A request that resent a recorded prefix continues that turn. A header session whose
+    client does not resend history continues the session's last main turn, unless that
+    turn is one of several choices (n > 1): then nobody can tell which one the client
+    kept, and the whole group closes unjudged rather than pairing a guess."""
+    turn = ref.continues
+    if turn is None:
+        turn = store.last_main_turn(ref.id)
+        if turn is not None and turn.sampling.get("n", 1) > 1:
+            return None, _open_group(store, turn)
+    if turn is None or turn.next_state is not None or turn.closed:
+        return None, []
+    siblings = [t for t in _open_group(store, turn) if t.id != turn.id] if turn.sampling.get("n", 1) > 1 else []
+    return turn, siblings
 
 
-def next_state_of(previous: Turn, messages: list[Message]) -> NextState | None:
+def _open_group(store: Store, turn: Turn) -> list[Turn]:
+    group = turn.sampling.get("group")
+    return [t for t in store.turns(turn.session_id)
+            if t.kind == "main" and t.sampling.get("group") == group and t.next_state is None and not t.closed]
+
+
+def next_state_of(previous: Turn, messages: list[Message], scope: str = "") -> NextState | None:
     """What `messages` add after `previous`'s prompt and response, or None if nothing."""
-    history = [*previous.prompt_messages, response_message(previous.response_text, previous.tool_calls)]
-    n = len(history)
-    if len(messages) > n and history_hash(messages[:n]) == history_hash(history):
+    n = len(previous.prompt_messages) + 1
+    if len(messages) >= n and previous.continuation_hash == history_hash(messages[:n], scope):
         new = messages[n:]
     else:  # the client did not resend history (e.g. header sessions): after its last reply
         last_assistant = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)

@@ -6,10 +6,16 @@ their log-probs) are what the store records. So the stored ids decode to the ret
 text and nothing the client never saw is ever trained on.
 
 While streaming, a tail that could still grow into a stop string (or into a tool-call
-tag, when tools are on) is held back until it is decided.
+tag, when tools are on) is held back until it is decided, and text is only shown up to
+the end of a whole token before that tail: a stop string that starts inside a token cuts
+the response back to the token before it, so the part of that token in front of the stop
+string must never have been streamed. Streamed text is therefore always a prefix of the
+final text.
 """
 
 from __future__ import annotations
+
+import bisect
 
 
 class TextAssembler:
@@ -21,6 +27,7 @@ class TextAssembler:
         self.text = ""
         self.emitted = 0
         self.stop_at: int | None = None  # index of the stop string in self.text
+        self._ends: list[int] = [0]  # text length at the end of each whole token, ascending
 
     @property
     def stopped(self) -> bool:
@@ -36,6 +43,8 @@ class TextAssembler:
         if text.endswith("\ufffd"):  # half a UTF-8 character: wait for the rest
             return ""
         self.text = text
+        if len(text) > self._ends[-1]:
+            self._ends.append(len(text))
         safe = len(text)
         for stop in self._stop:
             found = text.find(stop, max(0, self.emitted - len(stop) + 1))
@@ -47,6 +56,8 @@ class TextAssembler:
             safe -= _longest_partial_suffix(text, self._stop + ((self._hold_from,) if self._hold_from else ()))
         if self._hold_from and (marker := text.find(self._hold_from)) != -1:
             safe = min(safe, marker)
+        if safe < len(text):  # something is held back: show no part of the token it starts in
+            safe = min(safe, self._ends[bisect.bisect_right(self._ends, safe) - 1])
         if safe <= self.emitted:
             return ""
         delta = text[self.emitted : safe]

@@ -1,0 +1,205 @@
+"""The request path every API shares: a `TurnSpec` in, `n` turns in progress out.
+
+    cheap limits -> render the prompt (off the event loop) -> context check
+    -> session and the turn it continues -> record that turn's next state
+    -> start n engine streams -> (the API formats deltas) -> commit each turn
+
+Each API module (chat completions, Responses, Anthropic Messages, completions) only
+translates its request into a `TurnSpec` and formats the events of `Opened`; pairing,
+recording and limits live here once. Checks that cost nothing run before any that cost
+something: a 4 MB prompt is refused by its length in characters before it is tokenized,
+and tokenizing runs in a worker thread so one large prompt never stalls the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+import uuid
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, AsyncIterator
+
+from fastapi.concurrency import run_in_threadpool
+
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
+from openclaw_rl.serve.chat import content_text, render_prompt
+from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.serve.schema import ApiError
+from openclaw_rl.serve.sessions import SessionRef, next_state_of, resolve_session, turn_to_pair
+from openclaw_rl.store import StoreError
+from openclaw_rl.types import NextState, TokenStep
+
+if TYPE_CHECKING:
+    from openclaw_rl.serve.app import Server
+
+
+@functools.lru_cache(maxsize=8)
+def _longest_token_chars(tokenizer) -> int:
+    """No token decodes to more characters than its vocabulary string has (byte-level and
+    SentencePiece vocabularies spell each byte or character at least once)."""
+    return max((len(token) for token in tokenizer.get_vocab()), default=1)
+
+
+def _prompt_chars(spec: TurnSpec) -> int:
+    return sum(len(content_text(m)) for m in spec.messages)
+
+
+async def prompt_ids_of(server: Server, spec: TurnSpec) -> list[int]:
+    context = server.engine.max_context
+    if spec.prompt_ids is not None:
+        ids = spec.prompt_ids
+    else:
+        # A prompt of C characters has at least C / longest-token tokens: refuse it unread.
+        chars, longest = _prompt_chars(spec), _longest_token_chars(server.tokenizer)
+        if chars > context * longest:
+            raise ApiError(400, f"the prompt has {chars} characters, more than the model's context of {context} "
+                           "tokens can hold; shorten the conversation", param="messages",
+                           code="context_length_exceeded")
+        try:
+            ids = await run_in_threadpool(render_prompt, server.tokenizer, spec.messages, spec.tools, spec.tool_choice)
+        except Exception as error:  # a template that rejects this conversation
+            raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
+                           param="messages") from error
+    if len(ids) >= context:
+        raise ApiError(400, f"the prompt is {len(ids)} tokens but the model's context is {context} tokens; "
+                       "shorten the conversation", param="messages", code="context_length_exceeded")
+    return ids
+
+
+@dataclass
+class Opened:
+    """The turns of one request, started: the API streams or awaits them."""
+
+    server: Server
+    spec: TurnSpec
+    ref: SessionRef
+    turns: list[TurnInProgress]
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"X-Policy-Version": str(self.turns[0].started.policy_version), "X-Session-Id": self.ref.id}
+
+    async def run(self) -> None:
+        """Decode every choice to its end and commit it (non-streaming)."""
+        timeout = self.server.config.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(turn.run() for turn in self.turns))
+        except TimeoutError as error:
+            raise ApiError(504, f"generation took longer than request_timeout_s={timeout}",
+                           kind="server_error") from error
+        except EngineError as error:
+            raise ApiError(500, str(error), kind="server_error") from error
+        finally:
+            await self.aclose()
+        await self._finish()
+
+    async def events(self) -> AsyncIterator[tuple[int, str | None, list[TokenStep]]]:
+        """(choice, text delta, its steps) as they decode; (choice, None, []) once that
+        choice is committed. Raises TimeoutError or EngineError for the API to report."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int, turn: TurnInProgress) -> None:
+            try:
+                async for delta, steps in turn.deltas():
+                    await queue.put((i, delta, steps))
+                await turn.commit()
+                await queue.put((i, None, []))
+            except BaseException as error:  # noqa: BLE001 - handed to the consumer below
+                await queue.put(error)
+
+        tasks = [asyncio.create_task(pump(i, t)) for i, t in enumerate(self.turns)]
+        try:
+            async with asyncio.timeout(self.server.config.request_timeout_s):
+                open_choices = len(tasks)
+                while open_choices:
+                    item = await queue.get()
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item[1] is None:
+                        open_choices -= 1
+                    yield item
+            await self._finish()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await self.aclose()
+
+    async def _finish(self) -> None:
+        if self.spec.done:
+            await run_in_threadpool(self.server.store.close_session, self.ref.id)
+
+    async def aclose(self) -> None:
+        for turn in self.turns:
+            await turn.stream.aclose()
+
+
+async def open_turns(server: Server, spec: TurnSpec) -> Opened:
+    """Everything before the first token: limits, prompt, session, pairing, engine admission."""
+    prompt_ids = await prompt_ids_of(server, spec)
+    context = server.engine.max_context
+    if spec.params.max_new_tokens > context:
+        raise ApiError(400, f"max_tokens is {spec.params.max_new_tokens} but the model's context is {context} "
+                       "tokens; ask for at most that many", param="max_tokens")
+    params = replace(spec.params, max_new_tokens=min(spec.params.max_new_tokens, context - len(prompt_ids)))
+    store = server.store
+    ref = spec.previous or await run_in_threadpool(
+        resolve_session, store, spec.messages, spec.session_header, spec.user)
+    await run_in_threadpool(store.ensure_session, ref.id, ref.source)
+    if spec.kind == "main":
+        await run_in_threadpool(_record_next_state, server, ref, spec)
+    group = uuid.uuid4().hex
+    turns: list[TurnInProgress] = []
+    try:
+        for choice in range(spec.n):
+            seeded = params if params.seed is None else replace(params, seed=params.seed + choice)
+            turns.append(await _start(server, spec, ref, prompt_ids, seeded, group, choice))
+    except BaseException:
+        for turn in turns:
+            await turn.stream.aclose()
+        raise
+    return Opened(server, spec, ref, turns)
+
+
+async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: list[int], params,
+                 group: str, choice: int) -> TurnInProgress:
+    stream = server.engine.stream(prompt_ids, params)
+    try:
+        started = await asyncio.wait_for(anext(stream), server.config.request_timeout_s)
+    except ContextLengthError as error:
+        await stream.aclose()
+        raise ApiError(400, str(error), param="messages", code="context_length_exceeded") from error
+    except (EngineError, asyncio.TimeoutError) as error:
+        await stream.aclose()
+        raise ApiError(503, f"the engine could not start this request: {error or 'timed out'}",
+                       kind="server_error") from error
+    assert isinstance(started, Started)
+    return TurnInProgress(server, spec, ref, prompt_ids, params, started, stream, group, choice)
+
+
+def _record_next_state(server: Server, ref: SessionRef, spec: TurnSpec) -> None:
+    store = server.store
+    previous, siblings = turn_to_pair(store, ref)
+    store.close_turns([t.id for t in siblings])
+    if previous is None:
+        return
+    state = (_next_state_of_ids(server, previous, spec.prompt_ids) if spec.prompt_ids is not None
+             else next_state_of(previous, spec.messages, spec.user or ""))
+    if state is None:
+        return
+    try:
+        store.set_next_state(previous.id, state)
+        server.metrics.next_states.labels(state.role).inc()
+    except StoreError:  # a concurrent request of the same session paired it first
+        pass
+
+
+def _next_state_of_ids(server: Server, previous, prompt_ids: list[int]) -> NextState | None:
+    """A token-in client's next state: the ids it adds after the previous prompt and response."""
+    history = [*previous.prompt_token_ids, *previous.response_token_ids]
+    new = prompt_ids[len(history):] if prompt_ids[: len(history)] == history else prompt_ids
+    text = server.tokenizer.decode(new, skip_special_tokens=True).strip()
+    if not text:
+        return None
+    return NextState(role="user", content=text, messages=[{"role": "user", "content": text}], at=time.time())
