@@ -234,6 +234,10 @@ class CountingEngine:
     def __init__(self, engine):
         self.engine, self.calls = engine, 0
 
+    @property
+    def policy_version(self) -> int:
+        return self.engine.policy_version
+
     async def score(self, *args, **kwargs):
         self.calls += 1
         return await self.engine.score(*args, **kwargs)
@@ -257,3 +261,91 @@ def test_teacher_scoring_costs_only_the_passes_the_method_needs(tmp_path, engine
     assert counting.calls == passes
     (sample,), _ = store.claim_samples(method, 1, 0, 2, 1)
     assert (sample.teacher_logprobs is None) == (method == "binary")
+
+
+# -- the teacher's policy version ---------------------------------------------------------------
+
+
+def _perturbed_weights(model_dir: Path, seed: int) -> dict[str, torch.Tensor]:
+    """The tiny model's weights moved by seeded noise: a stand-in for a trained version."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    g = torch.Generator().manual_seed(seed)
+    return {name: p.detach() + 0.05 * torch.randn(p.shape, generator=g) for name, p in model.named_parameters()}
+
+
+def _direct_logprobs(model_dir: Path, state: dict[str, torch.Tensor], prompt: list[int], response: list[int],
+                     temperature: float) -> list[float]:
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    model.load_state_dict(state, strict=False)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+    n = len(response)
+    lps = sampling_logprobs(logits, torch.full((n,), temperature), torch.ones(n))
+    return lps.gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
+
+
+def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(tmp_path, tiny_model_dir):
+    """`openclaw-rl judge` runs for days: each batch is scored by the version published before it."""
+    from openclaw_rl.loop import standalone_judge
+    from openclaw_rl.train import weights
+
+    store = Store(tmp_path)
+    hint = "A leap year has 366 days, not 365."
+    backend = ScriptedBackend(["SCORE: -1"] * 2, [f"CORRECTION: yes\n[HINT]{hint}[/HINT]"] * 2)
+    config = _config(votes=1)
+    worker = standalone_judge(store, tmp_path, tiny_model_dir, config, "opd", judge=LLMJudge(backend, config, len))
+    tokenizer = worker.tokenizer
+    try:
+        published = {v: _perturbed_weights(tiny_model_dir, v) for v in (1, 2)}
+        weights.publish(tmp_path, published[1], 1)
+        first = _paired_turn(store, tokenizer, temperature=0.7)
+        assert asyncio.run(worker.drain()) == 1
+        weights.publish(tmp_path, published[2], 2)  # a trainer elsewhere moves on while the judge runs
+        second = _paired_turn(store, tokenizer, temperature=0.7)
+        assert asyncio.run(worker.drain()) == 1
+    finally:
+        asyncio.run(worker.teacher_engine.aclose())
+    verdicts = store.verdicts([first.id, second.id])
+    assert [verdicts[t.id].teacher_policy_version for t in (first, second)] == [1, 2]
+    assert verdicts[second.id].public_dict()["teacher_policy_version"] == 2
+    samples, _ = store.claim_samples("opd", 2, 2, 2, 1)
+    hinted = render_prompt(tokenizer, hinted_messages(second.prompt_messages, hint), None, None)
+    expected = _direct_logprobs(tiny_model_dir, published[2], hinted, second.response_token_ids, 0.7)
+    (scored,) = [s for s in samples if s.turn_id == second.id]
+    assert scored.teacher_logprobs == pytest.approx(expected, abs=1e-4)
+
+
+class UpdatedMidway:
+    """The real engine, whose policy version moves on during the first scoring pass it serves."""
+
+    def __init__(self, engine, bumps: int = 1):
+        self.engine, self.bumps, self.calls = engine, bumps, 0
+        self.policy_version = engine.policy_version
+
+    async def score(self, *args, **kwargs):
+        self.calls += 1
+        if self.bumps:
+            self.bumps -= 1
+            self.policy_version += 1
+        return await self.engine.score(*args, **kwargs)
+
+
+def test_a_weight_update_between_scoring_passes_rescores_the_turn_at_one_version(tmp_path, engine):
+    from openclaw_rl.judge.teacher import TeacherVersionError, score_hints
+
+    store = Store(tmp_path)
+    turn = _paired_turn(store, engine.tokenizer)
+    hints = ["A leap year has 366 days, not 365.", "Say that February then has 29 days."]
+    moving = UpdatedMidway(engine)
+    result = asyncio.run(score_hints(moving, engine.tokenizer, turn, hints, strategy="sequence", select_k=4,
+                                     teacher_k=4))
+    assert result.policy_version == engine.policy_version + 1  # the version every pass of the second try saw
+    assert moving.calls == 6  # two hints and the student, twice
+    restless = UpdatedMidway(engine, bumps=100)
+    with pytest.raises(TeacherVersionError, match="changed during each of 3 scorings"):
+        asyncio.run(score_hints(restless, engine.tokenizer, turn, hints, strategy="sequence", select_k=4,
+                                teacher_k=4))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from openclaw_rl.store import Store, StoreError, StoreUnavailable, make_store, redact_url
+from openclaw_rl.store import Store, StoreError, StoreUnavailable, add_missing_columns, make_store, redact_url
 from openclaw_rl.types import NextState, Sample, Verdict
 
 
@@ -175,6 +175,67 @@ def test_policy_version_starts_at_zero_and_keeps_the_last_train_step(store):
     assert (policy["policy_version"], policy["train_steps"]) == (4, 7)
     assert policy["last_update_at"] == pytest.approx(time.time(), abs=60)
     assert store.policy_version() == 4
+
+
+def test_a_verdict_keeps_the_policy_version_of_its_teacher(store):
+    store.ensure_session("s", "header")
+    taught, untaught = _turn(store), _turn(store)
+    store.write_verdict(Verdict(**{**_verdict(taught.id).__dict__, "teacher_policy_version": 7}))
+    store.write_verdict(_verdict(untaught.id))
+    got = store.verdicts([taught.id, untaught.id])
+    assert (got[taught.id].teacher_policy_version, got[untaught.id].teacher_policy_version) == (7, None)
+
+
+# -- databases made by older versions ------------------------------------------------------------------
+
+
+def test_a_database_made_before_a_column_existed_opens_keeps_its_rows_and_gains_the_column(store, store_url,
+                                                                                            tmp_path):
+    store.ensure_session("s", "header")
+    turn = _turn(store)
+    store.write_verdict(_verdict(turn.id))
+    with store._lock:  # the verdicts table as versions before teacher_policy_version made it
+        store._db.execute("ALTER TABLE verdicts DROP COLUMN teacher_policy_version")
+    store.close()
+    reopened = make_store(store_url, data_dir=tmp_path)
+    try:
+        old = reopened.verdicts([turn.id])[turn.id]
+        assert (old.votes, old.selected_hint, old.teacher_policy_version) == ([1, 1, -1], "be brief", None)
+        assert reopened.get_turn(turn.id) == turn
+        reopened.write_verdict(Verdict(**{**_verdict(turn.id).__dict__, "teacher_policy_version": 3}))
+        assert reopened.verdicts([turn.id])[turn.id].teacher_policy_version == 3
+    finally:
+        reopened.close()
+    again = make_store(store_url, data_dir=tmp_path)  # a current database: nothing to add
+    try:
+        assert again.verdicts([turn.id])[turn.id].teacher_policy_version == 3
+    finally:
+        again.close()
+
+
+def test_add_missing_columns_adds_what_the_schema_declares_and_the_table_lacks():
+    import sqlite3
+
+    schema = """
+CREATE TABLE IF NOT EXISTS things (
+    id      INTEGER PRIMARY KEY,
+    name    TEXT NOT NULL,
+    weight  REAL,
+    colour  TEXT DEFAULT 'red',
+    UNIQUE (name)
+);
+CREATE TABLE IF NOT EXISTS others (
+    id      INTEGER PRIMARY KEY
+);
+"""
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE things (id INTEGER PRIMARY KEY, name TEXT NOT NULL)")
+    db.execute("INSERT INTO things (name) VALUES ('kept')")
+    db.executescript(schema)
+    assert add_missing_columns(db.execute, schema) == [
+        "ALTER TABLE things ADD COLUMN weight  REAL", "ALTER TABLE things ADD COLUMN colour  TEXT DEFAULT 'red'"]
+    assert db.execute("SELECT name, weight, colour FROM things").fetchall() == [("kept", None, "red")]
+    assert add_missing_columns(db.execute, schema) == []
 
 
 # -- across store objects and processes -------------------------------------------------------------

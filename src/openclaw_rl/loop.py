@@ -20,7 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -172,6 +172,22 @@ def weights_watch_loop(server: Server, interval_s: float = 2.0) -> Background:
     return watch
 
 
+def follow_published_weights(engine, data_dir: str | Path) -> Callable[[], Awaitable[int | None]]:
+    """A call that loads the newest version published to `data_dir`'s files channel into
+    `engine` when it is newer than the one held; returns the version loaded, else None.
+    The standalone judge's teacher runs it before each batch (JudgeWorker's `refresh`)."""
+
+    async def refresh() -> int | None:
+        latest = await asyncio.to_thread(weights.latest_version, data_dir)
+        if latest is None or latest <= engine.policy_version:
+            return None
+        await engine.load_weights(await asyncio.to_thread(weights.load, data_dir, latest), latest)
+        log.info("teacher engine now at policy v%d", latest)
+        return latest
+
+    return refresh
+
+
 def status_loop(server: Server, interval_s: float) -> Background:
     """A concise live status line, whenever something changed."""
 
@@ -235,20 +251,17 @@ def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
 
 def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, once: bool = False,
                   store_url: str = "") -> int:
-    """`openclaw-rl judge`: the worker as its own process against an existing store."""
+    """`openclaw-rl judge`: the worker as its own process against an existing store.
+
+    Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
+    follows the files channel: before each batch of turns it loads the newest published
+    version, so teacher log-probs come from the policy serving has, not the one at start."""
     store = make_store(store_url, data_dir=data_dir)
-    model_dir = resolve_model_dir(model or None)
-    engine = LocalEngine(model_dir)
-    judge = build_judge(config, model_dir, engine)
-    if judge is None:
-        raise SystemExit("--judge off: nothing to run")
-    worker = JudgeWorker(store, judge, config, method, teacher_engine=engine, tokenizer=engine.tokenizer)
+    worker = standalone_judge(store, data_dir, resolve_model_dir(model or None), config, method)
+    engine = worker.teacher_engine
 
     async def main() -> int:
         try:
-            latest = await asyncio.to_thread(weights.latest_version, data_dir)
-            if latest:  # teacher scoring uses the current policy
-                await engine.load_weights(await asyncio.to_thread(weights.load, data_dir, latest), latest)
             if once:
                 return await worker.drain()
             await worker.run(asyncio.Event())
@@ -257,6 +270,18 @@ def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, o
             await engine.aclose()
 
     return asyncio.run(main())
+
+
+def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config: JudgeConfig, method: str,
+                     judge: Judge | None = None) -> JudgeWorker:
+    """The worker of `openclaw-rl judge`: a policy engine of its own as the teacher, following
+    the files channel; `judge` replaces the configured one (tests)."""
+    engine = LocalEngine(model_dir)
+    judge = judge or build_judge(config, model_dir, engine)
+    if judge is None:
+        raise SystemExit("--judge off: nothing to run")
+    return JudgeWorker(store, judge, config, method, teacher_engine=engine, tokenizer=engine.tokenizer,
+                       refresh=follow_published_weights(engine, data_dir))
 
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,

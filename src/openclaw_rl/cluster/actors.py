@@ -11,7 +11,8 @@ here; deploy.py wraps them with `ray.remote` and the resources each one gets.
   `load_weights`, which the engine applies between requests.
 - `JudgeActor`: a judge worker on its share of the turns (turn id modulo J), with its
   own copy of the policy for teacher scoring, kept current like the replicas' (pushed
-  by the trainer actor, or read from the files channel when there is none).
+  by the trainer actor, or, when there is none, read from the files channel before each
+  batch of turns, as the standalone judge does).
 - `TrainerActor`: the trainer loop; publishing version v writes it to the files channel
   (DATA_DIR/weights, for restarts and `serve --no-train`) and puts it once into Ray's
   object store, from which every replica and judge loads it. The store learns of v
@@ -111,7 +112,7 @@ class JudgeActor:
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.engine.local import LocalEngine
         from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.loop import build_judge
+        from openclaw_rl.loop import build_judge, follow_published_weights
 
         _one_torch_thread()
         model_dir = resolve_model_dir(config.model or None)
@@ -121,15 +122,16 @@ class JudgeActor:
         if judge_impl is None:
             raise ValueError("--judge off: there is no judge to run")
         self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
-                                  judge, method, teacher_engine=self.engine, tokenizer=self.engine.tokenizer)
-        self.data_dir, self.watch_weights = config.data_dir, watch_weights
+                                  judge, method, teacher_engine=self.engine, tokenizer=self.engine.tokenizer,
+                                  refresh=follow_published_weights(self.engine, config.data_dir) if watch_weights
+                                  else None)
         self._stop: asyncio.Event | None = None
 
     async def run(self) -> int:
         """Judge until `stop`; the number of turns judged."""
         self._stop = asyncio.Event()
         try:
-            await asyncio.gather(self.worker.run(self._stop), *([self._follow_weights()] if self.watch_weights else []))
+            await self.worker.run(self._stop)
         finally:
             await self.engine.aclose()
             self.store.close()
@@ -138,19 +140,6 @@ class JudgeActor:
     async def load_weights(self, state_dict: dict, policy_version: int) -> int:
         await self.engine.load_weights(state_dict, policy_version)
         return policy_version
-
-    async def _follow_weights(self, interval_s: float = 2.0) -> None:
-        """Without a trainer actor: the versions a separate trainer publishes to the data dir."""
-        from openclaw_rl.train import weights
-
-        while not self._stop.is_set():
-            latest = await asyncio.to_thread(weights.latest_version, self.data_dir)
-            if latest is not None and latest > self.engine.policy_version:
-                await self.load_weights(await asyncio.to_thread(weights.load, self.data_dir, latest), latest)
-            try:
-                await asyncio.wait_for(self._stop.wait(), interval_s)
-            except TimeoutError:
-                pass
 
     async def stop(self) -> None:
         if self._stop is not None:

@@ -6,18 +6,29 @@ the chat template exactly as serving rendered it (same tools); and the **origina
 response token ids are scored under it. Log-probs use the temperature the behaviour
 log-probs were measured at (`SamplingParams.logprob_temperature`) with no top-p
 truncation, so teacher minus behaviour compares like with like.
+
+The teacher is the policy engine it is given, at whatever version that engine serves when
+it scores; `TeacherResult.policy_version` records that version. An update can land
+between the scoring passes of one turn (one per hint, then the student), so the version
+is read before and after them: versions only increase, so an unchanged number means every
+pass ran on the same weights, and a changed one means the turn is scored again.
 """
 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from openclaw_rl.judge.overlap import HintSelection, select_hint
 from openclaw_rl.serve.chat import content_text, render_prompt
 from openclaw_rl.types import Message, SamplingParams, Score, Turn
 
 HINT_PREFIX = "[Hint, written in hindsight for this request:"
+VERSION_ATTEMPTS = 3  # scorings of one turn before weight updates landing mid-way are an error
+
+
+class TeacherVersionError(RuntimeError):
+    """Every scoring of a turn saw the teacher's weights change part way."""
 
 
 def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
@@ -45,11 +56,25 @@ class TeacherResult:
     top_logprobs: list[list[float]]  # (T, K)
     selection: HintSelection
     temperature: float
+    policy_version: int | None = None  # the engine's version during every scoring pass
 
 
 async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strategy: str, select_k: int,
                       teacher_k: int, rng=None) -> TeacherResult:
-    """Score every hint's teacher, select among them, and return the chosen targets."""
+    """Score every hint's teacher, select among them, and return the chosen targets, all from
+    one policy version (see the module docstring)."""
+    for _ in range(VERSION_ATTEMPTS):
+        version = engine.policy_version
+        result = await _score_hints_once(engine, tokenizer, turn, hints, strategy=strategy, select_k=select_k,
+                                         teacher_k=teacher_k, rng=rng)
+        if engine.policy_version == version:
+            return replace(result, policy_version=version)
+    raise TeacherVersionError(f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of turn {turn.id} "
+                      f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")
+
+
+async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, strategy: str, select_k: int,
+                            teacher_k: int, rng=None) -> TeacherResult:
     temperature = logprob_temperature(turn)
     tools = turn.sampling.get("tools")
     tool_choice = turn.sampling.get("tool_choice")

@@ -10,6 +10,13 @@ exponential backoff; when every evaluative call of a turn has failed, the turn g
 `no_verdict` verdict with the reason, and no sample. An answer that cannot be parsed is
 one dropped vote; a turn whose votes all failed to parse has reward 0 (no signal).
 Concurrency is bounded by a semaphore on judge calls.
+
+Teacher weights: the worker scores with whatever policy the teacher engine holds, and
+each verdict records that version (`teacher_policy_version`). An engine that serving or
+a trainer updates is current by itself; one that must fetch new versions (the standalone
+`openclaw-rl judge`, reading the files channel) passes `refresh`, which the worker awaits
+before each batch of waiting turns, so no batch is scored with older weights than the
+newest published when it was picked up.
 """
 
 from __future__ import annotations
@@ -141,12 +148,14 @@ class EmbeddingJudge:
 class JudgeWorker:
     def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str | None,
                  teacher_engine=None, tokenizer=None, seed: int = 0,
-                 on_verdict: Callable[[Verdict], None] | None = None):
+                 on_verdict: Callable[[Verdict], None] | None = None,
+                 refresh: Callable[[], Awaitable[object]] | None = None):
         """`method` names the objective each verdict's sample is built for; None writes verdicts
         only, for a caller that builds its own samples from them (the agent rollout driver's
-        step-wise advantages need a whole group of trajectories, see envs/agent.py)."""
+        step-wise advantages need a whole group of trajectories, see envs/agent.py).
+        `refresh` brings the teacher engine to the newest policy (see the module docstring)."""
         self.store, self.judge, self.config, self.method = store, judge, config, method
-        self.on_verdict = on_verdict
+        self.on_verdict, self.refresh = on_verdict, refresh
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
         self.rng = random.Random(seed)
         self.judged = 0
@@ -154,9 +163,12 @@ class JudgeWorker:
     async def run(self, stop: asyncio.Event) -> None:
         pending: dict[int, asyncio.Task] = {}
         while not stop.is_set():
-            for turn in await asyncio.to_thread(self.store.turns_awaiting_verdict, 64):
-                if turn.id not in pending and len(pending) < 2 * self.config.concurrency:
-                    pending[turn.id] = asyncio.create_task(self.process(turn))
+            waiting = await asyncio.to_thread(self.store.turns_awaiting_verdict, 64)
+            batch = [t for t in waiting if t.id not in pending][: max(0, 2 * self.config.concurrency - len(pending))]
+            if batch:
+                await self._refresh()
+            for turn in batch:
+                pending[turn.id] = asyncio.create_task(self.process(turn))
             for turn_id in [t for t, task in pending.items() if task.done()]:
                 task = pending.pop(turn_id)
                 if task.exception() is not None:
@@ -171,8 +183,19 @@ class JudgeWorker:
     async def drain(self) -> int:
         """Judge every turn waiting now; return how many were judged (for CLIs and tests)."""
         turns = await asyncio.to_thread(self.store.turns_awaiting_verdict, 10_000)
+        if turns:
+            await self._refresh()
         await asyncio.gather(*(self.process(t) for t in turns))
         return len(turns)
+
+    async def _refresh(self) -> None:
+        """`refresh`, whose failure keeps the weights held (each verdict still names them)."""
+        if self.refresh is None:
+            return
+        try:
+            await self.refresh()
+        except Exception as error:  # noqa: BLE001 - judging goes on with the weights held
+            log.warning("could not bring the teacher to the newest policy (will retry): %s", error)
 
     async def process(self, turn: Turn) -> Verdict:
         started = time.monotonic()
@@ -201,6 +224,7 @@ class JudgeWorker:
             overlap_scores=[float(x) for x in teacher.selection.overlap_totals] if teacher else [],
             judge=self.judge.name, latency_s=time.monotonic() - started,
             reason="; ".join(reading.notes) or None,
+            teacher_policy_version=teacher.policy_version if teacher else None,
         )
         await asyncio.to_thread(self._save, turn, verdict, teacher)
         return verdict
