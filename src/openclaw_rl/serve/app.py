@@ -36,6 +36,7 @@ from openclaw_rl.serve.schema import (
     validation_message,
 )
 from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
+from openclaw_rl.serve.openai_completions import CompletionRequest, completion
 from openclaw_rl.store import Store, StoreError
 from openclaw_rl.types import NextState, TurnKind
 
@@ -156,7 +157,12 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     async def chat_completions(request: Request) -> Response:
         return await _chat(server, request)
 
-    _publish_body_schemas(app, [ChatCompletionRequest, FeedbackRequest])
+    @app.post("/v1/completions", openapi_extra=_body_doc(CompletionRequest))
+    async def completions(request: Request) -> Response:
+        body = await parse_body(request, CompletionRequest)
+        return await completion(server, body, *turn_headers(request))
+
+    _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, FeedbackRequest])
     return app
 
 

@@ -1,0 +1,196 @@
+"""`POST /v1/completions`: token-in / token-out for RL clients that render their own prompts.
+
+The prompt is a string (tokenized as is, no chat template) or a list of token ids (used
+as is). The turn stores the prompt ids exactly as given and the decoded prompt as its
+one user message, which is what the judge reads. A header-less completion cannot be
+told apart from a new conversation (there is no message structure to resend), so it
+starts a new session; clients that run episodes name theirs with `X-Session-Id`, and the
+ids a request adds after the previous turn's prompt and response are that turn's next
+state (pipeline._next_state_of_ids).
+
+`echo` prepends the prompt; with `logprobs` the prompt's own tokens are scored too (the
+first has none, as in OpenAI's API).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Any, AsyncIterator
+
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import Field, field_validator
+
+from openclaw_rl.engine.base import EngineError
+from openclaw_rl.serve.completion import TurnSpec
+from openclaw_rl.serve.pipeline import Opened, open_turns
+from openclaw_rl.serve.schema import (
+    MAX_CHOICES,
+    MAX_ID_CHARS,
+    ApiError,
+    Seed,
+    StreamOptions,
+    Temperature,
+    TopP,
+    UserId,
+    _Lenient,
+    check_stops,
+    stop_tuple,
+)
+from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
+
+if TYPE_CHECKING:
+    from openclaw_rl.serve.app import Server
+
+MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
+
+
+class CompletionRequest(_Lenient):
+    model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    prompt: str | list[int] | list[str] | list[list[int]]
+    max_tokens: int = Field(default=16, ge=1)
+    temperature: float = Temperature
+    top_p: float = TopP
+    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = Seed
+    user: str | None = UserId
+    suffix: str | None = None
+
+    _stops = field_validator("stop")(classmethod(lambda cls, v: check_stops(v)))
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, value: Any) -> str | list[int]:
+        if isinstance(value, list) and value and isinstance(value[0], (str, list)):
+            if len(value) != 1:
+                raise ValueError(f"send one prompt per request (got a batch of {len(value)}); "
+                                 "concurrent requests are batched by the engine anyway")
+            value = value[0]
+        if isinstance(value, list) and (not value or any(i < 0 for i in value)):
+            raise ValueError("a token-id prompt must be a non-empty list of non-negative ids")
+        if isinstance(value, str) and not value:
+            raise ValueError("the prompt is empty")
+        return value
+
+    @field_validator("suffix")
+    @classmethod
+    def _no_suffix(cls, value: str | None) -> None:
+        if value:
+            raise ValueError("suffix (fill-in-the-middle) is not supported; send the prompt alone")
+        return None
+
+
+async def completion(server: Server, body: CompletionRequest, kind: TurnKind, done: bool,
+                     session_header: str | None) -> Response:
+    prompt_ids = await run_in_threadpool(_prompt_ids, server, body.prompt)
+    text = body.prompt if isinstance(body.prompt, str) else server.tokenizer.decode(prompt_ids)
+    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                            stop=stop_tuple(body.stop), seed=body.seed, top_logprobs=body.logprobs or 0)
+    spec = TurnSpec(api="completions", messages=[{"role": "user", "content": text}], params=params, n=body.n,
+                    kind=kind, done=done, session_header=session_header, user=body.user, prompt_ids=prompt_ids)
+    opened = await open_turns(server, spec)
+    view = _CompletionView(server, body, opened, text)
+    if body.stream:
+        return StreamingResponse(view.sse(), media_type="text/event-stream", headers=opened.headers)
+    await opened.run()
+    return JSONResponse(await view.completion(), headers=opened.headers)
+
+
+def _prompt_ids(server: Server, prompt: str | list[int]) -> list[int]:
+    if isinstance(prompt, str):
+        return server.tokenizer.encode(prompt, add_special_tokens=False)
+    vocab = len(server.tokenizer)
+    if max(prompt) >= vocab:
+        raise ApiError(400, f"prompt: token id {max(prompt)} is outside the vocabulary (0..{vocab - 1})",
+                       param="prompt")
+    return list(prompt)
+
+
+class _CompletionView:
+    def __init__(self, server: Server, body: CompletionRequest, opened: Opened, prompt_text: str):
+        self.server, self.body, self.opened, self.prompt_text = server, body, opened, prompt_text
+        self.id = f"cmpl-{uuid.uuid4().hex}"
+        self.created = opened.turns[0].created
+
+    def _logprobs(self, steps: list[TokenStep], offset: int) -> dict[str, Any] | None:
+        if self.body.logprobs is None:
+            return None
+        decode = self.server.tokenizer.decode
+        tokens = [decode([s.token_id]) for s in steps]
+        offsets = []
+        for token in tokens:
+            offsets.append(offset)
+            offset += len(token)
+        return {"tokens": tokens, "token_logprobs": [s.logprob for s in steps],
+                "top_logprobs": [{decode([i]): lp for i, lp in s.top} for s in steps], "text_offset": offsets}
+
+    async def _echoed_logprobs(self) -> dict[str, Any] | None:
+        """The prompt's own tokens under the policy (the first token has none)."""
+        ids = self.opened.turns[0].prompt_ids
+        decode = self.server.tokenizer.decode
+        tokens = [decode([i]) for i in ids]
+        scored: list[float | None] = [None]
+        tops: list[dict[str, float] | None] = [None]
+        if len(ids) > 1:
+            score = await self.server.engine.score(ids[:1], ids[1:], top_k=self.body.logprobs or 0)
+            scored += score.logprobs
+            tops += [{decode([i]): lp for i, lp in zip(k_ids, k_lps)}
+                     for k_ids, k_lps in zip(score.top_ids, score.top_logprobs)]
+        offsets = [sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
+        return {"tokens": tokens, "token_logprobs": scored, "top_logprobs": tops, "text_offset": offsets}
+
+    async def completion(self) -> dict[str, Any]:
+        echo = self.prompt_text if self.body.echo else ""
+        prompt_logprobs = await self._echoed_logprobs() if self.body.echo and self.body.logprobs is not None else None
+        choices = []
+        for i, turn in enumerate(self.opened.turns):
+            generation = turn.generation
+            logprobs = self._logprobs(turn.steps[: len(generation.token_ids)], len(echo))
+            if prompt_logprobs and logprobs:
+                logprobs = {key: prompt_logprobs[key] + logprobs[key] for key in logprobs}
+            choices.append({"index": i, "text": echo + generation.text, "finish_reason": generation.finish_reason,
+                            "logprobs": logprobs})
+        prompt_tokens = len(self.opened.turns[0].prompt_ids)
+        completion_tokens = sum(len(t.generation.token_ids) for t in self.opened.turns)
+        return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
+                "choices": choices, "policy_version": self.opened.turns[0].generation.policy_version,
+                "session_id": self.opened.ref.id,
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                          "total_tokens": prompt_tokens + completion_tokens}}
+
+    def _chunk(self, i: int, text: str, finish: str | None = None, logprobs: Any = None) -> str:
+        chunk = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
+                 "choices": [{"index": i, "text": text, "finish_reason": finish, "logprobs": logprobs}]}
+        return f"data: {json.dumps(chunk)}\n\n"
+
+    async def sse(self) -> AsyncIterator[str]:
+        turns = self.opened.turns
+        shown = [0] * len(turns)
+        try:
+            if self.body.echo:
+                for i in range(len(turns)):
+                    yield self._chunk(i, self.prompt_text)
+            async for i, delta, steps in self.opened.events():
+                if delta is not None:
+                    yield self._chunk(i, delta, logprobs=self._logprobs(steps, shown[i]))
+                    shown[i] += len(delta)
+                    continue
+                turn = turns[i]
+                if rest := turn.remaining():
+                    yield self._chunk(i, rest)
+                yield self._chunk(i, "", finish=turn.generation.finish_reason)
+            if self.body.stream_options and self.body.stream_options.include_usage:
+                usages = [turn.usage() for turn in turns]
+                usage = {"prompt_tokens": usages[0]["prompt_tokens"],
+                         "completion_tokens": sum(u["completion_tokens"] for u in usages)}
+                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
+                yield (f"data: {json.dumps({'id': self.id, 'object': 'text_completion', 'created': self.created, 'model': self.server.model_name, 'choices': [], 'usage': usage})}\n\n")
+            yield "data: [DONE]\n\n"
+        except (TimeoutError, EngineError) as error:
+            yield f"data: {json.dumps({'error': {'message': f'generation failed: {error}', 'type': 'server_error'}})}\n\n"
