@@ -16,6 +16,7 @@ import torch
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.loading import cache_dir
+from openclaw_rl.store import make_store
 from openclaw_rl.train import checkpoint, weights
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.trainer import Trainer
@@ -195,6 +196,87 @@ def test_export_writes_a_model_directory_transformers_loads(tmp_path, lora) -> N
 def test_export_without_a_checkpoint_says_so(tmp_path) -> None:
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         checkpoint.export(tmp_path, tmp_path / "out")
+
+
+# -- policy versions across crashes ---------------------------------------------------------
+
+
+def _ready_samples(store, model_dir: Path, count: int) -> None:
+    store.ensure_session("s", "header")
+    turn_ids = [
+        store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+                          response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                          sampling={}, finish_reason="stop", continuation_hash=None).id
+        for _ in range(count)
+    ]
+    for sample in make_samples(model_dir, [(1.0, True), (-1.0, False)] * (count // 2), turn_ids=turn_ids):
+        store.add_sample(sample, "combined")
+
+
+def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_versions(tiny_llama, store_url, tmp_path,
+                                                                                  monkeypatch) -> None:
+    """Checkpoint at step 3, a SIGKILL after step 5: v4 and v5 name weights that are lost, forever."""
+    import hashlib
+
+    from openclaw_rl.loop import train_process
+
+    store = make_store(store_url, data_dir=tmp_path)
+    _ready_samples(store, tiny_llama, 14)
+    store.close()
+    published: list[tuple[int, int | None, str]] = []  # (version, parent, content hash) of every publish
+    publish = weights.publish
+
+    def recording(data_dir, state_dict, version, parent_version=None):
+        path = publish(data_dir, state_dict, version, parent_version)
+        published.append((version, parent_version, hashlib.sha256(path.read_bytes()).hexdigest()))
+        return path
+
+    monkeypatch.setattr(weights, "publish", recording)
+    config = TrainConfig(method="combined", batch_size=2, lr=1e-3, checkpoint_every=3, max_staleness=100,
+                         train_poll_interval_s=0.05, train_threads=1)
+    root = str(tmp_path)
+    assert train_process(root, str(tiny_llama), config, resume=False, max_steps=5, store_url=store_url) == 5
+    shutil.rmtree(checkpoint.checkpoints_dir(tmp_path) / "step-000005")  # the kill came before this save
+    assert checkpoint.load_latest(tmp_path).policy_version == 3
+    lost = {version: digest for version, _, digest in published if version > 3}
+
+    assert train_process(root, str(tiny_llama), config, resume=True, max_steps=5, store_url=store_url) == 5
+    versions = [version for version, _, _ in published]
+    assert versions == [1, 2, 3, 4, 5, 6, 7, 8]  # strictly increasing: no number names two sets of weights
+    assert [parent for _, parent, _ in published] == [0, 1, 2, 3, 4, 3, 6, 7]  # v6 is the checkpoint's v3
+    assert weights.parent_version(tmp_path, 6) == 3 and weights.parent_version(tmp_path, 7) == 6
+    restored = checkpoint.Checkpoint(checkpoint.checkpoints_dir(tmp_path) / "step-000003", {"lora": False})
+    assert same_tensors(weights.load(tmp_path, 6), restored.weights())  # the model came from the checkpoint
+    on_disk = {v: hashlib.sha256(weights.version_path(tmp_path, v).read_bytes()).hexdigest() for v in (6, 7, 8)}
+    assert on_disk == {version: digest for version, _, digest in published if version >= 6}
+    assert not set(lost) & set(on_disk)
+    reader = make_store(store_url, data_dir=tmp_path)
+    try:
+        assert reader.policy() | {"last_update_at": None} == {"policy_version": 8, "train_steps": 5,
+                                                               "last_update_at": None}
+    finally:
+        reader.close()
+
+
+def test_a_trainer_without_a_checkpoint_numbers_its_weights_above_every_version_recorded(tiny_llama, store) -> None:
+    from openclaw_rl.loop import load_trainer
+
+    store.ensure_session("s", "header")
+    store.record_turn(session_id="s", kind="main", policy_version=9, prompt_messages=[], prompt_token_ids=[1],
+                      response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                      sampling={}, finish_reason="stop", continuation_hash=None)  # served by a v9 since lost
+    store.set_policy_version(7, train_step=7)
+    trainer = load_trainer(tiny_llama, store.data_dir, TrainConfig(), resume=True, store=store)
+    assert (trainer.policy_version, trainer.parent_version, trainer.train_step) == (10, 0, 0)  # the base, renumbered
+    assert store.policy_version() == 10  # reserved before anything serves it
+
+
+def test_the_weights_channel_refuses_a_version_it_already_has(tmp_path) -> None:
+    weights.publish(tmp_path, {"w": torch.ones(2)}, 3)
+    for version in (3, 2):
+        with pytest.raises(ValueError, match="names one set of weights forever"):
+            weights.publish(tmp_path, {"w": torch.zeros(2)}, version)
+    assert same_tensors(weights.load(tmp_path, 3), {"w": torch.ones(2)})
 
 
 # -- weights channel ----------------------------------------------------------------------

@@ -119,15 +119,30 @@ def judge_loop(server: Server, config: JudgeConfig, method: str, judge: Judge | 
 
 
 def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None):
-    """A trainer at the latest checkpoint (with --resume), else at the store's version."""
+    """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
+
+    Versions only go up, across crashes too: a number once published or served names one
+    set of weights forever. When a version above the trainer's was ever published (the
+    files channel) or recorded (the store: announced, or on a turn), as after a SIGKILL
+    between checkpoints, the trainer's weights are renumbered above all of them and the
+    number is reserved in the store before anything serves it. Weights and optimizer
+    state are the checkpoint's either way.
+    """
     from openclaw_rl.train.trainer import Trainer
 
+    store = store or Store(data_dir)
     latest = checkpoint.load_latest(data_dir) if resume else None
-    initial_version = (store or Store(data_dir)).policy_version() if resume else 0
-    trainer = Trainer(model_dir, config, initial_version=initial_version)
+    trainer = Trainer(model_dir, config)
     if latest is not None:
         checkpoint.restore(trainer, latest)
         log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
+    taken = max(store.highest_policy_version(), weights.highest_version(data_dir) or 0)
+    if taken > trainer.policy_version:
+        held = trainer.policy_version
+        trainer.renumber(taken + 1)
+        store.set_policy_version(trainer.policy_version)
+        log.warning("versions up to v%d were published after the weights held (v%d); they are now v%d",
+                    taken, held, trainer.policy_version)
     return trainer
 
 
@@ -295,10 +310,12 @@ def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, 
     trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
 
     async def publish(state_dict: dict, version: int) -> None:
-        await asyncio.to_thread(weights.publish, data_dir, state_dict, version)
+        await asyncio.to_thread(weights.publish, data_dir, state_dict, version, trainer.parent_version)
 
     async def main() -> int:
         stop = asyncio.Event()
+        if trainer.policy_version > (weights.highest_version(data_dir) or 0):  # resumed (or renumbered) weights
+            await publish(await asyncio.to_thread(trainer.policy_state_dict), trainer.policy_version)
 
         def on_step(stats: dict) -> None:
             if max_steps and trainer.train_step >= max_steps:

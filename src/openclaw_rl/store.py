@@ -518,6 +518,13 @@ class Store:
     def policy_version(self) -> int:
         return self.policy()["policy_version"]
 
+    def highest_policy_version(self) -> int:
+        """The highest version the store knows of, announced by a trainer or recorded on a turn
+        (a turn can name a version a crash kept from being announced); 0 if none."""
+        with self._lock:
+            (on_turns,) = self._execute("SELECT COALESCE(MAX(policy_version), 0) FROM turns").fetchone()
+        return max(int(on_turns), self.policy_version())
+
     def policy(self) -> dict[str, Any]:
         """The latest published policy: version, training steps, when (None if never)."""
         with self._lock:

@@ -178,7 +178,7 @@ class TrainerActor:
         from openclaw_rl.train.runner import run_trainer
 
         async def publish(state_dict: dict, version: int) -> None:
-            await asyncio.to_thread(weights.publish, self.data_dir, state_dict, version)
+            await asyncio.to_thread(weights.publish, self.data_dir, state_dict, version, self.trainer.parent_version)
             ref = await asyncio.to_thread(ray.put, state_dict)  # once, however many subscribers read it
             loads = asyncio.gather(*(s.load_weights.remote(ref, version) for s in subscribers), return_exceptions=True)
             try:

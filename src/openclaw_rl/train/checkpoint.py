@@ -17,7 +17,9 @@ pointer be missing or name a broken directory, falls back to the newest complete
 Resume: `load_latest(data_dir)` gives a `Checkpoint`; build a `Trainer` on the same
 base model and config, then `restore(trainer, checkpoint)` loads weights (or adapter),
 optimizer moments, train step and policy version. The learning rate comes from the
-config, not the checkpoint, so a resumed run may change it.
+config, not the checkpoint, so a resumed run may change it. Versions published after the
+checkpoint (a crash between checkpoints) keep their numbers: `loop.load_trainer` gives
+the restored weights a fresh version above them (`Trainer.renumber`).
 """
 
 from __future__ import annotations
@@ -169,6 +171,7 @@ def restore(trainer: Trainer, checkpoint: Checkpoint) -> None:
         group["lr"] = config.learning_rate
     trainer.train_step = checkpoint.train_step
     trainer.policy_version = checkpoint.policy_version
+    trainer.parent_version = state.get("parent_version")  # absent from checkpoints of older versions
     log.info("resumed from %s: step %d, policy version %d", checkpoint.path, trainer.train_step,
              trainer.policy_version)
 

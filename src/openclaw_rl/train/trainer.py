@@ -89,6 +89,7 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate, weight_decay=0.0)
         self.train_step = 0  # training steps taken (batches consumed)
         self.policy_version = initial_version  # version of the weights held now
+        self.parent_version: int | None = None  # the version those weights came from (None: the base)
 
     # -- training ---------------------------------------------------------------------
 
@@ -123,6 +124,7 @@ class Trainer:
         optimizer_steps = sum(1 for p in passes if p["trained_samples"] > 0)
         self.train_step += 1
         if optimizer_steps:
+            self.parent_version = self.policy_version
             self.policy_version += 1
         seconds = time.perf_counter() - started
         tokens = float(sum(int(b["loss_mask"].sum()) for b in micro_batches))
@@ -218,6 +220,18 @@ class Trainer:
         chosen = vocab_logprobs.gather(-1, batch["response_ids"][..., None])[..., 0]  # (B, T)
         return chosen, (vocab_logprobs if with_vocab else None)
 
+    def renumber(self, version: int) -> None:
+        """Name the weights held now `version`, above every version ever used.
+
+        On resume after a crash the checkpoint's weights are older than versions published
+        after it, and those numbers name the lost weights forever. The checkpoint's weights
+        therefore get a fresh number (their parent is the version they were), and training
+        counts on from there; train step, weights and optimizer state are unchanged.
+        """
+        if version <= self.policy_version:
+            raise ValueError(f"a new number must be above the held v{self.policy_version}, got {version}")
+        self.parent_version, self.policy_version = self.policy_version, version
+
     # -- weights out and in -----------------------------------------------------------
 
     @torch.no_grad()
@@ -296,6 +310,7 @@ class Trainer:
         return {
             "train_step": self.train_step,
             "policy_version": self.policy_version,
+            "parent_version": self.parent_version,
             "model_dir": str(self.model_dir.resolve()),
             "method": c.method,
             "lora": c.lora,
