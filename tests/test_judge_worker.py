@@ -349,3 +349,59 @@ def test_a_weight_update_between_scoring_passes_rescores_the_turn_at_one_version
     with pytest.raises(TeacherVersionError, match="changed during each of 3 scorings"):
         asyncio.run(score_hints(restless, engine.tokenizer, turn, hints, strategy="sequence", select_k=4,
                                 teacher_k=4))
+
+
+# -- one sampling distribution: behaviour and teacher -------------------------------------------
+
+
+def _sampled_turn(store: Store, engine, params) -> object:
+    """A main turn sampled by the real engine with `params`, paired with a correction."""
+    from openclaw_rl.types import TokenStep
+
+    messages = [{"role": "user", "content": "Name a colour."}]
+    prompt = render_prompt(engine.tokenizer, messages, None, None)
+
+    async def sample() -> list[TokenStep]:
+        return [e async for e in engine.stream(prompt, params) if isinstance(e, TokenStep)]
+
+    steps = asyncio.run(sample())
+    store.ensure_session("s", "header")
+    turn = store.record_turn(
+        session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
+        response_token_ids=[s.token_id for s in steps], behaviour_logprobs=[s.logprob for s in steps],
+        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length", continuation_hash=None)
+    store.set_next_state(turn.id, NextState("user", "No, name a warmer one.", at=1.0))
+    return store.get_turn(turn.id)
+
+
+def test_a_teacher_told_nothing_new_reproduces_the_behaviour_logprobs_of_a_top_p_turn(tmp_path, engine,
+                                                                                       monkeypatch):
+    """The teacher scores at the turn's temperature and top-p, so an empty hint gives back the
+    behaviour log-probs and A_opd = 0 (without top-p they would differ by the kept mass)."""
+    import copy
+
+    from openclaw_rl.judge import teacher
+    from openclaw_rl.types import SamplingParams
+
+    store = Store(tmp_path)
+    turn = _sampled_turn(store, engine, SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.8, seed=5))
+    monkeypatch.setattr(teacher, "hinted_messages", lambda messages, hint: copy.deepcopy(messages))  # a no-op hint
+    result = asyncio.run(teacher.score_hints(engine, engine.tokenizer, turn, ["nothing new"], strategy="sequence",
+                                             select_k=4, teacher_k=4))
+    assert (result.temperature, result.top_p) == (1.0, 0.8)
+    assert result.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)
+    verdict = Verdict(turn_id=turn.id, status="ok", reward=-1, votes=[-1], raw=[], hints=["nothing new"],
+                      selected_hint="nothing new", overlap_scores=[], judge="x", latency_s=0.0)
+    sample = build_sample(turn, verdict, result, "opd")
+    assert (sample.temperature, sample.top_p) == (1.0, 0.8)
+
+
+def test_a_greedy_turn_keeps_the_plain_model_distribution_whatever_top_p_it_asked(tmp_path, engine):
+    from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
+    from openclaw_rl.types import SamplingParams
+
+    store = Store(tmp_path)
+    turn = _sampled_turn(store, engine, SamplingParams(max_new_tokens=4, temperature=0.0, top_p=0.8))
+    assert (logprob_temperature(turn), logprob_top_p(turn)) == (1.0, 1.0)
+    scored = asyncio.run(engine.score(turn.prompt_token_ids, turn.response_token_ids, temperature=1.0, top_p=1.0))
+    assert scored.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)

@@ -257,6 +257,35 @@ def test_topk_reverse_kl_floors_an_empty_teacher_tail() -> None:
     assert kl.item() == pytest.approx(expected, rel=1e-5)
 
 
+def test_topk_reverse_kl_floors_bins_that_top_p_cut_on_either_side() -> None:
+    # After top-p the student keeps tokens 0 and 1 (2/3, 1/3) and the teacher keeps 0 only;
+    # the teacher's top-2 lists token 1 at -inf, vLLM would say -9999.
+    student = f32([[[math.log(2 / 3), math.log(1 / 3), -INF, -INF]]]).requires_grad_()
+    ids = torch.tensor([[[0, 1]]])
+    for cut in (-INF, -9999.0):
+        teacher = f32([[[0.0, cut]]])
+        # bins (2/3, 1/3, tail floored) against (1, floored, tail floored)
+        expected = 2 / 3 * math.log(2 / 3) + 1 / 3 * math.log((1 / 3) / 1e-8)
+        kl = topk_reverse_kl(student, ids, teacher, mask([[1]]))
+        assert kl.item() == pytest.approx(expected, rel=1e-5)
+    kl.backward()
+    assert torch.isfinite(student.grad).all()
+    flipped = topk_reverse_kl(f32([[[0.0, -INF, -INF, -INF]]]), ids, f32([[[math.log(0.5), math.log(0.5)]]]),
+                              mask([[1]]))  # a student whose nucleus holds one token
+    assert flipped.item() == pytest.approx(math.log(2), abs=1e-6)  # 1 ln(1 / 0.5), the floored bins ~1e-7
+
+
+def test_method_loss_measures_the_reference_kl_with_its_own_logprobs() -> None:
+    batch = _method_batch()
+    truncated = batch["behaviour_logprobs"].clone()
+    truncated[0, 0] = -INF  # the current nucleus cuts a sampled token: finite ratio clip, but no finite KL
+    ref = batch["behaviour_logprobs"] + LN2
+    params = LossParams(kl_beta=0.02)
+    loss, stats = method_loss("binary", batch, truncated, ref_logprobs=ref, params=params,
+                              kl_logprobs=batch["behaviour_logprobs"].clone())
+    assert stats["ref_kl"] == pytest.approx(1 - LN2) and math.isfinite(loss.item())
+
+
 def test_topk_reverse_kl_aggregates_and_ignores_padding() -> None:
     same = _logits(0.5, 0.25, 0.125, 0.125)
     student = f32([[same, same], [same, same]]).requires_grad_()  # (2, 2, 4)

@@ -156,7 +156,17 @@ def test_collate_top_k_cuts_to_the_shortest_list_and_pads_ids_with_minus_one() -
     assert collate([a], top_k=1)["teacher_top_ids"].tolist() == [[[4], [7]]]
 
 
+def test_a_sample_payload_from_before_top_p_reads_as_no_truncation() -> None:
+    old = {"turn_id": 1, "session_id": "s", "policy_version": 0, "prompt_token_ids": [1], "response_token_ids": [2],
+           "behaviour_logprobs": [-0.5], "temperature": 0.7, "reward": 1.0}  # as stores of older versions hold it
+    sample = Sample.from_dict(old)
+    assert (sample.temperature, sample.top_p) == (0.7, 1.0)
+    assert Sample.from_dict(_sample(2, [1], [2], [-0.5], top_p=0.9).to_dict()).top_p == 0.9
+    assert collate([sample, _sample(2, [1], [2], [-0.5], top_p=0.9)])["top_ps"].tolist() == pytest.approx([1.0, 0.9])
+
+
 @pytest.mark.parametrize("field, value, message", [
+    ("top_p", 0.0, "top_p 0.0; it must be in \\(0, 1\\]"),
     ("behaviour_logprobs", [-1.0], "2 response tokens but 1 behaviour"),
     ("teacher_logprobs", [-1.0, -1.0, -1.0], "2 response tokens but 3 teacher"),
     ("response_token_ids", [], "at least one of each"),
@@ -203,6 +213,48 @@ def test_trainer_logprobs_equal_the_behaviour_logprobs_of_unpadded_scoring(tiny_
         logprobs, _ = trainer.logprobs(batch)
     mask = batch["loss_mask"]
     torch.testing.assert_close(logprobs[mask], batch["behaviour_logprobs"][mask], atol=1e-5, rtol=0)
+
+
+def test_a_turn_sampled_with_top_p_has_ratio_one_at_the_first_step(tiny_model_dir, tmp_path) -> None:
+    """Sampled by the real engine at T = 1, top-p 0.8: the trainer measures the same distribution,
+    so the first ratio is 1, not the kept mass (about 0.8 on this near-uniform tiny model)."""
+    from openclaw_rl.engine.local import LocalEngine
+    from openclaw_rl.judge.samples import build_sample
+    from openclaw_rl.serve.chat import render_prompt
+    from openclaw_rl.store import Store
+    from openclaw_rl.types import SamplingParams, TokenStep, Verdict
+
+    engine = LocalEngine(tiny_model_dir, threads=1)
+    messages = [{"role": "user", "content": "Name a colour."}]
+    prompt = render_prompt(engine.tokenizer, messages, None, None)
+    params = SamplingParams(max_new_tokens=12, temperature=1.0, top_p=0.8, seed=3)
+
+    async def sample() -> list[TokenStep]:
+        try:
+            return [e async for e in engine.stream(prompt, params) if isinstance(e, TokenStep)]
+        finally:
+            await engine.aclose()
+
+    steps = asyncio.run(sample())
+    store = Store(tmp_path)
+    store.ensure_session("s", "header")
+    turn = store.record_turn(
+        session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
+        response_token_ids=[s.token_id for s in steps], behaviour_logprobs=[s.logprob for s in steps],
+        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length", continuation_hash=None)
+    verdict = Verdict(turn_id=turn.id, status="ok", reward=1, votes=[1], raw=[], hints=[], selected_hint=None,
+                      overlap_scores=[], judge="test", latency_s=0.0)
+    sample = build_sample(turn, verdict, None, "combined")
+    assert (sample.temperature, sample.top_p) == (1.0, 0.8)
+
+    trainer = Trainer(tiny_model_dir, TrainConfig(method="combined", lr=1e-3, kl_beta=0.02), device="cpu")
+    with torch.no_grad():
+        logprobs, _ = trainer.logprobs(collate([sample]))
+    assert logprobs[0].tolist() == pytest.approx(sample.behaviour_logprobs, abs=1e-4)
+    stats = trainer.step([sample])  # the backward pass runs through the top-p truncation
+    assert stats["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
+    assert stats["ref_kl"] == pytest.approx(0.0, abs=1e-6) and math.isfinite(stats["loss"])
+    assert trainer.policy_version == 1
 
 
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])

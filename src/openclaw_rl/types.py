@@ -40,6 +40,11 @@ class SamplingParams:
         """
         return 1.0 if self.greedy else self.temperature
 
+    @property
+    def logprob_top_p(self) -> float:
+        """The top-p behaviour log-probs are measured at: `top_p`, or 1 (none) for greedy turns."""
+        return 1.0 if self.greedy else self.top_p
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "max_new_tokens": self.max_new_tokens,
@@ -207,6 +212,7 @@ class Sample:
     response_token_ids: list[int]
     behaviour_logprobs: list[float]  # (T,)
     temperature: float  # the temperature behaviour and teacher log-probs are measured at
+    top_p: float = 1.0  # and the top-p (after the temperature); payloads written before it existed had none
     reward: float | None = None
     teacher_logprobs: list[float] | None = None  # (T,) under prompt + selected hint
     teacher_top_ids: list[list[int]] | None = None  # (T, K), for top-k distillation

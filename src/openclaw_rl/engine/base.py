@@ -59,8 +59,14 @@ class Engine(Protocol):
         ...
 
     async def score(
-        self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0, top_k: int = 0
-    ) -> Score: ...
+        self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0, top_p: float = 1.0,
+        top_k: int = 0,
+    ) -> Score:
+        """Log-probs of `response_ids` after `prompt_ids`, and the top-k at each position, under
+        the distribution `stream` samples from with these parameters: logits / T, then top-p
+        truncation and renormalisation (a token top-p cuts gets -inf). temperature <= 0 is the
+        plain model (T = 1, no top-p), as greedy turns record it."""
+        ...
 
     async def load_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
         """Serve `policy_version` from the next admitted request on. Engines whose

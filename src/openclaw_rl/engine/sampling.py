@@ -4,6 +4,7 @@ Pure functions of tensors, shared by the decode loop (behaviour log-probs) and b
 scoring (teacher and trainer log-probs), so every part of the loop measures a token
 under the same transformation: logits / T, then top-p truncation and renormalisation.
 Greedy rows (T = 0) record the untempered, untruncated model distribution (T = 1).
+Nothing is written in place, so the trainer's gradients flow through the truncation.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ def sampling_logprobs(logits: torch.Tensor, temperature: torch.Tensor, top_p: to
     needs_top_p = (top_p < 1.0) & ~greedy
     if bool(needs_top_p.any()):
         rows = needs_top_p.nonzero(as_tuple=True)[0]
-        logprobs[rows] = _top_p_renormalise(logprobs[rows], top_p[rows].to(logits.dtype))
+        # out of place: log_softmax's backward reads its output
+        logprobs = logprobs.index_put((rows,), _top_p_renormalise(logprobs[rows], top_p[rows].to(logits.dtype)))
     return logprobs
 
 

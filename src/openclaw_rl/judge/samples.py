@@ -15,7 +15,7 @@ behaviour policy.
 
 from __future__ import annotations
 
-from openclaw_rl.judge.teacher import TeacherResult, logprob_temperature
+from openclaw_rl.judge.teacher import TeacherResult, logprob_temperature, logprob_top_p
 from openclaw_rl.types import Sample, Turn, Verdict
 
 METHODS = ("binary", "opd", "combined", "topk")
@@ -47,6 +47,7 @@ def build_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None, me
         response_token_ids=turn.response_token_ids,
         behaviour_logprobs=turn.behaviour_logprobs,
         temperature=logprob_temperature(turn),
+        top_p=logprob_top_p(turn),
         reward=reward if method in ("binary", "combined") else None,
         teacher_logprobs=teacher.logprobs if use_teacher else None,
         teacher_top_ids=teacher.top_ids if use_teacher and method == "topk" else None,

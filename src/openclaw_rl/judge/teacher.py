@@ -3,9 +3,12 @@
 For each candidate hint the hint is appended, clearly delimited, to the last user message
 of the turn's prompt (the hindsight-enhanced state s ⊕ hint); the prompt is rendered with
 the chat template exactly as serving rendered it (same tools); and the **original**
-response token ids are scored under it. Log-probs use the temperature the behaviour
-log-probs were measured at (`SamplingParams.logprob_temperature`) with no top-p
-truncation, so teacher minus behaviour compares like with like.
+response token ids are scored under it. Log-probs are those of the distribution the
+behaviour log-probs were measured under: the same temperature, then the same top-p
+truncation and renormalisation (`SamplingParams.logprob_temperature` and `logprob_top_p`;
+greedy turns: T = 1, no top-p), so teacher minus behaviour compares like with like and a
+teacher told nothing new reproduces the behaviour log-probs. A response token that the
+hinted teacher's own top-p cuts has log-prob -inf; the OPD advantage clips it to -C.
 
 The teacher is the policy engine it is given, at whatever version that engine serves when
 it scores; `TeacherResult.policy_version` records that version. An update can land
@@ -42,8 +45,17 @@ def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
     return [*messages, {"role": "user", "content": block}]
 
 
+def _sampling(turn: Turn) -> SamplingParams:
+    return SamplingParams(temperature=float(turn.sampling.get("temperature", 1.0)),
+                          top_p=float(turn.sampling.get("top_p", 1.0)))
+
+
 def logprob_temperature(turn: Turn) -> float:
-    return SamplingParams(temperature=float(turn.sampling.get("temperature", 1.0))).logprob_temperature
+    return _sampling(turn).logprob_temperature
+
+
+def logprob_top_p(turn: Turn) -> float:
+    return _sampling(turn).logprob_top_p
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class TeacherResult:
     top_logprobs: list[list[float]]  # (T, K)
     selection: HintSelection
     temperature: float
+    top_p: float
     policy_version: int | None = None  # the engine's version during every scoring pass
 
 
@@ -75,18 +88,20 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
 
 async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, strategy: str, select_k: int,
                             teacher_k: int, rng=None) -> TeacherResult:
-    temperature = logprob_temperature(turn)
+    temperature, top_p = logprob_temperature(turn), logprob_top_p(turn)
     tools = turn.sampling.get("tools")
     tool_choice = turn.sampling.get("tool_choice")
     response = turn.response_token_ids
     teachers: list[Score] = []
     for hint in hints:
         prompt = render_prompt(tokenizer, hinted_messages(turn.prompt_messages, hint), tools, tool_choice)
-        teachers.append(await engine.score(prompt, response, temperature=temperature, top_k=max(select_k, teacher_k)))
+        teachers.append(await engine.score(prompt, response, temperature=temperature, top_p=top_p,
+                                           top_k=max(select_k, teacher_k)))
     if len(hints) == 1:  # nothing to choose between: skip the student's forward pass (a second prefill)
         selection = HintSelection(strategy, 0, None, [])
     else:
-        student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_k=select_k)
+        student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_p=top_p,
+                                     top_k=select_k)
         selection = select_hint(
             strategy, hints, student_top=student.top_ids,
             teachers=[[row[:select_k] for row in t.top_ids] for t in teachers], rng=rng, k=select_k,
@@ -102,4 +117,5 @@ async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, 
         top_logprobs=[chosen[t].top_logprobs[t][:teacher_k] for t in positions],
         selection=selection,
         temperature=temperature,
+        top_p=top_p,
     )

@@ -38,7 +38,7 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
 
     Keys: input_ids, attention_mask (B, L); response_positions, response_ids,
     loss_mask, behaviour_logprobs, teacher_logprobs, teacher_mask (B, T); reward,
-    has_reward, temperatures (B,); with top_k > 0 also teacher_top_ids,
+    has_reward, temperatures, top_ps (B,); with top_k > 0 also teacher_top_ids,
     teacher_top_logprobs (B, T, K).
     """
     if not samples:
@@ -62,6 +62,7 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
     reward = torch.zeros(batch_size)
     has_reward = torch.zeros(batch_size, dtype=torch.bool)
     temperatures = torch.tensor([s.temperature for s in samples], dtype=torch.float32)
+    top_ps = torch.tensor([s.top_p for s in samples], dtype=torch.float32)
     top_ids = torch.full((batch_size, tokens, k), -1, dtype=torch.long)
     top_logprobs = torch.zeros(batch_size, tokens, k)
 
@@ -97,6 +98,7 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
         "teacher_logprobs": teacher_logprobs,
         "teacher_mask": teacher_mask,
         "temperatures": temperatures,
+        "top_ps": top_ps,
     }
     if top_k > 0:
         batch["teacher_top_ids"] = top_ids
@@ -116,6 +118,8 @@ def _validate(sample: Sample, top_k: int) -> None:
             f"{where} has {len(sample.prompt_token_ids)} prompt and {t} response tokens; "
             "a trainable sample needs at least one of each, drop it before batching"
         )
+    if not 0.0 < sample.top_p <= 1.0:
+        raise ValueError(f"{where} has top_p {sample.top_p}; it must be in (0, 1], 1 being no truncation")
     if len(sample.behaviour_logprobs) != t:
         raise ValueError(f"{where} has {t} response tokens but {len(sample.behaviour_logprobs)} behaviour log-probs")
     if sample.teacher_logprobs is not None and len(sample.teacher_logprobs) != t:

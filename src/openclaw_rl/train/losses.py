@@ -36,13 +36,18 @@ Decisions, and why:
 - The KL to the reference policy uses the k3 estimator exp(ref - lp) - (ref - lp) - 1:
   unbiased for KL(pi_theta || pi_ref) on tokens sampled from pi_theta, never negative,
   lower variance than log(pi_theta / pi_ref). Tokens come from the behaviour policy,
-  which is pi_theta up to staleness; we accept that approximation, as GRPO does.
+  which is pi_theta up to staleness; we accept that approximation, as GRPO does. Its
+  log-probs may differ from the surrogate's (`kl_logprobs`): the trainer measures the
+  surrogate after top-p, as sampling did, and the KL before it, where it is finite.
 - Top-k distillation compares K + 1 bins per position: the teacher's top-K tokens and a
   tail holding the rest of the mass, 1 - sum(top-K probs) for both sides (the teacher
   reports nothing else), floored at `tail_floor` before the log. The tail's weight in
   the KL is its own tiny mass, so float32 cancellation in 1 - sum is harmless. The
   student may come as logits or log-probs (log_softmax of log-probs is the identity);
   only unmasked positions are normalized, which keeps a (B, T, V) copy off the heap.
+  Under top-p either side may give a bin probability 0 (log-prob -inf, or vLLM's
+  -9999): every bin is floored at `tail_floor` like the tail, which keeps the KL finite
+  and leaves bins above the floor exactly as they were.
 - Stepwise advantages standardize with the population std of a (task, step) group, so
   each kept group has unit variance exactly. Groups with std below `ZERO_STD`, or with
   one member, cannot say which trajectory did better and are dropped. A step with no
@@ -52,6 +57,7 @@ Decisions, and why:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -233,9 +239,10 @@ def topk_reverse_kl(
     _check_shape("teacher_top_ids", teacher_top_ids, teacher_top_logprobs.shape)
     _check_shape("teacher_top_logprobs", teacher_top_logprobs, (*mask.shape, teacher_top_logprobs.shape[-1]))
 
+    floor = math.log(tail_floor)
     student = torch.log_softmax(_f32(student_logits[mask]), dim=-1)  # (N, V)
-    student_top = student.gather(-1, teacher_top_ids[mask].long())  # (N, K)
-    teacher_top = _f32(teacher_top_logprobs[mask])  # (N, K)
+    student_top = student.gather(-1, teacher_top_ids[mask].long()).clamp(min=floor)  # (N, K)
+    teacher_top = _f32(teacher_top_logprobs[mask]).clamp(min=floor)  # (N, K)
 
     def with_tail(top: Tensor) -> Tensor:  # (N, K) -> (N, K + 1)
         tail = (1.0 - top.exp().sum(-1, keepdim=True)).clamp(min=tail_floor)  # (N, 1)
@@ -350,6 +357,7 @@ def method_loss(
     logits: Tensor | None = None,  # (B, T, V) current policy; the top-k term needs it
     ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when kl_beta > 0
     params: LossParams = LossParams(),
+    kl_logprobs: Tensor | None = None,  # (B, T) current policy measured as ref_logprobs are; default logprobs
 ) -> tuple[Tensor, dict[str, float]]:
     """The total loss of a method: the sum of the terms its `METHODS` row names."""
     terms = method_terms(method)
@@ -380,7 +388,7 @@ def method_loss(
         total, trained = total + topk, trained | kl_mask
         stats["topk_kl"] = topk.item()
     if params.kl_beta > 0:
-        ref_kl = k3_kl(logprobs, ref_logprobs, trained)
+        ref_kl = k3_kl(logprobs if kl_logprobs is None else kl_logprobs, ref_logprobs, trained)
         total = total + params.kl_beta * ref_kl
         stats["ref_kl"] = ref_kl.item()
     stats["loss"] = total.item()

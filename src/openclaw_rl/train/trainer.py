@@ -9,8 +9,15 @@ and checkpoint.py saves and restores it.
 Decisions, and why:
 
 - Log-probs are measured exactly as sampling measured them (engine/sampling.py):
-  logits / T at each sample's temperature, log-softmax, no top-p. Any other transform
-  makes the ratio differ from 1 at the first step for no reason.
+  logits / T at each sample's temperature, then its top-p truncation and
+  renormalisation. Any other transform makes the ratio differ from 1 at the first step
+  for no reason (ignoring top-p 0.8 made it the kept mass, about 0.8). A sampled token
+  that the current policy's nucleus no longer holds has log-prob -inf: its ratio is
+  clipped (losses.py clamps the log-ratio) and it gives no gradient.
+- The KL penalty to the reference compares the tempered distributions before top-p: a
+  KL between two truncated distributions is infinite wherever their nuclei differ.
+  Top-k distillation compares the truncated ones, as the teacher reports them, with
+  the bins top-p cuts floored like the tail (losses.py).
 - Dropout stays off (the model is kept in eval mode while gradients flow): with
   dropout the first ratio is noise around 1 instead of exactly pi_theta / pi_old.
 - Micro-batches accumulate gradients. The loss is a mean over the samples that have a
@@ -148,13 +155,15 @@ class Trainer:
         sums: dict[str, float] = {}
         trained_samples = trained_tokens = kl_sum = 0.0
         for batch in micro_batches:
-            logprobs, vocab_logprobs = self.logprobs(batch, with_vocab=self.terms.topk_kl)
-            ref_logprobs = None
+            logits = self._response_logits(batch)  # (B, T, V)
+            logprobs, vocab_logprobs = _measure(logits, batch, with_vocab=self.terms.topk_kl)
+            ref_logprobs = kl_logprobs = None
             if self.loss_params.kl_beta > 0:
+                kl_logprobs, _ = _measure(logits, batch, top_p=False)
                 with torch.no_grad():
-                    ref_logprobs, _ = self.logprobs(batch, reference=True)
+                    ref_logprobs, _ = _measure(self._response_logits(batch, reference=True), batch, top_p=False)
             loss, stats = method_loss(self.config.method, batch, logprobs, vocab_logprobs, ref_logprobs,
-                                      self.loss_params)
+                                      self.loss_params, kl_logprobs=kl_logprobs)
             count = self._trained_samples(batch, stats)
             with torch.no_grad():  # how far the policy has moved from behaviour, on every response token
                 kl_sum += float(k3_kl(batch["behaviour_logprobs"], logprobs, batch["loss_mask"])) * len(logprobs)
@@ -185,13 +194,18 @@ class Trainer:
         return float((batch["loss_mask"] & batch["teacher_mask"]).any(-1).sum())
 
     def logprobs(
-        self, batch: dict[str, Tensor], *, with_vocab: bool = False, reference: bool = False
+        self, batch: dict[str, Tensor], *, with_vocab: bool = False, reference: bool = False, top_p: bool = True
     ) -> tuple[Tensor, Tensor | None]:
         """Log-probs of the response tokens (B, T), and over the vocabulary (B, T, V) if asked.
 
-        Measured at each sample's temperature, as sampling measured them. `reference`
-        uses the initial policy (the frozen copy, or the model with its adapter off).
+        Measured at each sample's temperature and top-p, as sampling measured them (before
+        top-p with `top_p=False`). `reference` uses the initial policy (the frozen copy, or
+        the model with its adapter off).
         """
+        return _measure(self._response_logits(batch, reference=reference), batch, with_vocab=with_vocab, top_p=top_p)
+
+    def _response_logits(self, batch: dict[str, Tensor], *, reference: bool = False) -> Tensor:
+        """The logits (B, T, V) that predict each response token."""
         positions = batch["response_positions"]  # (B, T) columns of the response tokens
         first = int(positions.min()) - 1  # the earliest column whose logits predict a response token
         kwargs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"], "use_cache": False}
@@ -211,14 +225,8 @@ class Trainer:
             with self.model.disable_adapter():
                 logits = self.model(**kwargs).logits
         b, t = positions.shape
-        vocab = logits.shape[-1]
-        index = (positions - 1 - first)[..., None].expand(b, t, vocab)  # (B, T, V)
-        logits = logits.gather(1, index)  # (B, T, V)
-        temperatures = batch["temperatures"].repeat_interleave(t)  # (B * T,)
-        vocab_logprobs = sampling_logprobs(logits.reshape(b * t, vocab), temperatures, torch.ones_like(temperatures))
-        vocab_logprobs = vocab_logprobs.reshape(b, t, vocab)  # (B, T, V)
-        chosen = vocab_logprobs.gather(-1, batch["response_ids"][..., None])[..., 0]  # (B, T)
-        return chosen, (vocab_logprobs if with_vocab else None)
+        index = (positions - 1 - first)[..., None].expand(b, t, logits.shape[-1])  # (B, T, V)
+        return logits.gather(1, index)  # (B, T, V)
 
     def renumber(self, version: int) -> None:
         """Name the weights held now `version`, above every version ever used.
@@ -318,6 +326,18 @@ class Trainer:
             "lora_alpha": c.lora_alpha if c.lora else None,
             "config": json.loads(json.dumps(c.__dict__)),
         }
+
+
+def _measure(logits: Tensor, batch: dict[str, Tensor], *, with_vocab: bool = False,
+             top_p: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Log-probs (B, T) of the response tokens under `logits` (B, T, V), at each sample's
+    temperature and (unless `top_p` is False) its top-p; the (B, T, V) table if asked."""
+    b, t, vocab = logits.shape
+    temperatures = batch["temperatures"].repeat_interleave(t)  # (B * T,)
+    top_ps = batch["top_ps"].repeat_interleave(t) if top_p else torch.ones_like(temperatures)  # (B * T,)
+    vocab_logprobs = sampling_logprobs(logits.reshape(b * t, vocab), temperatures, top_ps).reshape(b, t, vocab)
+    chosen = vocab_logprobs.gather(-1, batch["response_ids"][..., None])[..., 0]  # (B, T)
+    return chosen, (vocab_logprobs if with_vocab else None)
 
 
 def _enable_checkpointing(model: torch.nn.Module, config: TrainConfig) -> list[torch.nn.Module]:
