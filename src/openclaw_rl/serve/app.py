@@ -26,6 +26,13 @@ from starlette.datastructures import Headers
 
 from openclaw_rl.config import ServeConfig
 from openclaw_rl.engine.base import Engine
+from openclaw_rl.serve.anthropic_messages import (
+    CountTokensRequest,
+    MessagesRequest,
+    anthropic_error,
+    count_tokens,
+    create_message,
+)
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.schema import (
     ApiError,
@@ -162,7 +169,23 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
         body = await parse_body(request, CompletionRequest)
         return await completion(server, body, *turn_headers(request))
 
-    _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, FeedbackRequest])
+    @app.post("/v1/messages", openapi_extra=_body_doc(MessagesRequest))
+    async def messages(request: Request) -> Response:
+        try:  # answered in Anthropic's error shape, which keeps the OpenAI fields
+            body = await parse_body(request, MessagesRequest)
+            return await create_message(server, body, *turn_headers(request))
+        except ApiError as error:
+            return anthropic_error(error)
+
+    @app.post("/v1/messages/count_tokens", openapi_extra=_body_doc(CountTokensRequest))
+    async def messages_count_tokens(request: Request) -> Response:
+        try:
+            return JSONResponse(await count_tokens(server, await parse_body(request, CountTokensRequest)))
+        except ApiError as error:
+            return anthropic_error(error)
+
+    _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
+                                FeedbackRequest])
     return app
 
 

@@ -1,0 +1,429 @@
+"""`POST /v1/messages`: the Anthropic Messages API over the shared request path.
+
+Harnesses built on Anthropic's SDK use the policy unchanged. A request is translated
+into chat messages, the form every turn is stored, judged and trained in, so session
+inference, pairing and recording are the chat path's, untouched (serve/pipeline.py).
+The translation is a pure function of the request, so a client that resends the history
+it was served gets the same chat messages the turn was recorded with, and its new
+messages become that turn's next state.
+
+Decisions, and why:
+
+- Translation. `system` becomes a leading system message. An assistant message's text
+  and tool_use blocks become ONE assistant message (text joined as generated, tool calls
+  with `arguments = json.dumps(input)`). A user message's tool_result blocks become
+  `tool` messages in order (Anthropic puts them first in the message), then its text
+  blocks one user message; user and system text blocks are joined by a blank line, as
+  separate pieces the harness composed. A tool_result with `is_error` reads
+  "Error: ..." so that the model and the judge both see the tool failed.
+- Tool use ids are the chat layer's call ids with `toolu_` for `call_` (same hex), so
+  the stored turn and the client name one call alike. Assistant tool ids are not part
+  of the continuation hash; tool_result ids are, and arrive as the client sent them.
+- Refused with a 400 naming the problem rather than honoured approximately: image,
+  document and thinking blocks (a text-only model that never thinks in blocks),
+  server tools (web search, bash, ...: nothing here runs them), `top_k` (the engine
+  samples with temperature and top_p, and the trainer measures behaviour log-probs
+  under exactly those), `output_config.format` (no constrained decoding), and a
+  conversation ending in an assistant message (prefill: the chat template starts a new
+  assistant message, so the reply would not continue the prefix; Anthropic itself
+  answers 400 on models without prefill).
+- Accepted and ignored, because an answer without them is still a correct answer:
+  `thinking` (no thinking blocks come back), `cache_control`, `citations`,
+  `disable_parallel_tool_use`, `service_tier` and other extra fields.
+- `temperature` is 0..1 as in Anthropic's API; `model` may be left out (one model is
+  served); `max_tokens` is required, as there.
+- Errors carry both formats in one object: `{"type": "error", "error": {"type",
+  "message", "param", "code"}}`: the Anthropic SDK reads `error.type` and
+  `error.message`, an OpenAI-format reader finds all four of its fields. A failure after
+  the stream started is an `event: error`.
+
+The whole protocol lives in this one file (request, translation, endpoints and errors,
+response and stream, in that order), as each other API has its own: hence past 400 lines.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Literal
+
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import Field, ValidationInfo, field_validator, model_validator
+
+from openclaw_rl.engine.base import EngineError
+from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.serve.pipeline import Opened, open_turns
+from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Lenient, check_stops
+from openclaw_rl.types import Message, SamplingParams, TurnKind
+
+if TYPE_CHECKING:
+    from openclaw_rl.serve.app import Server
+
+
+# -- the request ------------------------------------------------------------------------
+
+
+class TextBlock(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class ToolUseBlock(_Lenient):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Lenient):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] = ""
+    is_error: bool = False
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text_only(cls, value: Any) -> Any:
+        return supported_blocks(value, ("text",), "a tool_result's content")
+
+
+Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
+BLOCKS_OF_ROLE = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
+
+
+def supported_blocks(value: Any, allowed: tuple[str, ...], where: str) -> Any:
+    """Refuse a block this server cannot honour by its type, with the reason and the fix
+    (before pydantic's union error, which would only list the tags it expected)."""
+    for block in value if isinstance(value, list) else ():
+        kind = block.get("type") if isinstance(block, dict) else None
+        if isinstance(kind, str) and kind not in allowed:
+            raise ValueError(f"{kind!r} blocks are not supported in {where}: {_why_unsupported(kind)}; "
+                             f"send only {' and '.join(allowed)} blocks there")
+    return value
+
+
+def _why_unsupported(kind: str) -> str:
+    if kind in ("image", "document", "search_result"):
+        return "this server serves a text-only model"
+    if kind in ("thinking", "redacted_thinking"):
+        return "this server never produces thinking blocks, so none can be sent back"
+    if kind in ("tool_use", "tool_result"):
+        return "tool_use blocks belong in assistant messages, tool_result blocks in user messages"
+    return "this server knows text, tool_use and tool_result blocks only"
+
+
+class MessageParam(_Lenient):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _blocks_of_role(cls, value: Any, info: ValidationInfo) -> Any:
+        role = info.data.get("role")  # absent when the role itself was invalid: that error is reported
+        if role == "user" and value == []:  # an assistant's may be empty: a response can be
+            raise ValueError("a user message needs at least one text or tool_result block")
+        return supported_blocks(value, BLOCKS_OF_ROLE[role], f"{role} messages") if role else value
+
+
+class ToolDefinition(_Lenient):
+    name: str = Field(min_length=1)
+    description: str = ""
+    input_schema: dict[str, Any]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _client_tool(cls, value: Any) -> Any:
+        kind = value.get("type") if isinstance(value, dict) else None
+        if kind not in (None, "custom"):
+            raise ValueError(f"server tool {kind!r} is not supported: nothing here runs server tools; define it as "
+                             "a client tool ({name, description, input_schema}) and run it yourself")
+        return value
+
+    def chat(self) -> dict[str, Any]:
+        return {"type": "function",
+                "function": {"name": self.name, "description": self.description, "parameters": self.input_schema}}
+
+
+class ToolChoice(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+
+    @model_validator(mode="after")
+    def _named(self) -> ToolChoice:
+        if self.type == "tool" and not self.name:
+            raise ValueError("tool_choice of type 'tool' needs the name of the tool to call")
+        return self
+
+    def chat(self) -> str | dict[str, Any]:
+        if self.type == "tool":
+            return {"type": "function", "function": {"name": self.name}}
+        return {"auto": "auto", "any": "required", "none": "none"}[self.type]
+
+
+class Metadata(_Lenient):
+    user_id: str | None = UserId
+
+
+class CountTokensRequest(_Lenient):
+    """A conversation: what `/v1/messages/count_tokens` reads, and the core of a message request."""
+
+    model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[ToolDefinition] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: dict[str, Any] | None = None  # accepted, ignored: no thinking blocks come back
+
+    @field_validator("system", mode="before")
+    @classmethod
+    def _system_text(cls, value: Any) -> Any:
+        return supported_blocks(value, ("text",), "system")
+
+    @field_validator("messages")
+    @classmethod
+    def _no_prefill(cls, value: list[MessageParam]) -> list[MessageParam]:
+        if value and value[-1].role == "assistant":
+            raise ValueError("the conversation ends with an assistant message (prefill), which this server cannot "
+                             "continue; end it with a user message")
+        return value
+
+    @model_validator(mode="after")
+    def _known_tool(self) -> CountTokensRequest:
+        choice, names = self.tool_choice, [t.name for t in self.tools or ()]
+        if choice is not None and choice.type == "tool" and choice.name not in names:
+            raise ValueError(f"tool_choice names the tool {choice.name!r}, which is not in tools {names}")
+        return self
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: int = Field(ge=1)
+    temperature: float = Field(default=1.0, ge=0.0, le=1.0)
+    top_p: float = TopP
+    top_k: int | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool = False
+    metadata: Metadata | None = None
+    output_config: dict[str, Any] | None = None
+
+    _stops = field_validator("stop_sequences")(classmethod(lambda cls, v: check_stops(v)))
+
+    @field_validator("top_k")
+    @classmethod
+    def _no_top_k(cls, value: int | None) -> int | None:
+        if value is not None:
+            raise ValueError("top_k is not supported: this server samples with temperature and top_p only (the "
+                             "trainer measures behaviour log-probs under exactly those); leave top_k unset")
+        return value
+
+    @field_validator("output_config")
+    @classmethod
+    def _no_output_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if (value or {}).get("format") is not None:
+            raise ValueError("output_config.format is not supported: this server does not constrain output to a "
+                             "schema; leave it unset and ask for JSON in the prompt")
+        return value
+
+
+# -- translation to the chat form every turn is stored in -------------------------------
+
+
+def chat_messages(body: CountTokensRequest) -> list[Message]:
+    """The conversation as chat messages: what is rendered, hashed, stored and judged."""
+    messages: list[Message] = []
+    if body.system:
+        messages.append({"role": "system", "content": _joined(body.system)})
+    for message in body.messages:
+        messages.extend(_assistant_message(message) if message.role == "assistant" else _user_messages(message))
+    return messages
+
+
+def _joined(content: str | list[TextBlock], separator: str = "\n\n") -> str:
+    return content if isinstance(content, str) else separator.join(block.text for block in content)
+
+
+def _assistant_message(message: MessageParam) -> list[Message]:
+    if isinstance(message.content, str):
+        return [{"role": "assistant", "content": message.content}]
+    texts = [b for b in message.content if isinstance(b, TextBlock)]
+    calls = [{"id": b.id, "type": "function",
+              "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+             for b in message.content if isinstance(b, ToolUseBlock)]
+    chat: Message = {"role": "assistant", "content": _joined(texts, "")}  # blocks of one generation
+    if calls:
+        chat["tool_calls"] = calls
+    return [chat]
+
+
+def _user_messages(message: MessageParam) -> list[Message]:
+    if isinstance(message.content, str):
+        return [{"role": "user", "content": message.content}]
+    results: list[Message] = [{"role": "tool", "tool_call_id": b.tool_use_id, "content": _result_text(b)}
+                              for b in message.content if isinstance(b, ToolResultBlock)]
+    texts = [b for b in message.content if isinstance(b, TextBlock)]
+    return [*results, {"role": "user", "content": _joined(texts)}] if texts else results
+
+
+def _result_text(block: ToolResultBlock) -> str:
+    text = _joined(block.content)
+    return f"Error: {text}" if block.is_error else text
+
+
+def chat_tools(body: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, str | dict[str, Any] | None]:
+    tools = [tool.chat() for tool in body.tools] if body.tools else None
+    return tools, body.tool_choice.chat() if body.tool_choice else None
+
+
+def messages_spec(body: MessagesRequest, kind: TurnKind, done: bool, session_header: str | None) -> TurnSpec:
+    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+                            stop=tuple(body.stop_sequences or ()))
+    tools, tool_choice = chat_tools(body)
+    return TurnSpec(api="messages", messages=chat_messages(body), params=params, tools=tools, tool_choice=tool_choice,
+                    kind=kind, done=done, session_header=session_header,
+                    user=body.metadata.user_id if body.metadata else None)
+
+
+# -- the endpoints ----------------------------------------------------------------------
+
+
+async def create_message(server: Server, body: MessagesRequest, kind: TurnKind, done: bool,
+                         session_header: str | None) -> Response:
+    opened = await open_turns(server, messages_spec(body, kind, done, session_header))
+    view = _MessageView(server, opened)
+    if body.stream:
+        return StreamingResponse(view.sse(), media_type="text/event-stream", headers=opened.headers)
+    await opened.run()
+    return JSONResponse(view.message(), headers=opened.headers)
+
+
+async def count_tokens(server: Server, body: CountTokensRequest) -> dict[str, int]:
+    """The prompt's length in tokens as it would be rendered; no limit on it (knowing
+    that a prompt is too long is the point), the body size limit bounds the work."""
+    tools, tool_choice = chat_tools(body)
+    try:
+        ids = await run_in_threadpool(render_prompt, server.tokenizer, chat_messages(body), tools, tool_choice)
+    except Exception as error:  # a template that rejects this conversation
+        raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
+                       param="messages") from error
+    return {"input_tokens": len(ids)}
+
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+                404: "not_found_error", 409: "invalid_request_error", 413: "request_too_large",
+                429: "rate_limit_error", 504: "timeout_error"}
+
+
+def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The Anthropic error shape, with the OpenAI error fields in the same object."""
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message, "param": param, "code": code}}
+
+
+def anthropic_error(error: ApiError) -> JSONResponse:
+    return JSONResponse(error_body(error.status, error.message, error.param, error.code), status_code=error.status)
+
+
+# -- the response -----------------------------------------------------------------------
+
+
+def tool_use_id(call_id: str) -> str:
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def tool_input(arguments: str) -> dict[str, Any]:
+    """A tool call's input object. Arguments that are not a JSON object (rare: the model
+    wrote a bare value) are wrapped, since Anthropic's `input` is always an object."""
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        value = arguments
+    return value if isinstance(value, dict) else {"arguments": value}
+
+
+def tool_use_blocks(turn: TurnInProgress) -> list[dict[str, Any]]:
+    return [{"type": "tool_use", "id": tool_use_id(call["id"]), "name": call["function"]["name"],
+             "input": tool_input(call["function"]["arguments"])} for call in turn.tool_calls]
+
+
+def stop_reason(turn: TurnInProgress) -> tuple[str, str | None]:
+    """(stop_reason, the stop sequence that ended the response, if one did)."""
+    finish = turn.generation.finish_reason
+    if finish == "tool_calls":
+        return "tool_use", None
+    if finish == "length":
+        return "max_tokens", None
+    text = turn.text  # the assembler knows where a stop string cut the response
+    if text.stop_at is not None:
+        matched = next((s for s in turn.params.stop if s and text.text.startswith(s, text.stop_at)), None)
+        return "stop_sequence", matched
+    return "end_turn", None
+
+
+class _MessageView:
+    """One message (Anthropic has no `n`), as a JSON body or as server-sent events."""
+
+    def __init__(self, server: Server, opened: Opened):
+        self.server, self.opened, self.turn = server, opened, opened.turns[0]
+        self.id = f"msg_{uuid.uuid4().hex}"
+
+    def _usage(self, output_tokens: int) -> dict[str, int]:
+        return {"input_tokens": len(self.turn.prompt_ids), "output_tokens": output_tokens,
+                "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+    def _shell(self, content: list[dict[str, Any]], stop: tuple[str | None, str | None],
+               output_tokens: int) -> dict[str, Any]:
+        return {"id": self.id, "type": "message", "role": "assistant", "model": self.server.model_name,
+                "content": content, "stop_reason": stop[0], "stop_sequence": stop[1],
+                "usage": self._usage(output_tokens),
+                "policy_version": self.turn.started.policy_version, "session_id": self.opened.ref.id}
+
+    def message(self) -> dict[str, Any]:
+        turn = self.turn
+        text = [{"type": "text", "text": turn.content}] if turn.content else []
+        return self._shell([*text, *tool_use_blocks(turn)], stop_reason(turn), len(turn.generation.token_ids))
+
+    async def sse(self) -> AsyncIterator[str]:
+        """message_start, the text block as it decodes, the tool_use blocks once the turn is
+        committed, then message_delta and message_stop (after the session bookkeeping)."""
+        try:
+            yield _event("message_start", {"type": "message_start", "message": self._shell([], (None, None), 0)})
+            blocks = 0  # content blocks opened so far
+            async for _, delta, _ in self.opened.events():
+                text = delta if delta is not None else self.turn.remaining()
+                if text and blocks == 0:
+                    yield _event("content_block_start", {"type": "content_block_start", "index": 0,
+                                                         "content_block": {"type": "text", "text": ""}})
+                    blocks = 1
+                if text:
+                    yield _event("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                         "delta": {"type": "text_delta", "text": text}})
+                if delta is None:  # committed: close the text, send the tool calls
+                    for event in self._closing_blocks(blocks):
+                        yield event
+            reason, sequence = stop_reason(self.turn)
+            yield _event("message_delta", {"type": "message_delta",
+                                           "delta": {"stop_reason": reason, "stop_sequence": sequence},
+                                           "usage": {"output_tokens": len(self.turn.generation.token_ids)}})
+            yield _event("message_stop", {"type": "message_stop"})
+        except (TimeoutError, EngineError) as error:
+            timeout = self.server.config.request_timeout_s
+            message = f"generation failed: {str(error) or f'longer than request_timeout_s={timeout}'}"
+            yield _event("error", error_body(504 if isinstance(error, TimeoutError) else 500, message))
+
+    def _closing_blocks(self, opened_blocks: int) -> list[str]:
+        events = [_event("content_block_stop", {"type": "content_block_stop", "index": 0})] if opened_blocks else []
+        for index, block in enumerate(tool_use_blocks(self.turn), start=opened_blocks):
+            events += [
+                _event("content_block_start", {"type": "content_block_start", "index": index,
+                                               "content_block": {**block, "input": {}}}),
+                _event("content_block_delta", {"type": "content_block_delta", "index": index,
+                                               "delta": {"type": "input_json_delta",
+                                                         "partial_json": json.dumps(block["input"])}}),
+                _event("content_block_stop", {"type": "content_block_stop", "index": index}),
+            ]
+        return events
+
+
+def _event(name: str, data: dict[str, Any]) -> str:
+    return f"event: {name}\ndata: {json.dumps(data)}\n\n"
