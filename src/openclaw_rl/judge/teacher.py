@@ -82,8 +82,9 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
                                          teacher_k=teacher_k, rng=rng)
         if engine.policy_version == version:
             return replace(result, policy_version=version)
-    raise TeacherVersionError(f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of turn {turn.id} "
-                      f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")
+    raise TeacherVersionError(
+        f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of turn {turn.id} "
+        f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")
 
 
 async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, strategy: str, select_k: int,
