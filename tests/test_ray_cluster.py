@@ -38,9 +38,13 @@ def test_a_conversation_keeps_its_replica_from_turn_to_turn():
     later = [*opening, {"role": "assistant", "content": "4"}, {"role": "user", "content": "And 3 + 3?"}]
     assert session_key({}, {"messages": opening}) == session_key({}, {"messages": later})
     assert session_key({}, {"messages": opening}) != session_key({}, {"messages": [opening[1]]})
-    # an explicit session wins, and `user` is the same session id the replica will use
+    # an explicit session wins; an end user keeps their conversations on one replica (not one session)
     assert session_key({"x-session-id": "s1"}, {"messages": opening}) == "session:s1"
-    assert session_key({}, {"messages": opening, "user": "s1"}) == "session:s1"
+    assert session_key({}, {"messages": opening, "user": "u1"}) == "user:u1"
+    assert session_key({}, {"messages": later, "metadata": {"user_id": "u1"}}) == "user:u1"
+    # the Responses API's input and a chain of responses have keys of their own
+    assert session_key({}, {"input": opening}) == session_key({}, {"input": later})
+    assert session_key({}, {"input": "hi", "previous_response_id": "resp_1"}) == "response:resp_1"
 
 
 def test_rendezvous_hashing_spreads_sessions_and_moves_only_those_of_a_lost_replica():

@@ -194,7 +194,7 @@ def test_listing_status_models_health_and_metrics(live):
         (json.dumps({"model": "m"}).encode(), 400, "messages"),
         (json.dumps({"messages": []}).encode(), 400, "messages"),
         (json.dumps({"messages": [{"role": "robot", "content": "hi"}]}).encode(), 400, "role"),
-        (json.dumps({"messages": [{"role": "user"}]}).encode(), 400, "needs content"),
+        (json.dumps({"messages": [{"role": "user"}]}).encode(), 400, "messages.0.content"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "temperature": 9}).encode(), 400, "temperature"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0}).encode(), 400, "max_tokens"),
         (json.dumps({"messages": [{"role": "user", "content": "hi"}], "n": 9}).encode(), 400, "n"),

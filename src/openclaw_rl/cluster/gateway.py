@@ -6,9 +6,12 @@ only picks a replica and relays bytes, so streaming, tool calls, errors and the
 
 Decisions and why:
 
-- Session affinity by rendezvous hashing. A session's key is its `X-Session-Id`, else
-  the body's `user`, else a hash of the conversation's opening (every message before the
-  first assistant message), which a chat client resends unchanged on every turn. Each
+- Session affinity by rendezvous hashing, for every generation API (chat, Responses,
+  Anthropic Messages, completions). A session's key is its `X-Session-Id`, else the
+  body's end user (`user`, or Anthropic's `metadata.user_id`: one person's
+  conversations share a replica; the replica does not take it for a session), else a
+  hash of the conversation's opening (every message before the first assistant
+  message), which a client resends unchanged on every turn. Each
   replica scores `sha256(key, replica)` and the highest wins, so a session stays on one
   replica and, if that replica cannot be reached, moves to its second choice (and only
   sessions of the lost replica move). Affinity is for locality and ordering, not for
@@ -46,6 +49,7 @@ log = logging.getLogger(__name__)
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host", "te",
                "upgrade", "proxy-authorization", "proxy-authenticate", "trailer"}
 _KNOWN_SESSIONS = 100_000
+_GENERATION_PATHS = ("v1/chat/completions", "v1/responses", "v1/messages", "v1/completions")
 
 
 def session_key(headers: dict[str, str], body: Any) -> str:
@@ -54,9 +58,16 @@ def session_key(headers: dict[str, str], body: Any) -> str:
         return "session:" + headers["x-session-id"]
     if not isinstance(body, dict):
         return "body:" + hashlib.sha256(json.dumps(body, default=str).encode()).hexdigest()
-    if isinstance(body.get("user"), str) and body["user"]:
-        return "session:" + body["user"]  # the replica uses `user` as the session id
-    messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    user = body.get("user") or metadata.get("user_id")
+    if isinstance(user, str) and user:
+        return "user:" + user
+    if isinstance(body.get("previous_response_id"), str):
+        return "response:" + body["previous_response_id"]
+    conversation = body.get("messages") or body.get("input") or body.get("prompt")
+    if not isinstance(conversation, list):
+        conversation = [{"role": "user", "content": conversation}]
+    messages = [m for m in conversation if isinstance(m, dict)]
     first_reply = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), len(messages))
     try:
         return "opening:" + history_hash(messages[:first_reply])
@@ -135,7 +146,7 @@ def create_gateway(replica_urls: list[str], request_timeout_s: float = 300.0) ->
         raw = await request.body()
         headers = {k.lower(): v for k, v in request.headers.items() if k.lower() not in _HOP_BY_HOP}
         parts = path.split("/")
-        if path == "v1/chat/completions" and request.method == "POST":
+        if path in _GENERATION_PATHS and request.method == "POST":
             try:
                 body = json.loads(raw) if raw else None
             except (json.JSONDecodeError, UnicodeDecodeError):

@@ -7,6 +7,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, AsyncIterator
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel
 
 from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
@@ -27,7 +28,8 @@ def chat_spec(server: Server, body: ChatCompletionRequest, kind: TurnKind, done:
     )
     return TurnSpec(
         api="chat", messages=[m.model_dump(exclude_none=True) for m in body.messages], params=params,
-        tools=[t.model_dump() for t in body.tools] if body.tools else None, tool_choice=body.tool_choice,
+        tools=[t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None,
+        tool_choice=body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice,
         n=body.n, kind=kind, done=done, session_header=session_header, user=body.user,
     )
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -48,7 +48,11 @@ MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
 
 class CompletionRequest(_Lenient):
     model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
-    prompt: str | list[int] | list[str] | list[list[int]]
+    # one prompt: text, token ids, or either wrapped in a one-element list (as clients batch)
+    prompt: (Annotated[str, Field(min_length=1)] | Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]
+             | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=1)]
+             | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
+                         Field(min_length=1, max_length=1)])
     max_tokens: int = Field(default=16, ge=1)
     temperature: float = Temperature
     top_p: float = TopP
@@ -67,15 +71,8 @@ class CompletionRequest(_Lenient):
     @field_validator("prompt")
     @classmethod
     def _one_prompt(cls, value: Any) -> str | list[int]:
-        if isinstance(value, list) and value and isinstance(value[0], (str, list)):
-            if len(value) != 1:
-                raise ValueError(f"send one prompt per request (got a batch of {len(value)}); "
-                                 "concurrent requests are batched by the engine anyway")
-            value = value[0]
-        if isinstance(value, list) and (not value or any(i < 0 for i in value)):
-            raise ValueError("a token-id prompt must be a non-empty list of non-negative ids")
-        if isinstance(value, str) and not value:
-            raise ValueError("the prompt is empty")
+        if isinstance(value, list) and isinstance(value[0], (str, list)):
+            return value[0]  # a batch of one (a larger batch fails the schema: one prompt per request)
         return value
 
     @field_validator("suffix")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -29,11 +29,16 @@ def error_response(status: int, message: str, *, param: str | None = None, code:
 def validation_message(error: ValidationError) -> tuple[str, str]:
     """A one-line message naming the first bad field, and that field's path."""
     first = error.errors()[0]
-    path = ".".join(str(p) for p in first["loc"]) or "body"
+    # A tagged union puts the tag in the path (messages.0.user.content): leave it out.
+    loc = [p for i, p in enumerate(first["loc"]) if not (p in ROLES and i and isinstance(first["loc"][i - 1], int))]
+    path = ".".join(str(p) for p in loc) or "body"
     seen = first.get("input")
     shown = f" (got {seen!r})" if not isinstance(seen, (dict, list)) and first["type"] != "missing" else ""
     more = f"; and {error.error_count() - 1} more problem(s)" if error.error_count() > 1 else ""
     return f"{path}: {first['msg']}{shown}{more}", path
+
+
+MAX_NAME_CHARS = 64  # a function name, as OpenAI limits it
 
 
 class _Lenient(BaseModel):
@@ -51,33 +56,71 @@ class ToolCall(_Lenient):
     function: FunctionCall
 
 
-class ChatMessage(_Lenient):
-    role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[dict[str, Any]] | None = None
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+Content = str | list[TextPart]
+
+
+class _Message(_Lenient):
     name: str | None = None
+
+
+class SystemMessage(_Message):
+    role: Literal["system", "developer"]
+    content: Content
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+    content: Content
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    content: Content | None = None
     tool_calls: list[ToolCall] | None = None
-    tool_call_id: str | None = None
 
     @model_validator(mode="after")
-    def _has_content(self) -> ChatMessage:
-        if self.content is None and not (self.role == "assistant" and self.tool_calls):
-            raise ValueError(f"a {self.role} message needs content")
-        if isinstance(self.content, list):
-            for part in self.content:
-                if part.get("type") not in ("text", None) or not isinstance(part.get("text", ""), str):
-                    raise ValueError(f"only text content parts are supported, got type {part.get('type')!r}")
+    def _says_something(self) -> AssistantMessage:
+        if self.content is None and not self.tool_calls:
+            raise ValueError("an assistant message needs content or tool_calls")
         return self
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str | None = None
+
+
+# One class per role, told apart by `role`: the published schema then says exactly which
+# fields each role needs (a fuzzer or a client generator reads it), and so does validation.
+ChatMessage = Annotated[SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")]
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+class FunctionSpec(_Lenient):
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
 
 
 class ToolSpec(_Lenient):
     type: Literal["function"] = "function"
-    function: dict[str, Any]
+    function: FunctionSpec
 
-    @model_validator(mode="after")
-    def _named(self) -> ToolSpec:
-        if not isinstance(self.function.get("name"), str):
-            raise ValueError("a tool's function needs a name")
-        return self
+
+class NamedFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"] = "function"
+    function: NamedFunction
 
 
 class StreamOptions(_Lenient):
@@ -133,20 +176,13 @@ class ChatCompletionRequest(_Lenient):
     logprobs: bool = False
     top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[ToolSpec] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
     n: int = Field(default=1, ge=1, le=MAX_CHOICES)
     user: str | None = UserId
     response_format: dict[str, Any] | None = None
 
     _stops = field_validator("stop")(classmethod(lambda cls, v: check_stops(v)))
     _format = field_validator("response_format")(classmethod(lambda cls, v: check_response_format(v)))
-
-    @field_validator("tool_choice")
-    @classmethod
-    def _tool_choice(cls, value: Any) -> Any:
-        if isinstance(value, str) and value not in ("none", "auto", "required"):
-            raise ValueError(f"tool_choice must be 'none', 'auto', 'required' or a function, got {value!r}")
-        return value
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatCompletionRequest:
