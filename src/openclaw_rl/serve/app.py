@@ -44,6 +44,7 @@ from openclaw_rl.serve.schema import (
 )
 from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
 from openclaw_rl.serve.openai_completions import CompletionRequest, completion
+from openclaw_rl.serve.openai_responses import ResponsesRequest, create_response, stored_response
 from openclaw_rl.store import Store, StoreError
 from openclaw_rl.types import NextState, TurnKind
 
@@ -164,6 +165,15 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     async def chat_completions(request: Request) -> Response:
         return await _chat(server, request)
 
+    @app.post("/v1/responses", openapi_extra=_body_doc(ResponsesRequest))
+    async def responses(request: Request) -> Response:
+        body = await parse_body(request, ResponsesRequest)
+        return await create_response(server, body, *turn_headers(request))
+
+    @app.get("/v1/responses/{response_id}")
+    async def response(response_id: str) -> dict[str, Any]:
+        return await stored_response(server, response_id)
+
     @app.post("/v1/completions", openapi_extra=_body_doc(CompletionRequest))
     async def completions(request: Request) -> Response:
         body = await parse_body(request, CompletionRequest)
@@ -185,7 +195,7 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
             return anthropic_error(error)
 
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
-                                FeedbackRequest])
+                                ResponsesRequest, FeedbackRequest])
     return app
 
 
