@@ -189,6 +189,9 @@ def _bad_requests() -> list:
                      id="image"),
         pytest.param({**base, "messages": [{"role": "user", "content": []}]}, "messages.0.content",
                      "at least one", id="empty-user"),
+        pytest.param({**base, "messages": [{"role": "assistant", "content": [
+            {"type": "tool_use", "id": "toolu_1", "input": {}}]}, {"role": "user", "content": "hi"}]},
+                     "messages.0.content.0.tool_use.name", "name", id="tool-use-without-name"),
         pytest.param({**base, "temperature": 1.5}, "temperature", "temperature", id="temperature"),
         pytest.param({**base, "top_k": 5}, "top_k", "top_k", id="top_k"),
         pytest.param({**base, "messages": [{"role": "user", "content": "hi"},

@@ -80,23 +80,29 @@ class ToolUseBlock(_Lenient):
 class ToolResultBlock(_Lenient):
     type: Literal["tool_result"]
     tool_use_id: str
-    content: str | list[TextBlock] = ""
+    content: list[TextBlock] = []
     is_error: bool = False
 
-    @field_validator("content", mode="before")
+    @field_validator("content", mode="before", json_schema_input_type=str | list[TextBlock])
     @classmethod
     def _text_only(cls, value: Any) -> Any:
-        return supported_blocks(value, ("text",), "a tool_result's content")
+        return as_blocks(value, ("text",), "a tool_result's content")
 
 
 Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
 BLOCKS_OF_ROLE = {"user": ("text", "tool_result"), "assistant": ("text", "tool_use")}
 
 
-def supported_blocks(value: Any, allowed: tuple[str, ...], where: str) -> Any:
-    """Refuse a block this server cannot honour by its type, with the reason and the fix
-    (before pydantic's union error, which would only list the tags it expected)."""
-    for block in value if isinstance(value, list) else ():
+def as_blocks(value: Any, allowed: tuple[str, ...], where: str) -> Any:
+    """Content as a list of blocks: a string is shorthand for one text block (as in
+    Anthropic's API), so validation sees one shape and an error names the bad block
+    rather than a string it was never meant to be. A block this server cannot honour is
+    refused by its type, with the reason and the fix."""
+    if isinstance(value, str):
+        return [{"type": "text", "text": value}]
+    if not isinstance(value, list):
+        raise ValueError(f"{where} must be a string or a list of content blocks, got {type(value).__name__}")
+    for block in value:
         kind = block.get("type") if isinstance(block, dict) else None
         if isinstance(kind, str) and kind not in allowed:
             raise ValueError(f"{kind!r} blocks are not supported in {where}: {_why_unsupported(kind)}; "
@@ -116,15 +122,15 @@ def _why_unsupported(kind: str) -> str:
 
 class MessageParam(_Lenient):
     role: Literal["user", "assistant"]
-    content: str | list[Block]
+    content: list[Block]
 
-    @field_validator("content", mode="before")
+    @field_validator("content", mode="before", json_schema_input_type=str | list[Block])
     @classmethod
     def _blocks_of_role(cls, value: Any, info: ValidationInfo) -> Any:
         role = info.data.get("role")  # absent when the role itself was invalid: that error is reported
         if role == "user" and value == []:  # an assistant's may be empty: a response can be
             raise ValueError("a user message needs at least one text or tool_result block")
-        return supported_blocks(value, BLOCKS_OF_ROLE[role], f"{role} messages") if role else value
+        return as_blocks(value, BLOCKS_OF_ROLE[role], f"{role} messages") if role else value
 
 
 class ToolDefinition(_Lenient):
@@ -171,15 +177,15 @@ class CountTokensRequest(_Lenient):
 
     model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
     messages: list[MessageParam] = Field(min_length=1)
-    system: str | list[TextBlock] | None = None
+    system: list[TextBlock] | None = None
     tools: list[ToolDefinition] | None = None
     tool_choice: ToolChoice | None = None
     thinking: dict[str, Any] | None = None  # accepted, ignored: no thinking blocks come back
 
-    @field_validator("system", mode="before")
+    @field_validator("system", mode="before", json_schema_input_type=str | list[TextBlock] | None)
     @classmethod
     def _system_text(cls, value: Any) -> Any:
-        return supported_blocks(value, ("text",), "system")
+        return None if value is None else as_blocks(value, ("text",), "system")
 
     @field_validator("messages")
     @classmethod
@@ -239,13 +245,11 @@ def chat_messages(body: CountTokensRequest) -> list[Message]:
     return messages
 
 
-def _joined(content: str | list[TextBlock], separator: str = "\n\n") -> str:
-    return content if isinstance(content, str) else separator.join(block.text for block in content)
+def _joined(blocks: list[TextBlock], separator: str = "\n\n") -> str:
+    return separator.join(block.text for block in blocks)
 
 
 def _assistant_message(message: MessageParam) -> list[Message]:
-    if isinstance(message.content, str):
-        return [{"role": "assistant", "content": message.content}]
     texts = [b for b in message.content if isinstance(b, TextBlock)]
     calls = [{"id": b.id, "type": "function",
               "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
@@ -257,8 +261,6 @@ def _assistant_message(message: MessageParam) -> list[Message]:
 
 
 def _user_messages(message: MessageParam) -> list[Message]:
-    if isinstance(message.content, str):
-        return [{"role": "user", "content": message.content}]
     results: list[Message] = [{"role": "tool", "tool_call_id": b.tool_use_id, "content": _result_text(b)}
                               for b in message.content if isinstance(b, ToolResultBlock)]
     texts = [b for b in message.content if isinstance(b, TextBlock)]
