@@ -101,6 +101,9 @@ def test_item_input_and_instructions_become_the_chat_prompt(scripted_server):
     assert turn["prompt_messages"] == [{"role": "system", "content": "Be brief."},
                                        {"role": "developer", "content": "Answer in one word."},
                                        {"role": "user", "content": "Sky colour?"}]
+    (stored,) = server.server.store.turns(only_session(server))
+    assert stored.sampling["api"] == "responses" and stored.response_text == "Blue."
+    assert stored.response_token_ids == server.server.tokenizer.encode("Blue.", add_special_tokens=False)
 
 
 def test_a_stream_sends_the_events_in_order_and_its_deltas_join_to_the_stored_text(scripted_server):
@@ -311,6 +314,10 @@ def test_an_agent_runs_its_tool_and_every_turn_is_paired_across_two_runs(scripte
         {"role": "tool", "content": "18C and sunny in Paris"}, {"role": "user", "content": "And tomorrow?"},
         {"role": "tool", "content": "18C and sunny in Paris"}, None]
     assert {t["tool_calls"][0]["function"]["name"] for t in turns[::2]} == {"get_weather"}
+    for before, after in zip(turns, turns[1:]):  # each prompt is the whole conversation so far, instructions once
+        assert after["prompt_messages"][: len(before["prompt_messages"])] == before["prompt_messages"]
+    assert [m["role"] for m in turns[-1]["prompt_messages"]] == [
+        "system", "user", "assistant", "tool", "assistant", "user", "assistant", "tool"]
 
 
 def test_an_agent_on_responses_resending_its_history_pairs_every_turn(scripted_server):
