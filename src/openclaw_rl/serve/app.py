@@ -299,6 +299,13 @@ def _install_middleware(app: FastAPI, server: Server) -> None:
     async def not_allowed(request: Request, error: Exception) -> JSONResponse:
         return error_response(405, f"{request.method} is not allowed on {request.url.path}", code="method_not_allowed")
 
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, error: Exception) -> JSONResponse:
+        # A bug must still answer in the format clients parse (and be logged in full here).
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal error: {type(error).__name__}; the server log has the details",
+                              kind="server_error")
+
     @app.exception_handler(RequestValidationError)
     async def request_validation_error(request: Request, error: RequestValidationError) -> JSONResponse:
         first = error.errors()[0] if error.errors() else {"loc": ("query",), "msg": "invalid request"}

@@ -115,5 +115,5 @@ class _ChatView:
             yield "data: [DONE]\n\n"
         except (TimeoutError, EngineError) as error:
             timeout = self.server.config.request_timeout_s
-            message = f"generation failed: {error or f'longer than request_timeout_s={timeout}'}"
+            message = f"generation failed: {str(error) or f'longer than request_timeout_s={timeout}'}"
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"

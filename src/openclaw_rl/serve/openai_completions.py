@@ -183,11 +183,16 @@ class _CompletionView:
                     yield self._chunk(i, rest)
                 yield self._chunk(i, "", finish=turn.generation.finish_reason)
             if self.body.stream_options and self.body.stream_options.include_usage:
-                usages = [turn.usage() for turn in turns]
-                usage = {"prompt_tokens": usages[0]["prompt_tokens"],
-                         "completion_tokens": sum(u["completion_tokens"] for u in usages)}
-                usage["total_tokens"] = usage["prompt_tokens"] + usage["completion_tokens"]
-                yield (f"data: {json.dumps({'id': self.id, 'object': 'text_completion', 'created': self.created, 'model': self.server.model_name, 'choices': [], 'usage': usage})}\n\n")
+                yield self._usage_chunk()
             yield "data: [DONE]\n\n"
         except (TimeoutError, EngineError) as error:
-            yield f"data: {json.dumps({'error': {'message': f'generation failed: {error}', 'type': 'server_error'}})}\n\n"
+            message = f"generation failed: {str(error) or 'timed out'}"
+            yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
+
+    def _usage_chunk(self) -> str:
+        usages = [turn.usage() for turn in self.opened.turns]
+        prompt, completion = usages[0]["prompt_tokens"], sum(u["completion_tokens"] for u in usages)
+        chunk = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
+                 "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                          "total_tokens": prompt + completion}}
+        return f"data: {json.dumps(chunk)}\n\n"

@@ -172,7 +172,7 @@ async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: li
         raise ApiError(400, str(error), param="messages", code="context_length_exceeded") from error
     except (EngineError, asyncio.TimeoutError) as error:
         await stream.aclose()
-        raise ApiError(503, f"the engine could not start this request: {error or 'timed out'}",
+        raise ApiError(503, f"the engine could not start this request: {str(error) or 'timed out'}",
                        kind="server_error") from error
     assert isinstance(started, Started)
     return TurnInProgress(server, spec, ref, prompt_ids, params, started, stream, group, choice)
