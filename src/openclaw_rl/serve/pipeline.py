@@ -61,6 +61,8 @@ async def prompt_ids_of(server: Server, spec: TurnSpec) -> list[int]:
         except Exception as error:  # a template that rejects this conversation
             raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
                            param="messages") from error
+    if not ids:
+        raise ApiError(400, "the prompt is empty once tokenized; send some text or token ids", param="prompt")
     if len(ids) >= context:
         raise ApiError(400, f"the prompt is {len(ids)} tokens but the model's context is {context} tokens; "
                        "shorten the conversation", param="messages", code="context_length_exceeded")
