@@ -330,3 +330,23 @@ def scripted_server(tiny_model_dir, tmp_path):
     yield make
     for server in started:
         server.stop()
+
+
+# -- helpers the API tests share ---------------------------------------------------------------
+
+TOOL_REPLY = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
+
+
+def openai_client(server):
+    from openai import OpenAI
+
+    return OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
+
+
+def turns_of(server, session_id: str) -> list[dict]:
+    """The turns of a session as GET /v1/sessions/{id} shows them."""
+    import httpx
+
+    r = httpx.get(f"{server.base_url}/v1/sessions/{session_id}")
+    assert r.status_code == 200, r.text
+    return r.json()["turns"]

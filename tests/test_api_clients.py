@@ -5,23 +5,11 @@ and the Anthropic SDK have their own files.)"""
 from __future__ import annotations
 
 import httpx
-from openai import OpenAI
-
-TOOL_REPLY = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
-
-
-def client(server) -> OpenAI:
-    return OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-
-
-def turns_of(server, session_id: str) -> list[dict]:
-    r = httpx.get(f"{server.base_url}/v1/sessions/{session_id}")
-    assert r.status_code == 200, r.text
-    return r.json()["turns"]
+from conftest import TOOL_REPLY, openai_client, turns_of
 
 
 def test_openai_chat_three_turns_headerless(live):
-    c = client(live)
+    c = openai_client(live)
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]
     sessions = []
     for reply in ("Another one?", "And one more?", None):
@@ -36,7 +24,7 @@ def test_openai_chat_three_turns_headerless(live):
 
 
 def test_openai_chat_n2_records_both_choices(live):
-    raw = client(live).chat.completions.with_raw_response.create(
+    raw = openai_client(live).chat.completions.with_raw_response.create(
         model="m", messages=[{"role": "user", "content": "Two tries"}], n=2, max_tokens=4, temperature=1.0, seed=5)
     completion = raw.parse()
     assert len(completion.choices) == 2
@@ -45,7 +33,7 @@ def test_openai_chat_n2_records_both_choices(live):
 
 
 def test_openai_chat_n2_streams_both_choices(live):
-    stream = client(live).chat.completions.create(
+    stream = openai_client(live).chat.completions.create(
         model="m", messages=[{"role": "user", "content": "Two streams"}], n=2, max_tokens=5, stream=True, seed=1)
     texts = {0: "", 1: ""}
     for chunk in stream:
@@ -56,7 +44,7 @@ def test_openai_chat_n2_streams_both_choices(live):
 
 
 def test_openai_completions_string_tokens_logprobs_echo_and_n(live):
-    c = client(live)
+    c = openai_client(live)
     raw = c.completions.with_raw_response.create(model="m", prompt="The sky is", max_tokens=4, logprobs=2,
                                                  temperature=1.0, seed=3)
     done = raw.parse()
@@ -78,7 +66,7 @@ def test_openai_completions_string_tokens_logprobs_echo_and_n(live):
 
 
 def test_completions_with_a_session_header_pair_the_ids_a_client_adds(live):
-    c = client(live)
+    c = openai_client(live)
     h = {"X-Session-Id": "rl-episode-1"}
     first = c.completions.create(model="m", prompt=[504, 3359], max_tokens=3, temperature=0, extra_headers=h)
     turn = turns_of(live, "rl-episode-1")[0]

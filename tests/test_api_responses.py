@@ -21,28 +21,18 @@ from agents import (
     set_tracing_disabled,
 )
 from agents.exceptions import ModelBehaviorError
-from openai import AsyncOpenAI, OpenAI
+from openai import AsyncOpenAI
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from openclaw_rl.serve.openai_responses import FunctionCallItem, MessageItem, items_to_messages
+from conftest import TOOL_REPLY, openai_client, turns_of
 
-TOOL_REPLY = '<tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 TOOLS = [{"type": "function", "name": "get_weather", "description": "Weather in a city",
           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
 
 set_tracing_disabled(True)
 STREAM_EVENT = TypeAdapter(ResponseStreamEvent)
-
-
-def client(server) -> OpenAI:
-    return OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)
-
-
-def turns_of(server, session_id: str) -> list[dict]:
-    r = httpx.get(f"{server.base_url}/v1/sessions/{session_id}")
-    assert r.status_code == 200, r.text
-    return r.json()["turns"]
 
 
 def only_session(server) -> str:
@@ -77,7 +67,7 @@ def test_one_response_output_becomes_one_assistant_message_and_a_new_message_sta
 
 
 def test_string_input_answers_a_response_the_client_validates_and_stores_the_turn(live):
-    raw = client(live).responses.with_raw_response.create(model="m", input="Name a colour.", max_output_tokens=5)
+    raw = openai_client(live).responses.with_raw_response.create(model="m", input="Name a colour.", max_output_tokens=5)
     response = Response.model_validate(json.loads(raw.http_response.text))  # strict: every required field
     assert response.id.startswith("resp_") and response.object == "response"
     assert response.status in ("completed", "incomplete") and response.output[0].type == "message"
@@ -91,7 +81,7 @@ def test_string_input_answers_a_response_the_client_validates_and_stores_the_tur
 
 def test_item_input_and_instructions_become_the_chat_prompt(scripted_server):
     server = scripted_server(["Blue."])
-    response = client(server).responses.create(model="m", instructions="Be brief.", input=[
+    response = openai_client(server).responses.create(model="m", instructions="Be brief.", input=[
         {"role": "developer", "content": "Answer in one word."},
         {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "Sky "},
                                                         {"type": "input_text", "text": "colour?"}]},
@@ -108,7 +98,7 @@ def test_item_input_and_instructions_become_the_chat_prompt(scripted_server):
 
 def test_a_stream_sends_the_events_in_order_and_its_deltas_join_to_the_stored_text(scripted_server):
     server = scripted_server(["Hello there, my friend."])
-    events = list(client(server).responses.create(model="m", input="hi", stream=True))
+    events = list(openai_client(server).responses.create(model="m", input="hi", stream=True))
     kinds = [e.type for e in events]
     assert kinds[:5] == ["response.created", "response.in_progress", "response.output_item.added",
                          "response.content_part.added", "response.output_text.delta"]
@@ -124,7 +114,7 @@ def test_a_stream_sends_the_events_in_order_and_its_deltas_join_to_the_stored_te
 
 def test_a_streamed_tool_call_arrives_as_a_function_call_item_and_the_stream_helper_accepts_it(scripted_server):
     server = scripted_server([TOOL_REPLY])
-    with client(server).responses.stream(model="m", input="Weather in Paris?", tools=TOOLS) as stream:
+    with openai_client(server).responses.stream(model="m", input="Weather in Paris?", tools=TOOLS) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert "response.output_text.delta" not in kinds and "response.function_call_arguments.delta" in kinds
@@ -163,7 +153,7 @@ def test_every_streamed_event_is_valid_for_the_clients_types_with_text_before_a_
 
 def test_max_output_tokens_makes_an_incomplete_response_streamed_or_not(scripted_server):
     server = scripted_server(["one two three four five six seven eight"])
-    c = client(server)
+    c = openai_client(server)
     response = c.responses.create(model="m", input="count", max_output_tokens=2)
     assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
     assert response.output[0].status == "incomplete"
@@ -173,7 +163,7 @@ def test_max_output_tokens_makes_an_incomplete_response_streamed_or_not(scripted
 
 def test_a_previous_response_id_chain_pairs_each_input_with_the_turn_before_it(scripted_server):
     server = scripted_server(["Red.", "Green.", "Blue."])
-    c = client(server)
+    c = openai_client(server)
     inputs = ["Name a colour.", "Another one?", "And one more?"]
     previous = None
     for text in inputs:
@@ -190,7 +180,7 @@ def test_a_previous_response_id_chain_pairs_each_input_with_the_turn_before_it(s
 
 def test_a_function_call_output_after_previous_response_id_is_the_tool_turns_next_state(scripted_server):
     server = scripted_server([TOOL_REPLY, "It is 18C and sunny in Paris."])
-    c = client(server)
+    c = openai_client(server)
     first = c.responses.create(model="m", input="Weather in Paris?", tools=TOOLS)
     (call,) = first.output
     second = c.responses.with_raw_response.create(
@@ -204,7 +194,7 @@ def test_a_function_call_output_after_previous_response_id_is_the_tool_turns_nex
 
 def test_a_function_call_output_in_a_resent_history_is_the_tool_turns_next_state(scripted_server):
     server = scripted_server([TOOL_REPLY, "It is 18C and sunny in Paris."])
-    c = client(server)
+    c = openai_client(server)
     history = [{"role": "user", "content": "Weather in Paris?"}]
     first = c.responses.create(model="m", input=history, tools=TOOLS)
     history += [item.model_dump(exclude_none=True) for item in first.output]
@@ -217,7 +207,7 @@ def test_a_function_call_output_in_a_resent_history_is_the_tool_turns_next_state
 
 def test_a_stored_response_is_fetched_by_id_and_an_unstored_one_is_not(scripted_server):
     server = scripted_server(["kept", "not kept"])
-    c = client(server)
+    c = openai_client(server)
     kept = c.responses.create(model="m", input="one")
     assert c.responses.retrieve(kept.id).model_dump() == kept.model_dump()
     unkept = c.responses.create(model="m", input="two", store=False)
@@ -233,7 +223,7 @@ def test_a_stored_response_is_fetched_by_id_and_an_unstored_one_is_not(scripted_
 def test_an_unknown_previous_response_id_is_a_404_naming_it(scripted_server):
     server = scripted_server(["never said"])
     with pytest.raises(openai.NotFoundError) as error:
-        client(server).responses.create(model="m", input="hi", previous_response_id="resp_unknown")
+        openai_client(server).responses.create(model="m", input="hi", previous_response_id="resp_unknown")
     assert error.value.body["param"] == "previous_response_id"
     assert error.value.body["type"] == "invalid_request_error" and "resp_unknown" in error.value.body["message"]
     assert server.engine.prompts == []
@@ -264,7 +254,7 @@ def test_bad_fields_are_400s_naming_the_field(scripted_server, body, param, word
 
 def test_a_session_header_that_contradicts_previous_response_id_is_a_400(scripted_server):
     server = scripted_server(["first"])
-    first = client(server).responses.create(model="m", input="hi")
+    first = openai_client(server).responses.create(model="m", input="hi")
     r = post(server, {"input": "more", "previous_response_id": first.id}, **{"X-Session-Id": "another"})
     assert r.status_code == 400 and r.json()["error"]["param"] == "previous_response_id", r.text
 

@@ -276,9 +276,6 @@ async def _json_body(request: Request) -> Any:
 
 
 def _install_middleware(app: FastAPI, server: Server) -> None:
-    limit = server.config.max_body_bytes
-    key = server.config.api_key
-
     @app.exception_handler(ApiError)
     async def api_error(request: Request, error: ApiError) -> JSONResponse:
         return error.response()
