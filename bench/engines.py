@@ -44,7 +44,7 @@ from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
 from openclaw_rl.engine.local import LocalEngine  # noqa: E402
 from openclaw_rl.engine.vllm import VLLMEngine  # noqa: E402
 from openclaw_rl.engine.vllm_server import VLLMServer  # noqa: E402
-from openclaw_rl.serve.chat import render_prompt  # noqa: E402
+from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.types import SamplingParams, TokenStep  # noqa: E402
 
 PROMPTS = [f"Write a long, detailed story about a robot named Unit {i} who learns to paint." for i in range(16)]

@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
 from openclaw_rl.engine.local import LocalEngine  # noqa: E402
-from openclaw_rl.serve.chat import render_prompt  # noqa: E402
+from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.types import SamplingParams, TokenStep  # noqa: E402
 
 MAX_TOKENS = 32

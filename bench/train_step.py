@@ -68,7 +68,7 @@ sys.path.insert(0, str(ROOT / "src"))
 from openclaw_rl.config import TrainConfig  # noqa: E402
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
-from openclaw_rl.serve.chat import render_prompt  # noqa: E402
+from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.train.batch import collate  # noqa: E402
 from openclaw_rl.train.losses import combined_advantages, opd_advantages  # noqa: E402
 from openclaw_rl.train.trainer import Trainer  # noqa: E402

@@ -14,7 +14,7 @@ import sys
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.judge.teacher import hinted_messages
-from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.chat import render_prompt
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
 

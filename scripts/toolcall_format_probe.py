@@ -19,7 +19,7 @@ from openclaw_rl.engine.base import Finished, Started
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.envs.registry import make_env
-from openclaw_rl.serve.chat import _with_tool_instructions, parse_tool_calls, render_prompt
+from openclaw_rl.chat import _with_tool_instructions, parse_tool_calls, render_prompt
 from openclaw_rl.types import SamplingParams
 
 

@@ -17,7 +17,7 @@ from openclaw_rl.judge.backends import EmbeddingClassifier, OpenAIChatBackend
 from openclaw_rl.judge.samples import build_sample
 from openclaw_rl.judge.teacher import hinted_messages
 from openclaw_rl.judge.worker import EmbeddingJudge, JudgeWorker, LLMJudge
-from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.chat import render_prompt
 from openclaw_rl.store import Store
 from openclaw_rl.types import NextState, Verdict
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from openclaw_rl.config import ConfigError, ServeConfig, build, load_file
-from openclaw_rl.serve.chat import parse_tool_calls, render_prompt
+from openclaw_rl.chat import parse_tool_calls, render_prompt
 from openclaw_rl.serve.sessions import continuation_hash, history_hash, next_state_of, response_message
 from openclaw_rl.serve.textstream import TextAssembler
 from openclaw_rl.store import StoreError, make_store

@@ -220,7 +220,7 @@ def test_a_turn_sampled_with_top_p_has_ratio_one_at_the_first_step(tiny_model_di
     so the first ratio is 1, not the kept mass (about 0.8 on this near-uniform tiny model)."""
     from openclaw_rl.engine.local import LocalEngine
     from openclaw_rl.judge.samples import build_sample
-    from openclaw_rl.serve.chat import render_prompt
+    from openclaw_rl.chat import render_prompt
     from openclaw_rl.store import Store
     from openclaw_rl.types import SamplingParams, TokenStep, Verdict
 

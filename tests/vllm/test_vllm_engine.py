@@ -58,7 +58,7 @@ CONVERSATIONS = [
 
 
 def _prompt(tokenizer, messages) -> list[int]:
-    from openclaw_rl.serve.chat import render_prompt
+    from openclaw_rl.chat import render_prompt
 
     return render_prompt(tokenizer, messages, None, None)
 

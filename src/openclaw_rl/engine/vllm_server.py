@@ -43,7 +43,7 @@ from pathlib import Path
 import httpx
 
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.background import free_port
+from openclaw_rl.net import free_port
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from typing import Iterable
 from openclaw_rl.eval.personas import Persona
 from openclaw_rl.eval.problems import Problem
 from openclaw_rl.judge.worker import JudgeFailure, Reading
-from openclaw_rl.serve.chat import content_text
+from openclaw_rl.chat import content_text
 from openclaw_rl.types import Turn
 
 __all__ = ["ORACLE_LABEL", "OracleJudge"]

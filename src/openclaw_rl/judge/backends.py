@@ -43,7 +43,7 @@ class LocalChatBackend:
         self.engine, self.tokenizer, self.name = engine, tokenizer, name
 
     async def complete(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int | None) -> str:
-        from openclaw_rl.serve.chat import render_prompt
+        from openclaw_rl.chat import render_prompt
 
         prompt = render_prompt(self.tokenizer, messages, None, None)
         room = self.engine.max_context - len(prompt) - 1

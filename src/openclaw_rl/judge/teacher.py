@@ -23,7 +23,7 @@ import copy
 from dataclasses import dataclass, replace
 
 from openclaw_rl.judge.overlap import HintSelection, select_hint
-from openclaw_rl.serve.chat import content_text, render_prompt
+from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.types import Message, SamplingParams, Score, Turn
 
 HINT_PREFIX = "[Hint, written in hindsight for this request:"

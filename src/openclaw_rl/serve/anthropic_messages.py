@@ -52,7 +52,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.chat import render_prompt
+from openclaw_rl.chat import render_prompt
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Lenient, check_stops

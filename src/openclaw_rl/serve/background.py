@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 
 import uvicorn
 from fastapi import FastAPI
 
+from openclaw_rl.net import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+__all__ = ["ServerThread", "free_port"]
 
 
 class ServerThread:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, AsyncIterator
 from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
-from openclaw_rl.serve.chat import content_text, render_prompt
+from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.schema import ApiError
 from openclaw_rl.serve.sessions import SessionRef, next_state_of, resolve_session, turn_to_pair

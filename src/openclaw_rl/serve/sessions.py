@@ -31,7 +31,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_rl.serve.chat import content_text
+from openclaw_rl.chat import content_text
 from openclaw_rl.store import Store
 from openclaw_rl.types import Message, NextState, Turn
 

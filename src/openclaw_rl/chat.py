@@ -4,6 +4,10 @@ Tools follow the widely used `<tool_call>{"name": ..., "arguments": {...}}</tool
 convention. A chat template that knows about tools gets them as `tools=`; one that does
 not (SmolLM2's does not) gets the same definitions in a system message, and its tool
 messages and assistant tool calls are rendered as text it can display.
+
+It sits low in the layering (above `types` only) because serving, the judge's teacher
+(which re-renders a turn's prompt with a hint) and the evaluation personas all render
+prompts the same way, and none of them may import another's package.
 """
 
 from __future__ import annotations
