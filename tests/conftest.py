@@ -295,7 +295,8 @@ class ScriptedServer:
 
     def __init__(self, tokenizer, replies: list[str], data_dir: Path, **overrides):
         from openclaw_rl.config import ServeConfig
-        from openclaw_rl.serve.app import Server, create_app
+        from openclaw_rl.serve.app import create_app
+        from openclaw_rl.serve.server import Server
         from openclaw_rl.serve.metrics import Metrics
         from openclaw_rl.store import make_store
 

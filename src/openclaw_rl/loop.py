@@ -31,7 +31,8 @@ from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
-from openclaw_rl.serve.app import Background, Server, create_app
+from openclaw_rl.serve.app import create_app
+from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint, weights

@@ -59,7 +59,7 @@ from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Leni
 from openclaw_rl.types import Message, SamplingParams, TurnKind
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 
 # -- the request ------------------------------------------------------------------------

@@ -13,8 +13,7 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from fastapi import FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
@@ -24,8 +23,6 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ValidationError
 from starlette.datastructures import Headers
 
-from openclaw_rl.config import ServeConfig
-from openclaw_rl.engine.base import Engine
 from openclaw_rl.serve.anthropic_messages import (
     CountTokensRequest,
     MessagesRequest,
@@ -33,7 +30,6 @@ from openclaw_rl.serve.anthropic_messages import (
     count_tokens,
     create_message,
 )
-from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.schema import (
     ApiError,
     MAX_ID_CHARS,
@@ -45,23 +41,11 @@ from openclaw_rl.serve.schema import (
 from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
 from openclaw_rl.serve.openai_completions import CompletionRequest, completion
 from openclaw_rl.serve.openai_responses import ResponsesRequest, create_response, stored_response
-from openclaw_rl.store import Store, StoreError
+from openclaw_rl.serve.server import Background, Server
+from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, TurnKind
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Server:
-    engine: Engine
-    tokenizer: Any
-    store: Store
-    config: ServeConfig
-    model_name: str
-    metrics: Metrics
-
-
-Background = Callable[[asyncio.Event], Awaitable[None]]
 
 
 def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI:

@@ -25,7 +25,7 @@ from openclaw_rl.serve.textstream import TextAssembler
 from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from openclaw_rl.serve.schema import ChatCompletionRequest
 from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 
 def chat_spec(server: Server, body: ChatCompletionRequest, kind: TurnKind, done: bool,

@@ -41,7 +41,7 @@ from openclaw_rl.serve.schema import (
 from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
 

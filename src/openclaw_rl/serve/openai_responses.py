@@ -54,7 +54,7 @@ from openclaw_rl.serve.sessions import SessionRef
 from openclaw_rl.types import Message, SamplingParams, TurnKind
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 TEXT_PARTS = ("input_text", "output_text")
 ITEM_TYPES = ("message", "function_call", "function_call_output")

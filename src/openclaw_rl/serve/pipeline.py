@@ -31,7 +31,7 @@ from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, TokenStep
 
 if TYPE_CHECKING:
-    from openclaw_rl.serve.app import Server
+    from openclaw_rl.serve.server import Server
 
 
 @functools.lru_cache(maxsize=8)
