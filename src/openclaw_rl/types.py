@@ -1,4 +1,4 @@
-"""The vocabulary of the online loop (see SPEC section 1).
+"""The vocabulary of the online loop (see docs/method.md §1).
 
 Small frozen records only: anything that needs behaviour lives next to the component
 that owns it. Token ids and log-probs are plain lists so a record round-trips through

@@ -1,1 +1,1 @@
-"""Agent environments (SPEC section 4): the protocol, terminal / toolcall / swe / gui, the pool."""
+"""Agent environments (docs/method.md §4): the protocol, terminal / toolcall / swe / gui, the pool."""

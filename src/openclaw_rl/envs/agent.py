@@ -25,7 +25,7 @@ Decisions and why:
   binary loss, whose advantage is the sample's reward on every token: A_t as computed
   here. No other sample of these turns exists, and the distinct name keeps them apart
   from per-turn samples should another judge or trainer share the store.
-- **Rewards** (SPEC section 3): outcome o = +1 for success and -1 for failure, so a group
+- **Rewards** (docs/method.md §3): outcome o = +1 for success and -1 for failure, so a group
   that splits on the outcome splits the advantages symmetrically and a failure is not
   merely "less good". `integrated`: r_t = o + mean of the judge's votes on step t (a step
   without votes, e.g. no verdict, adds 0); `outcome`: r_t = o. Standardizing uses

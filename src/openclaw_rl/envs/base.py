@@ -1,4 +1,4 @@
-"""The environment protocol every agent environment follows (SPEC section 4).
+"""The environment protocol every agent environment follows (docs/method.md §4).
 
     reset(task) -> first observation
     step(action) -> StepResult(observation, done, info)

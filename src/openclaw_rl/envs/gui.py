@@ -1,4 +1,4 @@
-"""The GUI environment: a real headless Chromium on small local web apps (SPEC section 4).
+"""The GUI environment: a real headless Chromium on small local web apps (docs/method.md §4).
 
 The apps (a sign-up form, a todo list, a settings page) are plain HTML + JS shipped in
 `envs/tasks/gui/`, served from memory on 127.0.0.1 by a stdlib server in a thread. The

@@ -1,4 +1,4 @@
-"""The tool-call environment: math word problems solved with a Python tool (SPEC section 4).
+"""The tool-call environment: math word problems solved with a Python tool (docs/method.md §4).
 
     env = ToolCallEnv()
     task = env.tasks("train")[0]

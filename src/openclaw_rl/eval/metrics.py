@@ -1,4 +1,4 @@
-"""The personalization score and its curves (SPEC section 5).
+"""The personalization score and its curves (docs/method.md §5).
 
 The score is the mean rubric score of the policy's *first* answers to a fixed held-out
 set of problems, decoded greedily so that it measures the policy, not the sampler. The

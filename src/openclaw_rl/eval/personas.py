@@ -1,6 +1,6 @@
 """Simulated users with a hidden preference: what a persona is, how it scores and replies.
 
-The two personas of SPEC section 5 live next door: `student.py` (GSM8K homework that
+The two personas of docs/method.md §5 live next door: `student.py` (GSM8K homework that
 must not look AI-written) and `teacher.py` (specific, friendly grading comments).
 
 A persona opens a session about one problem, scores every response with its rubric (a

@@ -9,6 +9,6 @@ The pure parts live here as plain functions so that they can be tested without a
 - `votes`    parses one judge answer into a score or a (correction, hint) pair, takes the
              majority, and deduplicates hints. An unparseable answer raises, so it is
              dropped rather than counted as a 0.
-- `overlap`  overlap-guided hint selection on top-k token sets (SPEC section 2, step 6).
+- `overlap`  overlap-guided hint selection on top-k token sets (docs/method.md §2, step 6).
 - `rules`    the rule-based hint extractor used by the CPU judge.
 """

@@ -1,4 +1,4 @@
-"""Overlap-guided hint selection (SPEC section 2, step 6).
+"""Overlap-guided hint selection (docs/method.md §2, step 6).
 
 Every candidate hint gives a teacher: the same model scoring the original response
 under `prompt ⊕ hint`. The teacher whose top-k tokens agree most with the student's is

@@ -4,7 +4,7 @@ A next state that corrects the agent usually says so in a recognisable way: an
 imperative ("Use plain text."), a prohibition ("don't", "no more"), a comparison
 ("... instead"), a wish ("you should", "please"); a tool or environment that rejects an
 action prints an error line. These rules find such sentences and rewrite them as short,
-self-contained instructions that can be appended to the user's message (SPEC section 2,
+self-contained instructions that can be appended to the user's message (docs/method.md §2,
 step 5). They miss indirect corrections and irony; the model judge covers those.
 
 Decisions and why:

@@ -1,6 +1,6 @@
 """Verdicts and teacher targets -> training samples, per method (pure).
 
-What each method needs (SPEC section 3):
+What each method needs (docs/method.md §3):
 
 | method   | needs                                 | a turn without it is rejected because   |
 |----------|---------------------------------------|-----------------------------------------|

@@ -10,7 +10,7 @@ Decisions and why:
   emphasis, headings, quotes, bullets, a trailing full stop, a Unicode minus sign) and
   strict about values: only +1, 1, -1 and 0. "SCORE: 2" or "SCORE: +1 or 0" raise.
 - A failed parse raises `VoteParseError`. The caller drops that vote; it is never
-  counted as 0 (SPEC section 2, step 4).
+  counted as 0 (docs/method.md §2, step 4).
 - `majority` is a plurality: the most common vote wins, and a tie for the top (or no
   votes at all) gives 0, so an undecided judge produces no training push.
 """

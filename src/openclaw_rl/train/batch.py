@@ -1,7 +1,7 @@
 """Samples to a padded batch of tensors, as `method_loss` and the trainer read it.
 
 Pure: no model, no store, no tokenizer. The ids are the exact sampled ones a sample
-carries (SPEC 2.1): nothing is rendered or re-tokenized here.
+carries (docs/method.md §2, step 1): nothing is rendered or re-tokenized here.
 
 Layout, and why:
 

@@ -1,4 +1,4 @@
-"""Advantages and losses of the trainer (SPEC section 3), as pure functions of tensors.
+"""Advantages and losses of the trainer (docs/method.md §3), as pure functions of tensors.
 
 Nothing here touches a model, an optimizer or the store, so every number can be worked
 out by hand (tests/test_losses.py does). Shapes: B samples, T response tokens (right
@@ -293,7 +293,7 @@ def stepwise_advantages(
 
 @dataclass(frozen=True)
 class LossTerms:
-    """The loss terms a method trains on (SPEC section 3)."""
+    """The loss terms a method trains on (docs/method.md §3)."""
 
     reward: bool = False  # evaluative: A += w_rl * r, clipped surrogate
     opd: bool = False  # directive: A += w_opd * clip(teacher - behaviour, -C, C)
