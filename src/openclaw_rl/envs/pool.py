@@ -65,7 +65,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 
-from openclaw_rl.config import ConfigError
+from openclaw_rl.config import TOKEN_ENV_VAR, ConfigError, PoolConfig
 from openclaw_rl.envs.base import Action, Env, Task
 
 __all__ = ["EnvPool", "PoolConfig", "PoolProblem", "TOKEN_ENV_VAR", "create_app", "resolve_token", "serve"]
@@ -73,32 +73,8 @@ __all__ = ["EnvPool", "PoolConfig", "PoolProblem", "TOKEN_ENV_VAR", "create_app"
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-TOKEN_ENV_VAR = "OPENCLAW_ENV_TOKEN"
 _RETRY_BROKEN_S = 5.0  # how often an env that could not be created is tried again
 _ENDED_KEPT = 10_000  # ended leases remembered, so a late request gets 410 rather than 404
-
-
-@dataclass
-class PoolConfig:
-    env: str = field(default="", metadata={"help": "environment: terminal | toolcall | swe | gui | module:Class"})
-    size: int = field(default=4, metadata={"help": "environments in the pool (K)"})
-    host: str = field(default="127.0.0.1", metadata={"help": "address to bind"})
-    port: int = field(default=8100, metadata={"help": "port to bind"})
-    token: str = field(default="", metadata={"help": f"bearer token clients send (else ${TOKEN_ENV_VAR}, else generated)"})
-    lease_timeout_s: float = field(default=60.0, metadata={"help": "a lease not heard from this long expires"})
-    call_timeout_s: float = field(default=600.0, metadata={"help": "an env call running longer replaces the env"})
-    fresh_on_release: bool = field(default=False, metadata={"help": "replace a released env rather than reuse it"})
-
-    def __post_init__(self) -> None:
-        def check(ok: bool, name: str, want: str) -> None:
-            if not ok:
-                raise ConfigError(f"{name} = {getattr(self, name)!r} is invalid: use {want}")
-
-        check(bool(self.env), "env", "the environment to serve, e.g. --env terminal")
-        check(self.size >= 1, "size", "at least 1 environment")
-        check(1 <= self.port <= 65535, "port", "a port number between 1 and 65535")
-        check(self.lease_timeout_s > 0, "lease_timeout_s", "a positive number of seconds")
-        check(self.call_timeout_s > 0, "call_timeout_s", "a positive number of seconds")
 
 
 class PoolProblem(Exception):
