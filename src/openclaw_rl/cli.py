@@ -1,15 +1,38 @@
-"""`openclaw-rl`: parse arguments, set up logging, call one function."""
+"""`openclaw-rl`: parse arguments, set up logging, call one function.
+
+Each command imports the stack it runs (torch, transformers, FastAPI, Ray) inside its own
+function, marked `# per command`: `openclaw-rl --help`, a typo'd flag and the light
+commands then answer at once instead of after seconds of imports. Everything else is
+imported here.
+"""
 
 from __future__ import annotations
 
 import argparse
+import ctypes
+import json
 import logging
 import sys
 import threading
 
+from rich.live import Live
+from rich.logging import RichHandler
+from rich.table import Table
+
 from openclaw_rl import __version__
-from openclaw_rl.config import (OPD_BASELINES, AgentConfig, ConfigError, JudgeConfig, PoolConfig, RayConfig,
-                                 ServeConfig, TrainConfig, add_flags, build, load_file)
+from openclaw_rl.config import (
+    OPD_BASELINES,
+    AgentConfig,
+    ConfigError,
+    JudgeConfig,
+    PoolConfig,
+    RayConfig,
+    ServeConfig,
+    TrainConfig,
+    add_flags,
+    build,
+    load_file,
+)
 from openclaw_rl.store import StoreError
 
 _FORMAT = argparse.HelpFormatter
@@ -114,10 +137,8 @@ def _envs_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _envs_serve(args: argparse.Namespace) -> int:
-    import json
-
-    from openclaw_rl.envs.pool import resolve_token, serve  # the pool's web stack, only for this command
-    from openclaw_rl.envs.registry import env_class
+    from openclaw_rl.envs.pool import resolve_token, serve  # per command
+    from openclaw_rl.envs.registry import env_class  # per command
 
     options = {}
     for item in args.option:
@@ -147,12 +168,9 @@ def _agent_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from rich.live import Live
-    from rich.table import Table
-
-    from openclaw_rl.envs.agent import run_agent  # the driver and its stack, only for this command
-    from openclaw_rl.envs.client import PoolError
-    from openclaw_rl.envs.rollout import PolicyError
+    from openclaw_rl.envs.agent import run_agent  # per command
+    from openclaw_rl.envs.client import PoolError  # per command
+    from openclaw_rl.envs.rollout import PolicyError  # per command
 
     config = build(AgentConfig, {}, args)
 
@@ -188,8 +206,6 @@ def _common(parser: argparse.ArgumentParser) -> None:
 
 
 def _setup_logging(verbose: bool) -> None:
-    from rich.logging import RichHandler
-
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
         format="%(message)s",
@@ -201,10 +217,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from rich.live import Live
-    from rich.table import Table
-
-    from openclaw_rl.eval.simulate import SimulateConfig, simulate
+    from openclaw_rl.eval.simulate import SimulateConfig, simulate  # per command
 
     config = SimulateConfig(
         persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],
@@ -253,8 +266,6 @@ def _bound_malloc_growth() -> None:
     to 13 GB and was killed. A fixed threshold keeps big blocks in mmap, returned on free.
     """
     try:
-        import ctypes
-
         libc = ctypes.CDLL("libc.so.6")
     except OSError:  # not glibc (macOS, musl): nothing to tune
         return
@@ -268,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     _setup_logging(args.verbose)
     try:
         if args.command == "export":
-            from openclaw_rl.train.checkpoint import export
+            from openclaw_rl.train.checkpoint import export  # per command
 
             print(f"wrote {export(args.data_dir, args.out)}")
             return 0
@@ -283,10 +294,10 @@ def main(argv: list[str] | None = None) -> int:
             if section not in ("serve", "judge", "train", "ray"):
                 raise ConfigError(f"unknown section [{section}] in {args.config}; use [serve], [judge], [train] "
                                   "and [ray]")
-        from openclaw_rl import loop
+        from openclaw_rl import loop  # per command
 
         if args.command == "serve" and (cluster := build(RayConfig, file_values.get("ray", {}), args)).ray:
-            from openclaw_rl.cluster.deploy import serve_on_ray
+            from openclaw_rl.cluster.deploy import serve_on_ray  # per command
 
             serve_on_ray(build(ServeConfig, file_values.get("serve", {}), args),
                          build(JudgeConfig, file_values.get("judge", {}), args),

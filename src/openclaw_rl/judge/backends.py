@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from openclaw_rl.chat import render_prompt
 from openclaw_rl.types import Message, SamplingParams, TokenStep
 
 log = logging.getLogger(__name__)
@@ -43,8 +44,6 @@ class LocalChatBackend:
         self.engine, self.tokenizer, self.name = engine, tokenizer, name
 
     async def complete(self, messages: list[Message], *, max_tokens: int, temperature: float, seed: int | None) -> str:
-        from openclaw_rl.chat import render_prompt
-
         prompt = render_prompt(self.tokenizer, messages, None, None)
         room = self.engine.max_context - len(prompt) - 1
         if room < 16:

@@ -45,22 +45,19 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Literal
+from typing import Annotated, Any, AsyncIterator, Literal
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from openclaw_rl.engine.base import EngineError
 from openclaw_rl.chat import render_prompt
+from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Lenient, check_stops
+from openclaw_rl.serve.server import Server
 from openclaw_rl.types import Message, SamplingParams, TurnKind
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
-
 
 # -- the request ------------------------------------------------------------------------
 

@@ -30,17 +30,17 @@ from openclaw_rl.serve.anthropic_messages import (
     count_tokens,
     create_message,
 )
+from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
+from openclaw_rl.serve.openai_completions import CompletionRequest, completion
+from openclaw_rl.serve.openai_responses import ResponsesRequest, create_response, stored_response
 from openclaw_rl.serve.schema import (
-    ApiError,
     MAX_ID_CHARS,
+    ApiError,
     ChatCompletionRequest,
     FeedbackRequest,
     error_response,
     validation_message,
 )
-from openclaw_rl.serve.openai_chat import chat_completion, chat_spec
-from openclaw_rl.serve.openai_completions import CompletionRequest, completion
-from openclaw_rl.serve.openai_responses import ResponsesRequest, create_response, stored_response
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, TurnKind

@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 
-from openclaw_rl.engine.base import Finished, Started
 from openclaw_rl.chat import TOOL_CALL_OPEN, parse_tool_calls
+from openclaw_rl.engine.base import Finished, Started
+from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, continuation_hash, response_message
 from openclaw_rl.serve.textstream import TextAssembler
 from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
 
 
 @dataclass(frozen=True)

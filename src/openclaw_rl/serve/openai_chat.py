@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Any, AsyncIterator
+from typing import Any, AsyncIterator
 
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
@@ -13,10 +13,8 @@ from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import ChatCompletionRequest
+from openclaw_rl.serve.server import Server
 from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
 
 
 def chat_spec(server: Server, body: ChatCompletionRequest, kind: TurnKind, done: bool,

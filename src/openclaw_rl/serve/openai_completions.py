@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator
+from typing import Annotated, Any, AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -38,10 +38,8 @@ from openclaw_rl.serve.schema import (
     check_stops,
     stop_tuple,
 )
+from openclaw_rl.serve.server import Server
 from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
 
 MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
 

@@ -40,7 +40,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any, AsyncIterator, Callable, Literal, Union
+from typing import Annotated, Any, AsyncIterator, Callable, Literal, Union
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
@@ -50,11 +50,9 @@ from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Temperature, TopP, UserId, _Lenient
+from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef
 from openclaw_rl.types import Message, SamplingParams, TurnKind
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
 
 TEXT_PARTS = ("input_text", "output_text")
 ITEM_TYPES = ("message", "function_call", "function_call_output")

@@ -18,20 +18,18 @@ import functools
 import time
 import uuid
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, AsyncIterator
+from typing import AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
 from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.schema import ApiError
+from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, next_state_of, resolve_session, turn_to_pair
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, TokenStep
-
-if TYPE_CHECKING:
-    from openclaw_rl.serve.server import Server
 
 
 @functools.lru_cache(maxsize=8)
