@@ -51,6 +51,20 @@ log = logging.getLogger(__name__)
 def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI:
     """The app; `background` loops (judge, trainer) run beside it until shutdown, which
     then closes the engine and the store."""
+    app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None,
+                  lifespan=_lifespan(server, background))
+    app.state.server = server
+    _install_middleware(app, server)
+    _status_routes(app, server)
+    _session_routes(app, server)
+    _generation_routes(app, server)
+    _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
+                                ResponsesRequest, FeedbackRequest])
+    return app
+
+
+def _lifespan(server: Server, background: Sequence[Background]) -> Callable:
+    """Start the background loops with the app; at shutdown stop them, then close the engine and store."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -69,10 +83,10 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
             await server.engine.aclose()
             server.store.close()
 
-    app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None, lifespan=lifespan)
-    app.state.server = server
-    _install_middleware(app, server)
+    return lifespan
 
+
+def _status_routes(app: FastAPI, server: Server) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         return {"status": "ok", "policy_version": server.engine.policy_version}
@@ -97,6 +111,9 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
                 "samples": samples, "train_steps": policy["train_steps"], "last_update_at": policy["last_update_at"],
                 "engine": server.engine.stats()}
 
+
+
+def _session_routes(app: FastAPI, server: Server) -> None:
     @app.get("/v1/sessions")
     async def sessions(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
         found = await run_in_threadpool(server.store.list_sessions, limit, offset)
@@ -145,6 +162,10 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
             raise ApiError(404, str(error), param="session_id", code="session_not_found") from error
         return {"id": closed.id, "closed_at": closed.closed_at}
 
+
+
+def _generation_routes(app: FastAPI, server: Server) -> None:
+    """The APIs that generate: each parses its body and hands a TurnSpec to the pipeline."""
     @app.post("/v1/chat/completions", openapi_extra=_body_doc(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await _chat(server, request)
@@ -178,9 +199,6 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
         except ApiError as error:
             return anthropic_error(error)
 
-    _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
-                                ResponsesRequest, FeedbackRequest])
-    return app
 
 
 def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
