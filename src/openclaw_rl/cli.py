@@ -58,7 +58,9 @@ def _parser() -> argparse.ArgumentParser:
                                                    "or unset for the SQLite file in the data dir")
     judge.add_argument("--model", default="", help="model directory for teacher scoring (default: the bundled model)")
     judge.add_argument("--once", action="store_true", help="judge what is waiting now, then exit")
-    judge.add_argument("--method", default=None, help="objective the samples are built for (default: combined)")
+    # gone: the judge writes every signal once per turn and each trainer's method assembles its samples.
+    # Still parsed, so a script of the old CLI hears why instead of "unrecognized arguments".
+    judge.add_argument("--method", default=None, help=argparse.SUPPRESS)
     add_flags(judge, JudgeConfig)
 
     train = commands.add_parser("train", help="run the trainer on its own against a store", formatter_class=_FORMAT)
@@ -71,13 +73,27 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0 = run until killed)")
     add_flags(train, TrainConfig)
 
+    _simulate_parsers(commands)
+
+    export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
+                                 formatter_class=_FORMAT)
+    export.add_argument("--data-dir", required=True, help="the data dir holding checkpoints")
+    export.add_argument("--out", required=True, help="an empty or new directory to write")
+    export.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    _envs_parser(commands)
+    _agent_parser(commands)
+    return parser
+
+
+def _simulate_parsers(commands: argparse._SubParsersAction) -> None:
+    """`simulate` and `demo`: the same flags, with the demo's smaller, tested defaults."""
     for name, text in (("simulate", "simulated users teach a live server; measure the personalization score"),
                        ("demo", "the student persona teaches the default model on screen (simulate, smaller)")):
         sim = commands.add_parser(name, help=text, formatter_class=_FORMAT)
         sim.add_argument("--persona", default="student", help="student | teacher")
         sim.add_argument("--sessions", type=int, default=32 if name == "simulate" else 24, help="sessions to play")
         sim.add_argument("--method", default="combined",
-                         help="binary | opd | combined | topk, or several separated by commas")
+                         help="binary | opd | combined | topk | module:ATTR, or several separated by commas")
         sim.add_argument("--judge", default="embedding", help="embedding | local | oracle | an OpenAI-compatible URL")
         sim.add_argument("--judge-model", default="default", help="model name at a judge URL")
         sim.add_argument("--seed", type=int, default=0, help="seed of the problems and the user's replies")
@@ -111,15 +127,6 @@ def _parser() -> argparse.ArgumentParser:
         sim.add_argument("--opd-baseline", default="none", choices=OPD_BASELINES,
                          help="none (the paper) | mean: centre each sample's OPD advantages (docs/experiments.md)")
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-
-    export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
-                                 formatter_class=_FORMAT)
-    export.add_argument("--data-dir", required=True, help="the data dir holding checkpoints")
-    export.add_argument("--out", required=True, help="an empty or new directory to write")
-    export.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
-    _envs_parser(commands)
-    _agent_parser(commands)
-    return parser
 
 
 def _envs_parser(commands: argparse._SubParsersAction) -> None:
@@ -307,9 +314,14 @@ def main(argv: list[str] | None = None) -> int:
                        build(JudgeConfig, file_values.get("judge", {}), args),
                        build(TrainConfig, file_values.get("train", {}), args))
         elif args.command == "judge":
-            method = args.method or file_values.get("train", {}).get("method", "combined")
+            if args.method is not None:
+                raise ConfigError(
+                    f"judge --method {args.method} is gone: the judge now writes every signal of a turn once "
+                    "(reward, hints, teacher targets), for any method, and each trainer assembles its samples for "
+                    "its own --method. Drop the flag here and give it to `openclaw-rl train` (or serve); add "
+                    "--no-teacher-targets if no method that trains reads a teacher (binary, stepwise)")
             judged = loop.judge_process(args.data_dir, args.model, build(JudgeConfig, file_values.get("judge", {}), args),
-                                        method, once=args.once, store_url=args.store)
+                                        once=args.once, store_url=args.store)
             print(f"judged {judged} turns")
         elif args.command == "train":
             steps = loop.train_process(args.data_dir, args.model, build(TrainConfig, file_values.get("train", {}), args),
