@@ -9,6 +9,9 @@ Every command gets fresh namespaces (mount, pid, net, ipc, uts, user, cgroup) fr
 runs under rlimits; when it returns or times out, its pid namespace dies, so nothing it
 started outlives it. Between commands only files in the directory persist.
 
+(Over 400 lines: the bubblewrap command line, the rlimits and the process-group
+handling are one security boundary, reviewed together.)
+
 Decisions and why:
 
 - **bubblewrap**, not Docker or a VM: one small setuid-free binary (`apt-get install
