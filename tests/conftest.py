@@ -263,6 +263,7 @@ class ScriptedEngine:
         self.policy_version, self.max_context = 0, max_context
         self.eos_token_ids = frozenset({tokenizer.eos_token_id})
         self.model_dir, self.model_name = Path("scripted"), "scripted"
+        self.loads_lora_adapters = False
         self.prompts: list[list[int]] = []
 
     async def stream(self, prompt_ids, params):
@@ -288,6 +289,37 @@ class ScriptedEngine:
 
     async def aclose(self):
         pass
+
+
+class WrappedEngine:
+    """An `Engine` that passes every member to `engine`: the base of test engines that observe
+    or alter one call (subclasses override it) and stay a complete engine otherwise."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    tokenizer = property(lambda self: self.engine.tokenizer)
+    model_name = property(lambda self: self.engine.model_name)
+    model_dir = property(lambda self: self.engine.model_dir)
+    max_context = property(lambda self: self.engine.max_context)
+    eos_token_ids = property(lambda self: self.engine.eos_token_ids)
+    policy_version = property(lambda self: self.engine.policy_version)
+    loads_lora_adapters = property(lambda self: self.engine.loads_lora_adapters)
+
+    def stream(self, prompt_ids, params):
+        return self.engine.stream(prompt_ids, params)
+
+    async def score(self, prompt_ids, response_ids, **kwargs):
+        return await self.engine.score(prompt_ids, response_ids, **kwargs)
+
+    async def load_weights(self, weights, policy_version):
+        await self.engine.load_weights(weights, policy_version)
+
+    def stats(self):
+        return self.engine.stats()
+
+    async def aclose(self):
+        await self.engine.aclose()
 
 
 class ScriptedServer:

@@ -17,7 +17,9 @@ import torch
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.loading import cache_dir
 from openclaw_rl.store import make_store
-from openclaw_rl.train import checkpoint, weights
+from openclaw_rl.engine.weight_files import FULL_FILE
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.weights import FilesChannel
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.trainer import Trainer
 from test_trainer import (  # noqa: F401 (fixtures used by name)
@@ -210,7 +212,7 @@ def _ready_samples(store, model_dir: Path, count: int) -> None:
         for _ in range(count)
     ]
     for sample in make_samples(model_dir, [(1.0, True), (-1.0, False)] * (count // 2), turn_ids=turn_ids):
-        store.add_sample(sample, "combined")
+        store.add_sample(sample)
 
 
 def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_versions(tiny_llama, store_url, tmp_path,
@@ -224,14 +226,14 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
     _ready_samples(store, tiny_llama, 14)
     store.close()
     published: list[tuple[int, int | None, str]] = []  # (version, parent, content hash) of every publish
-    publish = weights.publish
+    write = FilesChannel.write
 
-    def recording(data_dir, state_dict, version, parent_version=None):
-        path = publish(data_dir, state_dict, version, parent_version)
-        published.append((version, parent_version, hashlib.sha256(path.read_bytes()).hexdigest()))
-        return path
+    def recording(channel, version, state_dict, parent=None):
+        stored = write(channel, version, state_dict, parent)
+        published.append((version, parent, hashlib.sha256((stored.path / FULL_FILE).read_bytes()).hexdigest()))
+        return stored
 
-    monkeypatch.setattr(weights, "publish", recording)
+    monkeypatch.setattr(FilesChannel, "write", recording)
     config = TrainConfig(method="combined", batch_size=2, lr=1e-3, checkpoint_every=3, max_staleness=100,
                          train_poll_interval_s=0.05, train_threads=1)
     root = str(tmp_path)
@@ -244,10 +246,11 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
     versions = [version for version, _, _ in published]
     assert versions == [1, 2, 3, 4, 5, 6, 7, 8]  # strictly increasing: no number names two sets of weights
     assert [parent for _, parent, _ in published] == [0, 1, 2, 3, 4, 3, 6, 7]  # v6 is the checkpoint's v3
-    assert weights.parent_version(tmp_path, 6) == 3 and weights.parent_version(tmp_path, 7) == 6
+    channel = FilesChannel(tmp_path)
+    assert channel.parent_version(6) == 3 and channel.parent_version(7) == 6
     restored = checkpoint.Checkpoint(checkpoint.checkpoints_dir(tmp_path) / "step-000003", {"lora": False})
-    assert same_tensors(weights.load(tmp_path, 6), restored.weights())  # the model came from the checkpoint
-    on_disk = {v: hashlib.sha256(weights.version_path(tmp_path, v).read_bytes()).hexdigest() for v in (6, 7, 8)}
+    assert same_tensors(channel.read(6), restored.weights())  # the model came from the checkpoint
+    on_disk = {v: hashlib.sha256((channel.stored(v).path / FULL_FILE).read_bytes()).hexdigest() for v in (6, 7, 8)}
     assert on_disk == {version: digest for version, _, digest in published if version >= 6}
     assert not set(lost) & set(on_disk)
     reader = make_store(store_url, data_dir=tmp_path)
@@ -272,49 +275,56 @@ def test_a_trainer_without_a_checkpoint_numbers_its_weights_above_every_version_
 
 
 def test_the_weights_channel_refuses_a_version_it_already_has(tmp_path) -> None:
-    weights.publish(tmp_path, {"w": torch.ones(2)}, 3)
+    channel = FilesChannel(tmp_path)
+    channel.write(3, {"w": torch.ones(2)})
     for version in (3, 2):
         with pytest.raises(ValueError, match="names one set of weights forever"):
-            weights.publish(tmp_path, {"w": torch.zeros(2)}, version)
-    assert same_tensors(weights.load(tmp_path, 3), {"w": torch.ones(2)})
+            channel.write(version, {"w": torch.zeros(2)})
+    assert same_tensors(channel.read(3), {"w": torch.ones(2)})
+    (tmp_path / "weights" / "v000009.safetensors").write_bytes(b"")  # a version of the old layout counts too
+    with pytest.raises(ValueError, match="not above v9"):
+        channel.write(4, {"w": torch.zeros(2)})
 
 
 # -- weights channel ----------------------------------------------------------------------
 
 
 def test_weights_channel_publishes_atomically_and_keeps_the_last_three(tmp_path) -> None:
-    assert weights.latest_version(tmp_path) is None
+    channel = FilesChannel(tmp_path)
+    assert channel.latest_version() is None
     published = {}
     for version in range(1, 6):
         published[version] = {"w": torch.full((2, 3), float(version)), "b": torch.arange(version)}
-        weights.publish(tmp_path, published[version], version)
-        assert weights.latest_version(tmp_path) == version
+        channel.write(version, published[version])
+        assert channel.latest_version() == version
 
-    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == [
-        "LATEST", "v000003.safetensors", "v000004.safetensors", "v000005.safetensors",
-    ]
-    assert same_tensors(weights.load(tmp_path, 5), published[5])
-    assert same_tensors(weights.load(tmp_path, 3), published[3])
+    assert sorted(p.name for p in (tmp_path / "weights").iterdir()) == ["LATEST", "v000003", "v000004", "v000005"]
+    assert sorted(p.name for p in (tmp_path / "weights" / "v000005").iterdir()) == [FULL_FILE]
+    assert same_tensors(channel.read(5), published[5])
+    assert same_tensors(channel.read(3), published[3])
     with pytest.raises(FileNotFoundError, match="versions on disk: \\[3, 4, 5\\]"):
-        weights.load(tmp_path, 2)
+        channel.read(2)
 
 
 def test_weights_channel_ignores_and_clears_a_killed_publish(tmp_path) -> None:
-    weights.publish(tmp_path, {"w": torch.ones(2)}, 1)
-    leftover = tmp_path / "weights" / ".v000002.safetensors.tmp-999999"
-    leftover.write_bytes(b"half a file")  # what a SIGKILL mid-write leaves
-    assert weights.latest_version(tmp_path) == 1
-    weights.publish(tmp_path, {"w": torch.zeros(2)}, 2)
+    channel = FilesChannel(tmp_path)
+    channel.write(1, {"w": torch.ones(2)})
+    leftover = tmp_path / "weights" / ".v000002.tmp-999999"
+    leftover.mkdir()
+    (leftover / FULL_FILE).write_bytes(b"half a file")  # what a SIGKILL mid-write leaves
+    assert channel.latest_version() == 1
+    channel.write(2, {"w": torch.zeros(2)})
     assert not leftover.exists()
-    assert same_tensors(weights.load(tmp_path, weights.latest_version(tmp_path)), {"w": torch.zeros(2)})
+    assert same_tensors(channel.read(channel.latest_version()), {"w": torch.zeros(2)})
 
 
 def test_published_policy_weights_load_into_the_base_model(tiny_llama, tmp_path) -> None:
     from transformers import AutoModelForCausalLM
 
     trainer = trained(tiny_llama, lora=True, steps=1)
-    weights.publish(tmp_path, trainer.policy_state_dict(), trainer.policy_version)
-    loaded = weights.load(tmp_path, weights.latest_version(tmp_path))
+    channel = FilesChannel(tmp_path)
+    channel.write(trainer.policy_version, trainer.policy_state_dict())
+    loaded = channel.read(channel.latest_version())
     model = AutoModelForCausalLM.from_pretrained(tiny_llama, dtype=torch.float32)
     assert set(loaded) == {name for name, _ in model.named_parameters()}
     assert same_tensors(loaded, trainer.policy_state_dict())

@@ -12,8 +12,9 @@ import torch
 from safetensors.torch import load_file
 
 from openclaw_rl.config import ConfigError, ServeConfig
-from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter
-from openclaw_rl.engine.remote import UpdateGate, write_full_weights, write_lora_adapter
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter, StoredWeights
+from openclaw_rl.engine.remote import RemoteWeights, UpdateGate
 from openclaw_rl.engine.sglang import parse_generate_chunk, parse_input_logprobs
 from openclaw_rl.engine.remote import parse_sse_line
 from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs
@@ -130,19 +131,25 @@ def test_the_gate_holds_requests_during_an_update_and_the_update_waits_for_reque
     assert asyncio.run(scenario()) == ["a starts", "a ends", "update", "b starts", "b ends"]
 
 
-def test_weights_are_written_whole_and_old_versions_pruned(tmp_path):
+def test_a_remote_engine_gets_each_version_whole_and_keeps_the_last_two(tmp_path):
+    handoff = RemoteWeights(tmp_path)
     state = {"w": torch.ones(2, 3)}
     for version in range(1, 5):
-        path = write_full_weights(tmp_path, state, version)
-    assert path.name == "v000004" and torch.equal(load_file(str(path / "model.safetensors"))["w"], state["w"])
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["v000003", "v000004"]
+        placed = asyncio.run(handoff.place(state, version))
+    assert placed == StoredWeights(tmp_path / "full" / "v000004", 4, is_adapter=False)
+    assert torch.equal(load_file(str(placed.path / "model.safetensors"))["w"], state["w"])
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["LATEST", "v000003", "v000004"]
     embedding = torch.ones(4, 2)
-    tied = write_full_weights(tmp_path / "tied", {"embed": embedding, "lm_head": embedding}, 1)  # one tensor, two names
-    assert set(load_file(str(tied / "model.safetensors"))) == {"embed", "lm_head"}
-    adapter = write_lora_adapter(tmp_path / "lora", LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)},
-                                                                {"r": 2, "peft_type": "LORA"}), 1)
-    assert json.loads((adapter / "adapter_config.json").read_text())["r"] == 2
-    assert set(load_file(str(adapter / "adapter_model.safetensors"))) == {"a.lora_A.weight"}
+    tied = asyncio.run(RemoteWeights(tmp_path / "tied").place({"embed": embedding, "lm_head": embedding}, 1))
+    assert set(load_file(str(tied.path / "model.safetensors"))) == {"embed", "lm_head"}  # one tensor, two names
+    adapter = asyncio.run(handoff.place(LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)},
+                                                    {"r": 2, "peft_type": "LORA"}), 5))
+    assert adapter.is_adapter and adapter.path == tmp_path / "lora" / "v000005"
+    assert json.loads((adapter.path / "adapter_config.json").read_text())["r"] == 2
+    assert set(load_file(str(adapter.path / "adapter_model.safetensors"))) == {"a.lora_A.weight"}
+    stored = StoredWeights(tmp_path / "elsewhere" / "v000006", 6, is_adapter=False)
+    assert asyncio.run(handoff.place(stored, 6)) is stored  # a stored version is handed over where it lies
+    assert sorted(p.name for p in (tmp_path / "full").iterdir()) == ["LATEST", "v000003", "v000004"]
 
 
 def test_the_lora_adapter_loads_back_into_peft(tiny_model_dir, tmp_path):
@@ -158,9 +165,9 @@ def test_the_lora_adapter_loads_back_into_peft(tiny_model_dir, tmp_path):
         for name, p in trainer.model.named_parameters():
             if "lora_B" in name:
                 p.fill_(0.01)
-    path = write_lora_adapter(tmp_path, trainer.lora_adapter(), 1)
+    stored = weight_files.write_version(tmp_path, 1, trainer.lora_adapter(), keep=2)
     base = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32)
-    loaded = PeftModel.from_pretrained(base, str(path)).merge_and_unload()
+    loaded = PeftModel.from_pretrained(base, str(stored.path)).merge_and_unload()
     merged = trainer.policy_state_dict()
     for name, value in loaded.named_parameters():
         assert torch.allclose(value, merged[name], atol=1e-6), name

@@ -10,6 +10,7 @@ import httpx
 import pytest
 import torch
 
+from conftest import WrappedEngine
 from openclaw_rl.config import JudgeConfig
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.sampling import sampling_logprobs
@@ -228,15 +229,12 @@ def test_a_correction_gets_a_verdict_and_hint_inside_serve(make_server):
     assert '"event": "verdict"' in logs
 
 
-class CountingEngine:
+class CountingEngine(WrappedEngine):
     """The real engine, counting the scoring passes the worker asks it for."""
 
     def __init__(self, engine):
-        self.engine, self.calls = engine, 0
-
-    @property
-    def policy_version(self) -> int:
-        return self.engine.policy_version
+        super().__init__(engine)
+        self.calls = 0
 
     async def score(self, *args, **kwargs):
         self.calls += 1
@@ -291,7 +289,7 @@ def _direct_logprobs(model_dir: Path, state: dict[str, torch.Tensor], prompt: li
 def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(tmp_path, tiny_model_dir):
     """`openclaw-rl judge` runs for days: each batch is scored by the version published before it."""
     from openclaw_rl.loop import standalone_judge
-    from openclaw_rl.train import weights
+    from openclaw_rl.train.weights import FilesChannel
 
     store = Store(tmp_path)
     hint = "A leap year has 366 days, not 365."
@@ -301,10 +299,11 @@ def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(t
     tokenizer = worker.tokenizer
     try:
         published = {v: _perturbed_weights(tiny_model_dir, v) for v in (1, 2)}
-        weights.publish(tmp_path, published[1], 1)
+        channel = FilesChannel(tmp_path)
+        channel.write(1, published[1])
         first = _paired_turn(store, tokenizer, temperature=0.7)
         assert asyncio.run(worker.drain()) == 1
-        weights.publish(tmp_path, published[2], 2)  # a trainer elsewhere moves on while the judge runs
+        channel.write(2, published[2])  # a trainer elsewhere moves on while the judge runs
         second = _paired_turn(store, tokenizer, temperature=0.7)
         assert asyncio.run(worker.drain()) == 1
     finally:
@@ -319,11 +318,14 @@ def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(t
     assert scored.teacher_logprobs == pytest.approx(expected, abs=1e-4)
 
 
-class UpdatedMidway:
+class UpdatedMidway(WrappedEngine):
     """The real engine, whose policy version moves on during the first scoring pass it serves."""
 
+    policy_version = 0  # a plain attribute here: this engine reports a version of its own
+
     def __init__(self, engine, bumps: int = 1):
-        self.engine, self.bumps, self.calls = engine, bumps, 0
+        super().__init__(engine)
+        self.bumps, self.calls = bumps, 0
         self.policy_version = engine.policy_version
 
     async def score(self, *args, **kwargs):

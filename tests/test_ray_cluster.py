@@ -228,7 +228,7 @@ def test_each_session_stays_on_one_replica_and_both_replicas_serve(on_ray):
 
 @pytest.mark.slow
 def test_the_shared_store_holds_every_turn_with_the_version_that_served_it(on_ray):
-    from openclaw_rl.train import weights
+    from openclaw_rl.train.weights import FilesChannel
 
     store = Store(on_ray["data_dir"])
     try:
@@ -240,7 +240,7 @@ def test_the_shared_store_holds_every_turn_with_the_version_that_served_it(on_ra
         assert store.policy_version() >= 2 and store.sample_counts()["used"] >= 4
     finally:
         store.close()
-    assert weights.latest_version(on_ray["data_dir"]) >= 2  # the files channel, for restarts
+    assert FilesChannel(on_ray["data_dir"]).latest_version() >= 2  # the files channel, for restarts
 
 
 @pytest.mark.slow

@@ -62,16 +62,17 @@ def test_serve_judge_and_train_processes_share_a_postgres_store(tiny_model_dir, 
 def test_the_weights_watcher_outlives_a_version_it_cannot_read(tiny_model_dir, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from openclaw_rl.train import weights
+    from openclaw_rl.engine.weight_files import write_atomic
+    from openclaw_rl.train.weights import FilesChannel
 
     server = LiveServer(tiny_model_dir, tmp_path)  # train off: watches tmp_path/weights every 2 s
     try:
         (tmp_path / "weights").mkdir()
-        weights.write_atomic(tmp_path / "weights" / "LATEST", "3\n")  # as if v3 were pruned by another machine
+        write_atomic(tmp_path / "weights" / "LATEST", "3\n")  # as if v3 were pruned by another machine
         time.sleep(3)
         assert server.server.engine.policy_version == 0
         model = AutoModelForCausalLM.from_pretrained(tiny_model_dir)
-        weights.publish(tmp_path, {name: p.detach() for name, p in model.named_parameters()}, 4)
+        FilesChannel(tmp_path).write(4, {name: p.detach() for name, p in model.named_parameters()})
         deadline = time.monotonic() + 30
         while server.server.engine.policy_version < 4 and time.monotonic() < deadline:
             time.sleep(0.2)

@@ -377,6 +377,7 @@ def test_lora_policy_state_dict_loads_into_a_fresh_base_model_and_reproduces_the
 def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store(tiny_llama, store, tmp_path) -> None:
     from openclaw_rl.train import checkpoint
     from openclaw_rl.train.runner import run_trainer
+    from openclaw_rl.train.weights import CallbackChannel, Publisher
 
     store.ensure_session("s", "header")
     turn_ids = [
@@ -396,15 +397,15 @@ def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store
     steps: list[dict] = []
     stop = asyncio.Event()
 
-    async def publish(state_dict: dict, version: int) -> None:
-        published.append((version, set(state_dict)))
+    publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda version, weights: published.append(
+        (version, set(weights))))])
 
     def on_step(stats: dict) -> None:
         steps.append(stats)
         if len(steps) == 2:
             stop.set()
 
-    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publish, stop, on_step), 120))
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publisher, stop, on_step), 120))
 
     names = {name for name, _ in trainer.model.named_parameters()}
     assert published == [(6, names), (7, names)]

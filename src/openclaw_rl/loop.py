@@ -2,12 +2,13 @@
 
     client --chat--> serve --turn--> store --(turn, next state)--> judge --sample--> store
                        ^                                                              |
-                       +---- engine.load_weights <---- trainer <---- claim samples ---+
+                       +---- Publisher (channels) <---- trainer <---- claim samples ---+
 
 `serve` runs all of it in one process: the HTTP app answers while the judge worker and
 the trainer run beside it as background loops. They talk only through the store and the
-engine's weights hand-off, so `openclaw-rl judge` and `openclaw-rl train` run the very
-same loops as separate processes (weights then travel through files in the data dir).
+trainer's publisher (train/weights.py), so `openclaw-rl judge` and `openclaw-rl train`
+run the very same loops as separate processes (weights then travel through the files
+channel in the data dir, which those processes follow).
 
 Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
 cores slow each other 5-10x. With training in-process, serving and training get one
@@ -20,14 +21,14 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
@@ -35,7 +36,8 @@ from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store, make_store
-from openclaw_rl.train import checkpoint, weights
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,7 @@ def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int
 
 
 def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
-                 name: str = ""):
+                 name: str = "") -> Engine:
     """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
     `--engine vllm` without `--engine-url` starts a vLLM server here (with LoRA slots of
     `lora_rank` when the trainer trains an adapter) that stops with the engine. `name`
@@ -78,14 +80,6 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
         if launched is not None:
             launched.stop()
         raise
-
-
-def published_weights(trainer, engine) -> Callable[[], Any]:
-    """What the trainer hands the engine: the LoRA adapter alone where the engine hot-loads
-    adapters (vLLM, SGLang), else the full weights (LoRA merged), as the local engine takes."""
-    if trainer.config.lora and getattr(engine, "loads_lora_adapters", False):
-        return trainer.lora_adapter
-    return trainer.policy_state_dict
 
 
 def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: LocalEngine) -> Judge | None:
@@ -137,7 +131,7 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     if latest is not None:
         checkpoint.restore(trainer, latest)
         log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
-    taken = max(store.highest_policy_version(), weights.highest_version(data_dir) or 0)
+    taken = max(store.highest_policy_version(), FilesChannel(data_dir).highest_version() or 0)
     if taken > trainer.policy_version:
         held = trainer.policy_version
         trainer.renumber(taken + 1)
@@ -147,8 +141,7 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     return trainer
 
 
-def train_loop(server: Server, config: TrainConfig, trainer,
-               on_publish: Callable[[dict, int], None] | None = None) -> Background:
+def train_loop(server: Server, config: TrainConfig, trainer, publisher: Publisher) -> Background:
     from openclaw_rl.train.runner import run_trainer
 
     def on_step(stats: dict) -> None:
@@ -156,52 +149,7 @@ def train_loop(server: Server, config: TrainConfig, trainer,
         server.metrics.record_train_step(
             {**stats, "mean_reward": stats.get("reward_mean"), "mean_abs_a_opd": stats.get("opd_adv_abs_mean")})
 
-    async def publish(state_dict: dict, version: int) -> None:
-        await server.engine.load_weights(state_dict, version)
-        if on_publish is not None:  # e.g. the simulator's evaluator, which scores each version's snapshot
-            on_publish(state_dict, version)
-
-    return lambda stop: run_trainer(server.store, trainer, config, publish, stop, on_step,
-                                    export=published_weights(trainer, server.engine))
-
-
-def weights_watch_loop(server: Server, interval_s: float = 2.0) -> Background:
-    """Serve-only processes pick up versions a separate trainer publishes to the data dir.
-
-    A failed read (on NFS, a version pruned by the trainer's machine mid-load reads as ESTALE)
-    keeps the current version and is tried again at the next poll."""
-
-    async def watch(stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            try:
-                latest = await asyncio.to_thread(weights.latest_version, server.config.data_dir)
-                if latest is not None and latest > server.engine.policy_version:
-                    state = await asyncio.to_thread(weights.load, server.config.data_dir, latest)
-                    await server.engine.load_weights(state, latest)
-            except Exception as error:  # noqa: BLE001 - the watcher must outlive any one bad read
-                log.warning("could not load new weights from %s (will retry): %s", server.config.data_dir, error)
-            try:
-                await asyncio.wait_for(stop.wait(), interval_s)
-            except TimeoutError:
-                pass
-
-    return watch
-
-
-def follow_published_weights(engine, data_dir: str | Path) -> Callable[[], Awaitable[int | None]]:
-    """A call that loads the newest version published to `data_dir`'s files channel into
-    `engine` when it is newer than the one held; returns the version loaded, else None.
-    The standalone judge's teacher runs it before each batch (JudgeWorker's `refresh`)."""
-
-    async def refresh() -> int | None:
-        latest = await asyncio.to_thread(weights.latest_version, data_dir)
-        if latest is None or latest <= engine.policy_version:
-            return None
-        await engine.load_weights(await asyncio.to_thread(weights.load, data_dir, latest), latest)
-        log.info("teacher engine now at policy v%d", latest)
-        return latest
-
-    return refresh
+    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step)
 
 
 def status_loop(server: Server, interval_s: float) -> Background:
@@ -234,11 +182,12 @@ def status_loop(server: Server, interval_s: float) -> Background:
 
 
 def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
-              on_publish: Callable[[dict, int], None] | None = None) -> tuple[Server, FastAPI]:
+              channels: Sequence[WeightsChannel] = ()) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it.
 
-    `judge_override` replaces the configured judge (the simulator's oracle); `on_publish`
-    sees every policy version's weights (a fresh copy) once serving has them."""
+    `judge_override` replaces the configured judge (the simulator's oracle); `channels`
+    get every policy version after the engine has it (the simulator's evaluator). Without
+    training, the engine follows the files channel a separate trainer publishes to."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
@@ -248,11 +197,11 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         loops.append(judging)
     if config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
-        if trainer.policy_version:
-            asyncio.run(server.engine.load_weights(published_weights(trainer, server.engine)(), trainer.policy_version))
-        loops.append(train_loop(server, train, trainer, on_publish))
+        publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
+        asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
+        loops.append(train_loop(server, train, trainer, publisher))
     else:
-        loops.append(weights_watch_loop(server))
+        loops.append(follow(FilesChannel(config.data_dir), server.engine))
     app = create_app(server, loops)
     log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
              server.engine.policy_version, config.host, config.port, config.data_dir,
@@ -296,8 +245,9 @@ def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config
     judge = judge or build_judge(config, model_dir, engine)
     if judge is None:
         raise SystemExit("--judge off: nothing to run")
+    channel = FilesChannel(data_dir)
     return JudgeWorker(store, judge, config, method, teacher_engine=engine, tokenizer=engine.tokenizer,
-                       refresh=follow_published_weights(engine, data_dir))
+                       refresh=lambda: channel.refresh(engine))
 
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
@@ -309,21 +259,18 @@ def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, 
     if not config.train_threads:
         config = dataclasses.replace(config, train_threads=2)
     trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
-
-    async def publish(state_dict: dict, version: int) -> None:
-        await asyncio.to_thread(weights.publish, data_dir, state_dict, version, trainer.parent_version)
+    publisher = Publisher.for_trainer(trainer, [FilesChannel(data_dir)])
 
     async def main() -> int:
         stop = asyncio.Event()
-        if trainer.policy_version > (weights.highest_version(data_dir) or 0):  # resumed (or renumbered) weights
-            await publish(await asyncio.to_thread(trainer.policy_state_dict), trainer.policy_version)
+        await publisher.catch_up(trainer.policy_version, parent=trainer.parent_version)  # resumed or renumbered
 
         def on_step(stats: dict) -> None:
             if max_steps and trainer.train_step >= max_steps:
                 stop.set()
 
         started = time.monotonic()
-        await run_trainer(store, trainer, config, publish, stop, on_step)
+        await run_trainer(store, trainer, config, publisher, stop, on_step)
         log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
         return trainer.train_step
 

@@ -41,7 +41,7 @@ from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.store import Store
-from openclaw_rl.train import weights
+from openclaw_rl.train.weights import FilesChannel
 from openclaw_rl.types import SamplingParams, TokenStep
 
 pytestmark = pytest.mark.vllm
@@ -240,13 +240,14 @@ def test_a_full_update_under_traffic_fails_no_request_and_versions_are_true(vllm
         before = _greedy_turn(server, question)
         traffic = Traffic(server.base_url)
         _wait_for(lambda: len(traffic.results) >= 2)
-        weights.publish(server.config.data_dir, new, 1)
+        channel = FilesChannel(server.config.data_dir)
+        channel.write(1, new)
         _wait_for(lambda: server.server.engine.policy_version == 1)
         seen = len(traffic.results)
         _wait_for(lambda: len(traffic.results) >= seen + 2)
         results = traffic.stop()
         after = _greedy_turn(server, question)
-        weights.publish(server.config.data_dir, base, 2)  # leave the base weights for the next tests
+        channel.write(2, base)  # leave the base weights for the next tests
         _wait_for(lambda: server.server.engine.policy_version == 2)
         restored = _greedy_turn(server, question)
     finally:

@@ -6,18 +6,18 @@ shared store and through weight pushes, as loop.py describes. The classes are pl
 here; deploy.py wraps them with `ray.remote` and the resources each one gets.
 
 - `Replica`: one engine behind the ordinary serving app, on a port of its own. It is
-  built by `loop.build_server`, the one seam that picks the engine (local today, any
-  `--engine` kind the server config names tomorrow), and gets new weights by
-  `load_weights`, which the engine applies between requests.
+  built by `loop.build_server`, the one seam that picks the engine (`--engine`), and
+  gets new weights by `load_weights`, which the engine applies between requests.
 - `JudgeActor`: a judge worker on its share of the turns (turn id modulo J), with its
   own copy of the policy for teacher scoring, kept current like the replicas' (pushed
   by the trainer actor, or, when there is none, read from the files channel before each
   batch of turns, as the standalone judge does).
-- `TrainerActor`: the trainer loop; publishing version v writes it to the files channel
-  (DATA_DIR/weights, for restarts and `serve --no-train`) and puts it once into Ray's
-  object store, from which every replica and judge loads it. The store learns of v
-  only after all of them switched (runner.py), so no turn claims a version that a
-  replica does not serve yet.
+- `TrainerActor`: the trainer loop; its publisher (train/weights.py) writes version v to
+  the files channel (DATA_DIR/weights, for restarts and `serve --no-train`), then a
+  `RayChannel` puts it once into Ray's object store, from which every replica and judge
+  loads it: a LoRA trainer's adapter alone to those whose engines hot-load adapters,
+  the merged weights to the others. The store learns of v only after all of them
+  switched (runner.py), so no turn claims a version that a replica does not serve yet.
 - `EnvPoolActor`: an environment pool (envs/pool.py) on a port of its own.
 - `GatewayActor`: the session-affine router (gateway.py) on the address users call.
 
@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.engine.base import LoraAdapter, Weights
+from openclaw_rl.train.weights import FilesChannel, Publisher, follow
 
 log = logging.getLogger(__name__)
 
@@ -73,23 +75,29 @@ class _Served:
 
 
 class Replica(_Served):
-    def __init__(self, config: ServeConfig, watch_weights: bool = False, index: int = 0):
+    def __init__(self, config: ServeConfig, watch_weights: bool = False, index: int = 0, lora_rank: int = 0):
         """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
-        `openclaw-rl train`). `index` names this replica's engine files in the data dir."""
-        from openclaw_rl.loop import build_server, weights_watch_loop
+        `openclaw-rl train`). `index` names this replica's engine files in the data dir;
+        `lora_rank` gives a vLLM server it starts adapter slots of that rank (a LoRA trainer)."""
+        from openclaw_rl.loop import build_server
         from openclaw_rl.serve.app import create_app
 
         _one_torch_thread()
         config = dataclasses.replace(config, status_interval_s=0.0)
-        self.server = build_server(config, threads=config.threads or 1, name=f"replica-{index}")
-        self._start(create_app(self.server, [weights_watch_loop(self.server)] if watch_weights else []), _node_ip())
+        self.server = build_server(config, threads=config.threads or 1, lora_rank=lora_rank, name=f"replica-{index}")
+        engine = self.server.engine
+        self._start(create_app(self.server, [follow(FilesChannel(config.data_dir), engine)] if watch_weights else []),
+                    _node_ip())
 
-    async def load_weights(self, state_dict: dict, policy_version: int) -> int:
-        await self.server.engine.load_weights(state_dict, policy_version)
+    async def load_weights(self, weights: Weights, policy_version: int) -> int:
+        await self.server.engine.load_weights(weights, policy_version)
         return policy_version
 
     async def policy_version(self) -> int:
         return self.server.engine.policy_version
+
+    async def loads_lora_adapters(self) -> bool:
+        return self.server.engine.loads_lora_adapters
 
 
 class _Sharded:
@@ -112,7 +120,7 @@ class JudgeActor:
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.engine.local import LocalEngine
         from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.loop import build_judge, follow_published_weights
+        from openclaw_rl.loop import build_judge
 
         _one_torch_thread()
         model_dir = resolve_model_dir(config.model or None)
@@ -121,10 +129,10 @@ class JudgeActor:
         judge_impl = build_judge(judge, model_dir, self.engine)
         if judge_impl is None:
             raise ValueError("--judge off: there is no judge to run")
+        channel = FilesChannel(config.data_dir)
         self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
                                   judge, method, teacher_engine=self.engine, tokenizer=self.engine.tokenizer,
-                                  refresh=follow_published_weights(self.engine, config.data_dir) if watch_weights
-                                  else None)
+                                  refresh=(lambda: channel.refresh(self.engine)) if watch_weights else None)
         self._stop: asyncio.Event | None = None
 
     async def run(self) -> int:
@@ -137,18 +145,72 @@ class JudgeActor:
             self.store.close()
         return self.worker.judged
 
-    async def load_weights(self, state_dict: dict, policy_version: int) -> int:
-        await self.engine.load_weights(state_dict, policy_version)
+    async def load_weights(self, weights: Weights, policy_version: int) -> int:
+        await self.engine.load_weights(weights, policy_version)
         return policy_version
+
+    async def policy_version(self) -> int:
+        return self.engine.policy_version
+
+    async def loads_lora_adapters(self) -> bool:
+        return self.engine.loads_lora_adapters
 
     async def stop(self) -> None:
         if self._stop is not None:
             self._stop.set()
 
 
-class TrainerActor:
+class RayChannel:
+    """Ray's transport: a version is put once into the object store, however many subscribers
+    (replicas, judges) load it from there. `for_subscribers` makes one channel for those whose
+    engines hot-load adapters and one for the rest, so each gets what its engine takes.
+
+    A subscriber that fails or does not answer within `load_timeout_s` is logged, not raised:
+    a dead replica must not stop training; the gateway routes around it."""
+
     load_timeout_s = 600.0  # one weight load on every subscriber; a full reload of a big model takes a while
 
+    def __init__(self, subscribers: list, takes_lora_adapters: bool, put: Any = None) -> None:
+        """`put` stores a value in the object store and returns its reference (default `ray.put`)."""
+        self.subscribers, self.takes_lora_adapters = list(subscribers), takes_lora_adapters
+        self._put = put or _ray_put
+
+    @classmethod
+    async def for_subscribers(cls, subscribers: list, put: Any = None) -> list[RayChannel]:
+        takes = await asyncio.gather(*(s.loads_lora_adapters.remote() for s in subscribers))
+        groups: dict[bool, list] = {}
+        for subscriber, adapters in zip(subscribers, takes):
+            groups.setdefault(bool(adapters), []).append(subscriber)
+        return [cls(group, adapters, put) for adapters, group in groups.items()]
+
+    async def publish(self, version: int, weights: Weights, *, parent: int | None = None) -> None:
+        ref = await asyncio.to_thread(self._put, weights)
+        loads = asyncio.gather(*(s.load_weights.remote(ref, version) for s in self.subscribers),
+                               return_exceptions=True)
+        try:
+            results = await asyncio.wait_for(loads, self.load_timeout_s)
+        except TimeoutError:
+            results = [TimeoutError(f"not loaded within {self.load_timeout_s:.0f} s")] * len(self.subscribers)
+        failed = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
+        what = "adapter" if isinstance(weights, LoraAdapter) else "full weights"
+        if failed:
+            log.error("policy v%d (%s): %d of %d replicas and judges did not load it: %s", version, what,
+                      len(failed), len(self.subscribers), "; ".join(failed))
+        else:
+            log.info("policy v%d (%s) is served by %d replicas and judges", version, what, len(self.subscribers))
+
+    async def latest(self) -> int | None:
+        versions = await asyncio.gather(*(s.policy_version.remote() for s in self.subscribers))
+        return min(versions, default=None)
+
+
+def _ray_put(value: Any) -> Any:
+    import ray  # an optional extra: imported where it is used
+
+    return ray.put(value)
+
+
+class TrainerActor:
     def __init__(self, config: ServeConfig, train: TrainConfig):
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.loop import load_trainer
@@ -161,43 +223,28 @@ class TrainerActor:
                                     config.resume, self.store)
         self._stop: asyncio.Event | None = None
 
-    async def policy_version(self) -> int:
+    async def catch_up(self, subscribers: list) -> int:
+        """Bring the files channel and every subscriber to the version the trainer holds (a resumed
+        one: before the gateway opens); that version."""
+        publisher = await self._publisher(subscribers)
+        await publisher.catch_up(self.trainer.policy_version, parent=self.trainer.parent_version)
         return self.trainer.policy_version
-
-    async def weights(self) -> list:
-        """[a reference to the current policy in the object store] (wrapped, so it travels unresolved)."""
-        import ray
-
-        return [ray.put(await asyncio.to_thread(self.trainer.policy_state_dict))]
 
     async def run(self, subscribers: list) -> int:
         """Train until `stop`, pushing each version to `subscribers` (replicas, judges); the steps taken."""
-        import ray
-
-        from openclaw_rl.train import weights
         from openclaw_rl.train.runner import run_trainer
 
-        async def publish(state_dict: dict, version: int) -> None:
-            await asyncio.to_thread(weights.publish, self.data_dir, state_dict, version, self.trainer.parent_version)
-            ref = await asyncio.to_thread(ray.put, state_dict)  # once, however many subscribers read it
-            loads = asyncio.gather(*(s.load_weights.remote(ref, version) for s in subscribers), return_exceptions=True)
-            try:
-                results = await asyncio.wait_for(loads, self.load_timeout_s)
-            except TimeoutError:
-                results = [TimeoutError(f"not loaded within {self.load_timeout_s:.0f} s")] * len(subscribers)
-            failed = [f"{type(r).__name__}: {r}" for r in results if isinstance(r, BaseException)]
-            if failed:  # a dead replica must not stop training; the gateway routes around it
-                log.error("policy v%d: %d of %d replicas and judges did not load it: %s", version, len(failed),
-                          len(subscribers), "; ".join(failed))
-            else:
-                log.info("policy v%d is served by %d replicas and judges", version, len(subscribers))
-
+        publisher = await self._publisher(subscribers)
         self._stop = asyncio.Event()
         try:
-            await run_trainer(self.store, self.trainer, self.config, publish, self._stop)
+            await run_trainer(self.store, self.trainer, self.config, publisher, self._stop)
         finally:
             self.store.close()
         return self.trainer.train_step
+
+    async def _publisher(self, subscribers: list) -> Publisher:
+        return Publisher.for_trainer(self.trainer,
+                                     [FilesChannel(self.data_dir), *await RayChannel.for_subscribers(subscribers)])
 
     async def stop(self) -> None:
         if self._stop is not None:

@@ -159,7 +159,9 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
         return ray.remote(cls).options(**placement(role, resources), **options)
 
     trainer = remote(actors.TrainerActor, "trainer").remote(serve, train) if serve.train else None
-    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train, index=i)
+    lora_rank = train.lora_rank if serve.train and train.lora else 0  # adapter slots for a vLLM replica
+    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train, index=i,
+                                                         lora_rank=lora_rank)
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards,
@@ -172,11 +174,9 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                                                             timeout=_READY_TIMEOUT_S)))
     running = {}
     if trainer is not None:
-        version = ray.get(trainer.policy_version.remote(), timeout=_READY_TIMEOUT_S)
-        if version:  # --resume: every replica and judge starts at the trainer's version
-            (ref,) = ray.get(trainer.weights.remote())
-            ray.get([part.load_weights.remote(ref, version) for part in [*replicas, *judges]])
-        running["trainer"] = trainer.run.remote([*replicas, *judges])
+        subscribers = [*replicas, *judges]
+        ray.get(trainer.catch_up.remote(subscribers))  # --resume: every replica and judge starts at its version
+        running["trainer"] = trainer.run.remote(subscribers)
     running.update({f"judge {i}": j.run.remote() for i, j in enumerate(judges)})
     here = ray.get_runtime_context().get_node_id()
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy

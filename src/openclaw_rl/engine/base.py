@@ -1,9 +1,18 @@
-"""The engine contract (see the package docstring)."""
+"""The engine contract (see the package docstring).
+
+`Engine` declares everything a caller may use, so no caller probes an engine with
+`getattr`: what it serves (`model_name`, `model_dir`, `tokenizer`, `max_context`,
+`eos_token_ids`), the version it serves (`policy_version`, which only `load_weights`
+changes), and what weights it takes (`loads_lora_adapters`). An engine that says
+False there takes full weights only; the publisher (train/weights.py) reads it once
+to choose what the trainer exports.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Protocol
+from pathlib import Path
+from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
@@ -46,10 +55,56 @@ class LoraAdapter:
     config: dict[str, Any]
 
 
-class Engine(Protocol):
+@dataclass(frozen=True)
+class StoredWeights:
+    """A policy version as the one writer left it on disk (engine/weight_files.py): a directory
+    holding full weights (`model.safetensors`) or a LoRA adapter (peft's files).
+
+    What a follower of the files channel hands an engine: a remote engine points its
+    server at `path` as it is (no copy through memory and back to disk); the local engine
+    reads the tensors."""
+
+    path: Path
     policy_version: int
-    max_context: int
-    eos_token_ids: frozenset[int]
+    is_adapter: bool
+
+
+Weights = dict[str, Any] | LoraAdapter  # what a trainer publishes: full weights (by parameter name) or an adapter
+
+
+@runtime_checkable
+class Engine(Protocol):
+    @property
+    def tokenizer(self) -> Any:
+        """The model's Hugging Face tokenizer (chat rendering and detokenisation happen outside)."""
+        ...
+
+    @property
+    def model_name(self) -> str:
+        """The name clients call the model by."""
+        ...
+
+    @property
+    def model_dir(self) -> Path:
+        """The base model's directory (config, tokenizer, initial weights)."""
+        ...
+
+    @property
+    def max_context(self) -> int: ...
+
+    @property
+    def eos_token_ids(self) -> frozenset[int]: ...
+
+    @property
+    def policy_version(self) -> int:
+        """The version this engine serves now: the version of every request it admits next.
+        Set by `load_weights` alone (see docs/architecture.md, "Publishing weights")."""
+        ...
+
+    @property
+    def loads_lora_adapters(self) -> bool:
+        """Whether `load_weights` takes a `LoraAdapter` (hot-loaded on top of the base model)."""
+        ...
 
     def stream(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StreamEvent]:
         """Started, then one TokenStep per sampled token, then Finished.
@@ -68,9 +123,10 @@ class Engine(Protocol):
         plain model (T = 1, no top-p), as greedy turns record it."""
         ...
 
-    async def load_weights(self, state_dict: dict[str, Any], policy_version: int) -> None:
-        """Serve `policy_version` from the next admitted request on. Engines whose
-        `loads_lora_adapters` is true also take a `LoraAdapter`."""
+    async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
+        """Serve `policy_version` from the next admitted request on; requests in flight finish
+        on the weights they started with. A `LoraAdapter` (in memory or stored) only where
+        `loads_lora_adapters` is true."""
         ...
 
     def stats(self) -> dict[str, Any]: ...

@@ -37,7 +37,10 @@ from typing import Any, AsyncIterator, Callable
 import torch
 import torch.nn.functional as F
 
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, StreamEvent
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import (
+    ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
+)
 from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
@@ -75,6 +78,8 @@ class _Job:
 
 
 class LocalEngine:
+    loads_lora_adapters = False  # full weights only: merging an adapter would need a second copy of the base
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -165,8 +170,14 @@ class LocalEngine:
             raise EngineError("score needs a non-empty prompt and response")
         return await self._call(lambda: self._score(prompt_ids, response_ids, temperature, top_p, top_k))
 
-    async def load_weights(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
+    async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         """Swap in new weights once the rows in flight finish; admit nothing meanwhile."""
+        if isinstance(weights, StoredWeights):
+            weights = await asyncio.to_thread(weight_files.read, weights)
+        if isinstance(weights, LoraAdapter):
+            raise EngineError("the local engine takes full weights, not a LoRA adapter (loads_lora_adapters is "
+                              "False): publish the trainer's merged policy_state_dict()")
+        state_dict = weights
         await self._call(lambda: self._load(state_dict, policy_version), needs_idle=True)
 
     def stats(self) -> dict[str, Any]:

@@ -12,10 +12,12 @@ Waiting for the requests in flight (rather than pausing them mid-generation, whi
 vLLM's `/pause?mode=keep` could do) is what makes the version of each response true:
 no response is half old weights and half new.
 
-Weights reach a remote server through a directory it can read: a Hugging Face
-safetensors file for full weights, peft's adapter format for LoRA. Each version is
-written to a fresh directory under a temporary name and renamed into place, so a server
-never reads a half-written file; older directories are pruned.
+Weights reach a remote server through a directory it can read (`RemoteWeights`): a
+Hugging Face safetensors file for full weights, peft's adapter format for LoRA, written
+by the one atomic versioned writer (engine/weight_files.py), so a server never reads a
+half-written file. A version the files channel already stored is handed over where it
+lies: with a separate trainer the tensors go from the trainer's disk to the server, not
+disk -> memory -> disk.
 """
 
 from __future__ import annotations
@@ -23,16 +25,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
-import torch
-from safetensors.torch import save_file
-
-from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import LoraAdapter, StoredWeights, Weights
 
 KEEP_VERSIONS = 2  # the one being served and the one being loaded
 
@@ -87,42 +84,23 @@ class UpdateGate:
                 self._cond.notify_all()
 
 
-def write_full_weights(root: Path, state_dict: dict[str, torch.Tensor], version: int) -> Path:
-    """`root/vNNNNNN/model.safetensors`, complete before the directory appears."""
-    tensors, seen = {}, set()
-    for name, t in state_dict.items():
-        t = t.detach().to("cpu").contiguous()
-        if t.data_ptr() in seen:  # a tied weight (lm_head = embedding): safetensors wants its own copy
-            t = t.clone()
-        seen.add(t.data_ptr())
-        tensors[name] = t
-    return _write_version(root, version, lambda d: save_file(tensors, str(d / "model.safetensors"),
-                                                             metadata={"format": "pt"}))
+class RemoteWeights:
+    """The remote engines' half of publishing: a version as a directory the server can read.
 
+    `place` writes a version held in memory under `root/full` or `root/lora` (the newest
+    KEEP_VERSIONS of each stay), and returns a stored version, files-channel ones as
+    they are; the engine then tells its server to load that path, under its update gate.
+    """
 
-def write_lora_adapter(root: Path, adapter: LoraAdapter, version: int) -> Path:
-    """`root/vNNNNNN/` holding `adapter_model.safetensors` and `adapter_config.json` (peft's format)."""
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in adapter.state_dict.items()}
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
 
-    def write(directory: Path) -> None:
-        save_file(tensors, str(directory / "adapter_model.safetensors"), metadata={"format": "pt"})
-        (directory / "adapter_config.json").write_text(json.dumps(adapter.config, indent=2))
-
-    return _write_version(root, version, write)
-
-
-def _write_version(root: Path, version: int, write: Any) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    target = root / f"v{version:06d}"
-    tmp = root / f".v{version:06d}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    write(tmp)
-    shutil.rmtree(target, ignore_errors=True)  # a leftover of an earlier run with the same version
-    os.replace(tmp, target)
-    for old in sorted(p for p in root.glob("v*") if p.is_dir())[:-KEEP_VERSIONS]:
-        shutil.rmtree(old, ignore_errors=True)
-    return target
+    async def place(self, weights: Weights | StoredWeights, policy_version: int) -> StoredWeights:
+        if isinstance(weights, StoredWeights):
+            return weights
+        kind = "lora" if isinstance(weights, LoraAdapter) else "full"
+        return await asyncio.to_thread(weight_files.write_version, self.root / kind, policy_version, weights,
+                                       keep=KEEP_VERSIONS)
 
 
 def parse_sse_line(line: str) -> dict | str | None:

@@ -36,8 +36,10 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
-from openclaw_rl.engine.remote import UpdateGate, sse_chunks, write_full_weights, write_lora_adapter
+from openclaw_rl.engine.base import (
+    ContextLengthError, EngineError, Finished, Started, StoredWeights, StreamEvent, Weights,
+)
+from openclaw_rl.engine.remote import RemoteWeights, UpdateGate, sse_chunks
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ ADAPTER_NAME = "openclaw-policy"
 
 
 class SGLangEngine:
-    loads_lora_adapters = True
+    loads_lora_adapters = True  # peft adapters, hot-loaded with /load_lora_adapter
 
     def __init__(self, url: str, model_dir: str | Path, *, policy_version: int = 0,
                  weights_dir: str | Path | None = None, request_timeout_s: float = 600.0):
@@ -59,6 +61,7 @@ class SGLangEngine:
         self.policy_version = policy_version
         self.request_timeout_s = request_timeout_s
         self.weights_dir = Path(weights_dir) if weights_dir else Path(tempfile.mkdtemp(prefix="openclaw-sglang-"))
+        self._weights = RemoteWeights(self.weights_dir)
         try:
             info = httpx.get(f"{self.url}/get_server_info", timeout=10.0).raise_for_status().json()
         except httpx.HTTPError as error:
@@ -127,13 +130,10 @@ class SGLangEngine:
                 raise EngineError(f"SGLang answered {response.status_code}: {response.text[:500]}")
             return parse_input_logprobs(response.json()["meta_info"], response_ids, top_k)
 
-    async def load_weights(self, weights: dict[str, Any] | LoraAdapter, policy_version: int) -> None:
+    async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         _, gate = self._bound()
-        adapter = isinstance(weights, LoraAdapter)
-        if adapter:
-            path = await asyncio.to_thread(write_lora_adapter, self.weights_dir / "lora", weights, policy_version)
-        else:
-            path = await asyncio.to_thread(write_full_weights, self.weights_dir / "full", weights, policy_version)
+        placed = await self._weights.place(weights, policy_version)
+        adapter, path = placed.is_adapter, placed.path
         async with gate.exclusive():
             await self._post("/pause_generation", {"mode": "retract"})  # retract: the KV cache may be flushed
             try:

@@ -26,8 +26,9 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   not by prompt positions: "einsum(): subscript b has size 2 ... size 77"), so new
   requests wait while a score runs, as during an update.
 - `load_weights`: through the update gate (engine/remote.py), full weights are written
-  as a safetensors directory and loaded with `/pause?mode=wait`, `/collective_rpc`
-  `reload_weights {weights_path}`, `/update_weight_version`, `/resume`; a
+  as a safetensors directory (a version the files channel stored is used where it lies,
+  unless the output layer must be added, below) and loaded with `/pause?mode=wait`,
+  `/collective_rpc` `reload_weights {weights_path}`, `/update_weight_version`, `/resume`; a
   `LoraAdapter` is written in peft's format and loaded with `/v1/load_lora_adapter`
   (`load_inplace`) under the same pause, after which requests name the adapter as
   their model. Pausing clears vLLM's prefix cache, so no cached key/value of the old
@@ -49,8 +50,11 @@ from typing import Any
 
 import httpx
 
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StreamEvent
-from openclaw_rl.engine.remote import UpdateGate, sse_chunks, write_full_weights, write_lora_adapter
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import (
+    ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
+)
+from openclaw_rl.engine.remote import RemoteWeights, UpdateGate, sse_chunks
 from openclaw_rl.engine.vllm_server import VLLMServer, ties_embeddings
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
@@ -62,7 +66,7 @@ _SCORE_CONCURRENCY = 16  # teacher-forcing requests in flight at once
 
 
 class VLLMEngine:
-    loads_lora_adapters = True
+    loads_lora_adapters = True  # peft adapters, hot-loaded with /v1/load_lora_adapter
 
     def __init__(
         self,
@@ -89,6 +93,7 @@ class VLLMEngine:
         self.update_timeout_s = update_timeout_s
         self._own_weights_dir = weights_dir is None  # a temporary one, removed by aclose
         self.weights_dir = Path(weights_dir) if weights_dir else Path(tempfile.mkdtemp(prefix="openclaw-vllm-weights-"))
+        self._weights = RemoteWeights(self.weights_dir)
         card = self._model_card()
         self.base_model = card["id"]
         self.model_name = self.model_dir.name
@@ -163,33 +168,21 @@ class VLLMEngine:
                 return base
             return await self._teacher_forced(list(prompt_ids), list(response_ids), temperature, top_p, base.top_ids)
 
-    async def load_weights(self, weights: dict[str, Any] | LoraAdapter, policy_version: int) -> None:
+    async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         """Publish `policy_version`: new requests wait, those in flight finish, then the swap."""
-        client, gate = self._bound()
-        if not isinstance(weights, LoraAdapter) and self.ties_embeddings:
-            if self._served_ties:
-                raise EngineError(
-                    f"the vLLM server at {self.url} serves {self.model_dir.name} with its output layer tied to the "
-                    "input embedding, which vLLM's reload_weights unties and leaves stale: start it on the untied "
-                    "copy that `python -m openclaw_rl.engine.vllm_server` prints (docs/deployment.md)")
-            embedding = weights.get("model.embed_tokens.weight")
-            if embedding is not None and "lm_head.weight" not in weights:
-                weights = {**weights, "lm_head.weight": embedding}  # the untied copy's own output layer
-        if isinstance(weights, LoraAdapter):
-            path = await asyncio.to_thread(write_lora_adapter, self.weights_dir / "lora", weights, policy_version)
-        else:
-            path = await asyncio.to_thread(write_full_weights, self.weights_dir / "full", weights, policy_version)
+        _, gate = self._bound()
+        placed = await self._weights.place(await self._with_output_layer(weights), policy_version)
         async with gate.exclusive():
             started = time.perf_counter()
             await self._post("/pause", params={"mode": "wait"})
             try:
-                if isinstance(weights, LoraAdapter):
+                if placed.is_adapter:
                     await self._post("/v1/load_lora_adapter", json={
-                        "lora_name": ADAPTER_NAME, "lora_path": str(path), "load_inplace": True})
+                        "lora_name": ADAPTER_NAME, "lora_path": str(placed.path), "load_inplace": True})
                     self.adapter = ADAPTER_NAME
                 else:
                     await self._post("/collective_rpc", json={
-                        "method": "reload_weights", "kwargs": {"weights_path": str(path)}})
+                        "method": "reload_weights", "kwargs": {"weights_path": str(placed.path)}})
                     self.adapter = None  # full weights replace the base; reload_weights drops adapters
                 await self._post("/update_weight_version", json={"new_version": str(policy_version)})
                 self.policy_version = policy_version
@@ -198,7 +191,28 @@ class VLLMEngine:
             self.last_update_s = time.perf_counter() - started
             self._counters["updates"] += 1
         log.info("vLLM serves policy version %d (%s, %.2f s)", policy_version,
-                 "adapter" if isinstance(weights, LoraAdapter) else "full weights", self.last_update_s)
+                 "adapter" if placed.is_adapter else "full weights", self.last_update_s)
+
+    async def _with_output_layer(self, weights: Weights | StoredWeights) -> Weights | StoredWeights:
+        """Full weights of a model that ties its output layer to the embedding, given the output
+        layer the untied copy vLLM serves needs (reload_weights would leave it stale). A stored
+        version without it is read and rewritten; anything else passes as it is."""
+        adapter = isinstance(weights, LoraAdapter) or (isinstance(weights, StoredWeights) and weights.is_adapter)
+        if not self.ties_embeddings or adapter:
+            return weights
+        if self._served_ties:
+            raise EngineError(
+                f"the vLLM server at {self.url} serves {self.model_dir.name} with its output layer tied to the "
+                "input embedding, which vLLM's reload_weights unties and leaves stale: start it on the untied "
+                "copy that `python -m openclaw_rl.engine.vllm_server` prints (docs/deployment.md)")
+        if isinstance(weights, StoredWeights):
+            if "lm_head.weight" in await asyncio.to_thread(weight_files.tensor_names, weights):
+                return weights
+            weights = await asyncio.to_thread(weight_files.read, weights)
+        embedding = weights.get("model.embed_tokens.weight")
+        if embedding is not None and "lm_head.weight" not in weights:
+            weights = {**weights, "lm_head.weight": embedding}  # the untied copy's own output layer
+        return weights
 
     def stats(self) -> dict[str, Any]:
         return {

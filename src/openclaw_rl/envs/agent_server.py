@@ -93,6 +93,7 @@ class AgentServer:
         from openclaw_rl.serve.app import create_app
         from openclaw_rl.serve.background import ServerThread, free_port
         from openclaw_rl.train.runner import Flush, run_trainer
+        from openclaw_rl.train.weights import EngineChannel, Publisher
 
         port = free_port()
         serve = ServeConfig(model=model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
@@ -109,11 +110,8 @@ class AgentServer:
             loops.append(JudgeWorker(server.store, reader, judge_config, method=None).run)
         if train is not None:
             trainer = load_trainer(server.engine.model_dir, Path(data_dir), train, resume=False)
-
-            async def publish(state_dict: dict, version: int) -> None:
-                await server.engine.load_weights(state_dict, version)
-
-            loops.append(lambda stop: run_trainer(server.store, trainer, train, publish, stop,
+            publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine)])
+            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop,
                                                   sample_method=AGENT_METHOD, flush=self._flush))
         self.server = server
         self.store: Store = server.store

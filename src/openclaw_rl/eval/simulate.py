@@ -48,11 +48,13 @@ from typing import Any
 import openai
 
 from openclaw_rl.config import OPD_BASELINES, JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.engine.base import Weights
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
+from openclaw_rl.train.weights import CallbackChannel
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +158,7 @@ class _SnapshotEvaluator:
         self._worker.start()
         self.error: BaseException | None = None
 
-    def submit(self, version: int, state_dict: dict | None) -> None:
+    def submit(self, version: int, state_dict: Weights | None) -> None:
         """Score `version` (its weights, or the engine's current ones when None)."""
         self._queue.put((version, state_dict))
 
@@ -212,7 +214,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score)
 
-    def on_publish(state_dict: dict, version: int) -> None:
+    def on_publish(version: int, state_dict: Weights) -> None:  # the evaluator's channel, after serving has v
         with lock:
             sessions_at[version] = played
         if version % config.eval_every == 0 or (config.max_updates and version == config.max_updates):
@@ -224,7 +226,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline)
-    server, app = build_app(serve, _judge_config(config), train, judge_override=oracle, on_publish=on_publish)
+    server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
+                            channels=[CallbackChannel(on_publish)])
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from openclaw_rl.train.weights import fsync_dir, fsync_file, write_atomic
+from openclaw_rl.engine.weight_files import fsync_dir, fsync_file, write_atomic
 
 if TYPE_CHECKING:
     from openclaw_rl.train.trainer import Trainer

@@ -4,12 +4,12 @@
     -> announce v+1 in the store -> checkpoint every N steps -> TensorBoard, log, on_step
 
 The model work runs in a worker thread so the event loop keeps serving meanwhile.
-`publish` decides where weights go: an in-process engine (`engine.load_weights`) or the
-file channel (`weights.publish`) for a server in another process. The store learns
-about v+1 only after `publish` returns, so no turn claims a version that serving does
-not have yet. Set `stop` to end the loop: it finishes the step in progress and writes
-a final checkpoint. (Cancelling the task instead skips that checkpoint; the last
-periodic one stays good.)
+Each new version goes to one object, the `Publisher` (train/weights.py), whose channels
+decide where weights go: an engine in this process, the files channel for a server in
+another process, Ray's object store. The store learns about v+1 only after the publisher
+returns, so no turn claims a version that serving does not have yet. Set `stop` to end
+the loop: it finishes the step in progress and writes a final checkpoint. (Cancelling
+the task instead skips that checkpoint; the last periodic one stays good.)
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.store import Store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.weights import Publisher
 
 log = logging.getLogger(__name__)
 
@@ -42,18 +42,16 @@ async def run_trainer(
     store: Store,
     trainer: Trainer,
     config: TrainConfig,
-    publish: Callable[[dict, int], Awaitable[None]],
+    publisher: Publisher,
     stop: asyncio.Event,
     on_step: Callable[[dict[str, float]], None] | None = None,
     sample_method: str | None = None,
-    export: Callable[[], Any] | None = None,
     flush: Flush | None = None,
 ) -> None:
     """Train until `stop` is set. Claims the samples of `sample_method` (default: the loss's
     own `config.method`) and trains them with `config.method`'s loss: the agent rollout
     driver's step-wise samples are claimed as "agent" and trained with the binary loss.
-    `export` makes what is published (default: `trainer.policy_state_dict`, the full
-    weights; `trainer.lora_adapter` for engines that hot-load adapters). `flush`: see Flush."""
+    Every new version goes to `publisher`. `flush`: see Flush."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
@@ -75,7 +73,7 @@ async def run_trainer(
             stats = await asyncio.to_thread(trainer.step, samples)
             stats["dropped_stale"] = float(len(dropped))
             if trainer.policy_version != version:
-                await publish(await asyncio.to_thread(export or trainer.policy_state_dict), trainer.policy_version)
+                await publisher.publish(trainer.policy_version, parent=trainer.parent_version)
             await asyncio.to_thread(store.set_policy_version, trainer.policy_version, trainer.train_step)
             if trainer.train_step % config.checkpoint_every == 0:
                 await asyncio.to_thread(checkpoint.save, data_dir, trainer)

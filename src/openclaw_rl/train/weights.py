@@ -1,156 +1,230 @@
-"""The weights channel: the trainer publishes policy versions, serving picks them up.
+"""Publishing weights: one interface from the trainer to whatever serves the policy.
 
-Files in the data dir, so trainer and server can be separate processes:
+    trainer --(version v)--> Publisher.publish --> for each channel: channel.publish(v, weights, parent=...)
+                                                      EngineChannel    an engine in this process
+                                                      FilesChannel     DATA_DIR/weights, for other processes
+                                                      RayChannel       replicas and judges (cluster/actors.py)
+                                                      CallbackChannel  a function (the simulator's evaluator)
+    a process without the trainer:  follow(FilesChannel(data_dir), engine)   (or channel.refresh(engine))
 
-    DATA_DIR/weights/v000007.safetensors   the full policy of version 7
-    DATA_DIR/weights/LATEST                "7"
+A `WeightsChannel` is one transport: `publish(version, weights, parent=)`, `latest()` (the
+newest version its receivers hold, None when it cannot tell) and `takes_lora_adapters`.
+The trainer hands each new version to ONE object, the `Publisher`; the update gate of the
+next issue (decide whether version v may go out at all) goes in `Publisher.publish`, at
+the line marked there, and covers every transport at once.
 
-A version file is written under a temporary name, fsynced and renamed into place; only
-then is LATEST replaced the same way. A reader that sees version v in LATEST therefore
-finds a complete v file, and a crash at any moment leaves the previous LATEST and its
-file intact. Only the newest `KEEP` versions stay on disk; a reader still loading an
-older one keeps its open file (POSIX unlinks lazily), and the pruned ones are at least
-`KEEP` versions behind LATEST.
+Decisions and why:
 
-A version number names one set of weights forever: `publish` refuses a version that is
-not above every version the channel has seen (LATEST, and any file on disk, which a crash
-between the rename and LATEST can leave above it), so a resumed trainer can never
-replace v11 by other weights that a serve-only process would never load. Each file's
-metadata records its `policy_version` and, where known, its `parent_version`: the
-version whose weights it was trained from (or renumbered from, on resume).
+- What travels is chosen once per channel, from what its receiver declares: a LoRA
+  trainer's adapter alone (a few MB, no merge) to a channel whose receivers hot-load
+  adapters (an engine with `loads_lora_adapters`, Ray subscribers that all do), the full
+  weights (LoRA merged) to any other. The files channel's readers are unknown to the
+  trainer, so it carries full weights, which every engine takes.
+- Channels are published to in the order given, each one completely before the next, and
+  the store learns of v only after the Publisher returns (train/runner.py): no turn can
+  claim a version that serving does not have yet.
+- Who owns the policy version: the store (`Store.policy_version`, `set_policy_version`).
+  It is the number the trainer announced last, after every channel took it; status,
+  resume and version numbering read it (with `Store.highest_policy_version`). Every
+  engine reports the version it serves (`engine.policy_version`, changed only by its
+  `load_weights`), and every turn records the version of the engine that sampled it, never
+  the store's. The trainer's `policy_version` is the number of the weights it holds: the
+  next announcement, restored from a checkpoint and renumbered above every number the store
+  or the files channel ever held (loop.load_trainer). A channel keeps no number of its
+  own beyond its transport (the files channel's LATEST tells readers in other processes
+  which complete version is newest).
+- A new transport is one class with these three members, in the module of the code that
+  owns its dependency (here for plain Python, cluster/ for Ray), plus the line that puts
+  it in a Publisher's channel list (docs/architecture.md, "Publishing weights").
 """
 
 from __future__ import annotations
 
-import os
-import re
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
 
-import torch
-from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import Engine, LoraAdapter, StoredWeights, Weights
 
-KEEP = 3
-_VERSION_FILE = re.compile(r"^v(\d{6,})\.safetensors$")
+if TYPE_CHECKING:
+    from openclaw_rl.train.trainer import Trainer
 
+log = logging.getLogger(__name__)
 
-def weights_dir(data_dir: str | Path) -> Path:
-    return Path(data_dir) / "weights"
-
-
-def version_path(data_dir: str | Path, version: int) -> Path:
-    return weights_dir(data_dir) / f"v{version:06d}.safetensors"
+Follower = Callable[[asyncio.Event], Awaitable[None]]  # a background loop: runs until the event is set
 
 
-def publish(data_dir: str | Path, state_dict: dict[str, torch.Tensor], version: int,
-            parent_version: int | None = None) -> Path:
-    """Write policy `version` atomically, point LATEST at it, prune old versions."""
-    if version < 0:
-        raise ValueError(f"policy version must be >= 0, got {version}")
-    highest = highest_version(data_dir)
-    if highest is not None and version <= highest:
-        raise ValueError(
-            f"policy version {version} is not above v{highest}, which {weights_dir(data_dir)} already has: a version "
-            "names one set of weights forever; build the trainer with loop.load_trainer, which numbers its versions "
-            "above every version published or recorded"
-        )
-    metadata = {"policy_version": str(version)}
-    if parent_version is not None:
-        metadata["parent_version"] = str(parent_version)
-    directory = weights_dir(data_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    path = version_path(data_dir, version)
-    tensors = {name: t.detach().to("cpu").contiguous() for name, t in state_dict.items()}
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    save_file(tensors, str(tmp), metadata=metadata)
-    fsync_file(tmp)
-    os.replace(tmp, path)
-    fsync_dir(directory)  # the version file is durable before LATEST can name it
-    write_atomic(directory / "LATEST", f"{version}\n")
-    _prune(directory)
-    return path
+class WeightsChannel(Protocol):
+    @property
+    def takes_lora_adapters(self) -> bool:
+        """Whether `publish` may be handed a `LoraAdapter`; else it gets full weights."""
+        ...
+
+    async def publish(self, version: int, weights: Weights, *, parent: int | None) -> None:
+        """Deliver policy `version` (trained, or renumbered, from `parent`); return once its
+        receivers have it (or, for a transport that cannot know, once it is durable)."""
+        ...
+
+    async def latest(self) -> int | None:
+        """The newest version this channel's receivers hold; None when it cannot tell."""
+        ...
 
 
-def latest_version(data_dir: str | Path) -> int | None:
-    """The newest published version, or None if nothing was published."""
-    try:
-        return int((weights_dir(data_dir) / "LATEST").read_text().strip())
-    except FileNotFoundError:
+class Publisher:
+    """The one object a trainer hands each new policy version to (train/runner.py).
+
+    `full` and `adapter` export the trainer's weights (`for_trainer`); each is computed at
+    most once per version, in a worker thread, whatever the number of channels.
+    """
+
+    def __init__(self, channels: Sequence[WeightsChannel], full: Callable[[], Weights],
+                 adapter: Callable[[], LoraAdapter] | None = None) -> None:
+        self.channels = list(channels)
+        self._full, self._adapter = full, adapter
+
+    @classmethod
+    def for_trainer(cls, trainer: Trainer, channels: Sequence[WeightsChannel]) -> Publisher:
+        return cls(channels, trainer.policy_state_dict, trainer.lora_adapter if trainer.config.lora else None)
+
+    async def publish(self, version: int, *, parent: int | None) -> None:
+        """Deliver `version` to every channel, in order."""
+        # The update gate goes here: `if not await gate.admit(version, ...): return` holds a version back
+        # from every transport at once, before any receiver sees it.
+        await self._deliver(self.channels, version, parent)
+
+    async def catch_up(self, version: int, *, parent: int | None) -> None:
+        """Deliver the trainer's held `version` to the channels whose receivers lack it: a resumed
+        trainer's weights, before anything serves (the files channel may already have them).
+        Version 0 is the base model every receiver starts from: there is nothing to deliver."""
+        if version == 0:
+            return
+        latest = [await channel.latest() for channel in self.channels]
+        await self._deliver([c for c, v in zip(self.channels, latest) if v is None or v < version], version, parent)
+
+    async def _deliver(self, channels: Sequence[WeightsChannel], version: int, parent: int | None) -> None:
+        exported: dict[bool, Weights] = {}
+        for channel in channels:
+            as_adapter = self._adapter is not None and channel.takes_lora_adapters
+            if as_adapter not in exported:
+                export = self._adapter if as_adapter and self._adapter is not None else self._full
+                exported[as_adapter] = await asyncio.to_thread(export)
+            await channel.publish(version, exported[as_adapter], parent=parent)
+
+
+class EngineChannel:
+    """In process: hands an engine the weights. The local engine swaps the tensors in between
+    decode steps; a vLLM or SGLang engine carries them to its server (engine/remote.py)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    @property
+    def takes_lora_adapters(self) -> bool:
+        return self.engine.loads_lora_adapters
+
+    async def publish(self, version: int, weights: Weights, *, parent: int | None = None) -> None:
+        await self.engine.load_weights(weights, version)
+
+    async def latest(self) -> int | None:
+        return self.engine.policy_version
+
+
+class FilesChannel:
+    """Split processes: full weights in DATA_DIR/weights, the newest KEEP versions, written by
+    the one atomic versioned writer (engine/weight_files.py says what a reader may rely on).
+
+    A version number names one set of weights forever: `write` refuses a version that is not
+    above every version the channel has seen (LATEST, and any version on disk, which a crash
+    between the rename and LATEST can leave above it), so a resumed trainer can never replace
+    v11 by other weights that a serve-only process would never load.
+    """
+
+    KEEP = 3
+    takes_lora_adapters = False  # its readers are unknown to the trainer: every engine takes full weights
+
+    def __init__(self, data_dir: str | Path) -> None:
+        self.root = Path(data_dir) / "weights"
+
+    async def publish(self, version: int, weights: Weights, *, parent: int | None = None) -> None:
+        await asyncio.to_thread(self.write, version, weights, parent)
+
+    async def latest(self) -> int | None:
+        return await asyncio.to_thread(self.highest_version)
+
+    def write(self, version: int, weights: Weights, parent: int | None = None) -> StoredWeights:
+        """Publish `version` now (synchronously); see the class docstring for what is refused."""
+        highest = self.highest_version()
+        if highest is not None and version <= highest:
+            raise ValueError(
+                f"policy version {version} is not above v{highest}, which {self.root} already has: a version names "
+                "one set of weights forever; build the trainer with loop.load_trainer, which numbers its versions "
+                "above every version published or recorded")
+        return weight_files.write_version(self.root, version, weights, keep=self.KEEP, parent=parent)
+
+    def latest_version(self) -> int | None:
+        """The newest complete version (LATEST), or None if nothing was published."""
+        return weight_files.latest_version(self.root)
+
+    def highest_version(self) -> int | None:
+        return weight_files.highest_version(self.root)
+
+    def stored(self, version: int) -> StoredWeights:
+        return weight_files.stored(self.root, version)
+
+    def read(self, version: int) -> Weights:
+        """The weights of a published version (CPU tensors)."""
+        return weight_files.read(self.stored(version))
+
+    def parent_version(self, version: int) -> int | None:
+        return weight_files.parent_version(self.stored(version))
+
+    async def refresh(self, engine: Engine) -> int | None:
+        """Load the newest published version into `engine` if it is newer than the one the engine
+        serves; the version loaded, else None. The engine gets the stored version itself: a remote
+        engine's server reads it where it lies, the local engine reads the tensors."""
+        latest = await asyncio.to_thread(self.latest_version)
+        if latest is None or latest <= engine.policy_version:
+            return None
+        await engine.load_weights(await asyncio.to_thread(self.stored, latest), latest)
+        log.info("policy v%d loaded from %s", latest, self.root)
+        return latest
+
+
+@dataclass
+class CallbackChannel:
+    """A function of (version, weights) as a channel: the simulator's evaluator, tests. It cannot
+    tell what its receiver holds, so `Publisher.catch_up` always calls it."""
+
+    deliver: Callable[[int, Weights], None]
+    takes_lora_adapters: bool = False
+
+    async def publish(self, version: int, weights: Weights, *, parent: int | None = None) -> None:
+        self.deliver(version, weights)
+
+    async def latest(self) -> int | None:
         return None
 
 
-def highest_version(data_dir: str | Path) -> int | None:
-    """The highest version LATEST names or a file on disk holds, or None if there is none."""
-    found = [v for v in (latest_version(data_dir), *_versions(weights_dir(data_dir))) if v is not None]
-    return max(found, default=None)
+def follow(channel: FilesChannel, engine: Engine, interval_s: float = 2.0) -> Follower:
+    """The one watch loop of a process without the trainer (`serve --no-train`, Ray replicas
+    beside `openclaw-rl train`): `channel.refresh(engine)` every `interval_s`.
 
+    A failed read (on NFS, a version pruned by the trainer's machine mid-load reads as ESTALE)
+    keeps the current version and is tried again at the next poll."""
 
-def parent_version(data_dir: str | Path, version: int) -> int | None:
-    """The version a published version was trained (or renumbered) from, if its file says."""
-    with safe_open(str(version_path(data_dir, version)), framework="pt") as f:
-        parent = (f.metadata() or {}).get("parent_version")
-    return int(parent) if parent is not None else None
+    async def watch(stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await channel.refresh(engine)
+            except Exception as error:  # noqa: BLE001 - the watcher must outlive any one bad read
+                log.warning("could not load new weights from %s (will retry): %s", channel.root, error)
+            try:
+                await asyncio.wait_for(stop.wait(), interval_s)
+            except TimeoutError:
+                pass
 
-
-def load(data_dir: str | Path, version: int) -> dict[str, torch.Tensor]:
-    """The state dict of a published version (CPU tensors)."""
-    path = version_path(data_dir, version)
-    if not path.is_file():
-        kept = sorted(_versions(weights_dir(data_dir)))
-        raise FileNotFoundError(
-            f"policy version {version} is not in {path.parent} (versions on disk: {kept}); "
-            f"only the newest {KEEP} are kept, load latest_version() instead"
-        )
-    return load_file(str(path))
-
-
-def _versions(directory: Path) -> dict[int, Path]:
-    if not directory.is_dir():
-        return {}
-    found = {}
-    for path in directory.iterdir():
-        match = _VERSION_FILE.match(path.name)
-        if match:
-            found[int(match.group(1))] = path
-    return found
-
-
-def _prune(directory: Path) -> None:
-    """Drop all but the newest KEEP versions, and files left by publishes that were killed."""
-    versions = _versions(directory)
-    for version in sorted(versions)[:-KEEP]:
-        versions[version].unlink(missing_ok=True)
-    for leftover in directory.glob(".v*.tmp-*"):
-        if not leftover.name.endswith(f".tmp-{os.getpid()}"):
-            leftover.unlink(missing_ok=True)
-
-
-# -- atomic file helpers (shared with checkpoint.py) -----------------------------------
-
-
-def fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside `path` durable (the directory entry itself)."""
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text`: readers see the old content or the new, never a mix."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
+    return watch
