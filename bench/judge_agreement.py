@@ -129,7 +129,7 @@ async def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 store = Store(tmp)
                 turns = record_cases(store, engine.tokenizer)
-                worker = JudgeWorker(store, judge, config, "combined", teacher_engine=engine,
+                worker = JudgeWorker(store, judge, config, teacher_engine=engine,
                                      tokenizer=engine.tokenizer)
                 if m == 3:
                     out["agreement"] = await agreement(worker, turns)
@@ -139,13 +139,13 @@ async def main() -> None:
                 all_turns = record_cases(store2, engine.tokenizer)
                 step = max(1, len(all_turns) // args.latency_cases)
                 turns2 = all_turns[::step][: args.latency_cases]  # a spread: approvals, corrections, tools
-                worker2 = JudgeWorker(store2, judge, config, "combined", teacher_engine=engine,
+                worker2 = JudgeWorker(store2, judge, config, teacher_engine=engine,
                                       tokenizer=engine.tokenizer)
                 out[f"latency_m{m}"] = await latency(worker2, turns2)
                 print(f"{backend} m={m}: latency {out[f'latency_m{m}']}", flush=True)
                 if m == 1:
                     store3 = Store(Path(tmp) / "slowdown")
-                    worker3 = JudgeWorker(store3, judge, config, "combined", teacher_engine=engine,
+                    worker3 = JudgeWorker(store3, judge, config, teacher_engine=engine,
                                           tokenizer=engine.tokenizer)
                     out["serving_slowdown"] = await serving_slowdown(
                         engine, worker3, record_cases(store3, engine.tokenizer)[:4])

@@ -83,8 +83,7 @@ def main() -> None:
                 store.add_sample(Sample(
                     turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
                     prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
-                    behaviour_logprobs=turn.behaviour_logprobs, temperature=1.0, reward=1.0 if k % 2 else -1.0),
-                    "binary")
+                    behaviour_logprobs=turn.behaviour_logprobs, temperature=1.0, reward=1.0 if k % 2 else -1.0))
             steps_wanted = len(turns) // args.batch_size
             training = []
             i = args.requests

@@ -64,7 +64,7 @@ def fill(store: Store, turns: int, samples: int) -> list[float]:
     for turn_id in ids[:samples]:
         store.add_sample(Sample(turn_id=turn_id, session_id="bench", policy_version=0, prompt_token_ids=list(range(200)),
                                 response_token_ids=list(range(100)), behaviour_logprobs=[-0.5] * 100,
-                                temperature=1.0, reward=1.0), "combined")
+                                temperature=1.0, reward=1.0))
     return latencies[:turns]
 
 

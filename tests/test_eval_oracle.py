@@ -86,7 +86,7 @@ def test_judge_worker_records_oracle_verdicts_and_samples(tmp_path):
         response_token_ids=[3, 4], behaviour_logprobs=[-1.0, -1.0], response_text=BAD, tool_calls=[],
         sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=None)
     store.set_next_state(recorded.id, NextState("user", "Thanks!"))  # the oracle ignores what the user said
-    worker = JudgeWorker(store, OracleJudge(STUDENT, [PROBLEM]), JudgeConfig(), "binary")
+    worker = JudgeWorker(store, OracleJudge(STUDENT, [PROBLEM]), JudgeConfig())
     verdict = asyncio.run(worker.process(store.get_turn(recorded.id)))
     assert (verdict.status, verdict.reward, verdict.judge) == ("ok", -1, "oracle")
     assert ORACLE_LABEL in verdict.reason and verdict.hints

@@ -1,4 +1,5 @@
-"""The judge worker on a real store: verdicts, failures as no verdict, teacher targets, samples."""
+"""The judge worker on a real store: verdicts, failures as no verdict, teacher targets, and the
+one sample per turn that every method's trainer assembles its own from."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ from openclaw_rl.config import JudgeConfig
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.judge.backends import EmbeddingClassifier, OpenAIChatBackend
-from openclaw_rl.judge.samples import build_sample
+from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.teacher import hinted_messages
 from openclaw_rl.judge.worker import EmbeddingJudge, JudgeWorker, LLMJudge
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.store import Store
+from openclaw_rl.train.methods import METHODS
 from openclaw_rl.types import NextState, Verdict
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()]
@@ -64,6 +66,12 @@ def _config(**kw) -> JudgeConfig:
     return JudgeConfig(**{"votes": 3, "backoff_s": 0.01, "call_timeout_s": 2.0, "max_attempts": 2, **kw})
 
 
+def _claim(store: Store, method: str, count: int = 1, version: int = 0):
+    """The samples a trainer of `method` at policy `version` would claim."""
+    samples, _ = store.claim_samples(method, count, version, 2, 1, assemble=METHODS[method].assemble)
+    return samples
+
+
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir):
     eng = LocalEngine(tiny_model_dir, max_batch_size=4)
@@ -78,7 +86,7 @@ def test_majority_vote_drops_unparseable_and_keeps_hints(tmp_path, engine):
         ["Reasoning...\nSCORE: -1", "I cannot tell", "SCORE: -1"],
         ["CORRECTION: yes\n[HINT]A leap year has 366 days, not 365.[/HINT]", "CORRECTION: yes\n[HINT]short[/HINT]",
          "CORRECTION: no"])
-    worker = JudgeWorker(store, LLMJudge(backend, _config(), len), _config(), "combined", engine, engine.tokenizer)
+    worker = JudgeWorker(store, LLMJudge(backend, _config(), len), _config(), engine, engine.tokenizer)
     verdict = asyncio.run(worker.process(turn))
     assert verdict.status == "ok" and verdict.reward == -1 and verdict.votes == [-1, -1]
     assert verdict.hints == ["A leap year has 366 days, not 365."]  # "short" is 10 chars or less
@@ -86,7 +94,7 @@ def test_majority_vote_drops_unparseable_and_keeps_hints(tmp_path, engine):
     assert "dropped vote" in verdict.reason
     stored = store.verdicts([turn.id])[turn.id]
     assert stored.votes == [-1, -1] and len(stored.raw) == 6
-    (sample,), _ = store.claim_samples("combined", 1, 0, 2, 1)
+    (sample,) = _claim(store, "combined")
     assert sample.reward == -1.0 and len(sample.teacher_logprobs) == len(turn.response_token_ids)
 
 
@@ -95,7 +103,7 @@ def test_every_call_failing_gives_no_verdict_never_zero(tmp_path, engine):
     turn = _paired_turn(store, engine.tokenizer)
     backend = ScriptedBackend([RuntimeError("boom")] * 6, [RuntimeError("boom")] * 6)
     config = _config()
-    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, "combined", engine, engine.tokenizer)
+    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, engine, engine.tokenizer)
     verdict = asyncio.run(worker.process(turn))
     assert verdict.status == "no_verdict" and verdict.reward is None
     assert "boom" in verdict.reason and "2 attempts" in verdict.reason
@@ -108,7 +116,7 @@ def test_timeouts_are_retried_then_recorded(tmp_path, engine):
     turn = _paired_turn(store, engine.tokenizer)
     config = _config(votes=1, call_timeout_s=0.05, max_attempts=2)
     backend = ScriptedBackend(["hang", "hang"], ["hang", "hang"])
-    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config).process(turn))
     assert verdict.status == "no_verdict" and "TimeoutError" in verdict.reason
 
 
@@ -117,8 +125,9 @@ def test_tie_or_no_valid_vote_gives_zero(tmp_path, engine):
     turn = _paired_turn(store, engine.tokenizer)
     config = _config(votes=2)
     backend = ScriptedBackend(["SCORE: +1", "SCORE: -1"], ["CORRECTION: no", "CORRECTION: no"])
-    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config).process(turn))
     assert verdict.status == "ok" and verdict.reward == 0
+    assert _claim(store, "binary") == []
     assert store.sample_counts("binary")["rejected"] == 1  # reward 0: nothing to learn for binary
 
 
@@ -130,8 +139,8 @@ def test_teacher_logprob_of_token_t_equals_a_direct_forward_over_prompt_hint_pre
     hint = "A leap year has 366 days, not 365."
     backend = ScriptedBackend(["SCORE: -1"], [f"CORRECTION: yes\n[HINT]{hint}[/HINT]"])
     config = _config(votes=1)
-    asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "opd", engine, engine.tokenizer).process(turn))
-    (sample,), _ = store.claim_samples("opd", 1, 0, 2, 1)
+    asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, engine, engine.tokenizer).process(turn))
+    (sample,) = _claim(store, "opd")
     hinted = render_prompt(engine.tokenizer, hinted_messages(turn.prompt_messages, hint), None, None)
     assert len(hinted) > len(turn.prompt_token_ids)
     model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
@@ -144,7 +153,8 @@ def test_teacher_logprob_of_token_t_equals_a_direct_forward_over_prompt_hint_pre
     assert sample.reward is None and sample.hint == hint
 
 
-def test_sample_builder_per_method(tmp_path, engine):
+def test_the_turn_sample_carries_every_signal_and_each_method_keeps_its_own(tmp_path, engine):
+    """The judge writes one sample with what it found; each method keeps its signals, or says why not."""
     store = Store(tmp_path)
     turn = _paired_turn(store, engine.tokenizer)
     base = dict(turn_id=turn.id, votes=[1], raw=[], hints=[], selected_hint=None, overlap_scores=[], judge="x",
@@ -152,15 +162,18 @@ def test_sample_builder_per_method(tmp_path, engine):
     positive = Verdict(status="ok", reward=1, **base)
     zero = Verdict(status="ok", reward=0, **base)
     none = Verdict(status="no_verdict", reward=None, **{**base, "votes": []})
-    assert build_sample(turn, positive, None, "binary").reward == 1.0
-    assert build_sample(turn, zero, None, "binary") == "reward 0 carries no evaluative signal"
-    assert build_sample(turn, none, None, "binary") == "no verdict"
-    assert build_sample(turn, positive, None, "opd") == "no hint: no directive signal"
-    combined = build_sample(turn, positive, None, "combined")
-    assert combined.reward == 1.0 and combined.teacher_logprobs is None  # missing term stays missing
-    assert build_sample(turn, zero, None, "combined") == "neither a non-zero reward nor a hint"
-    with pytest.raises(ValueError, match="unknown method"):
-        build_sample(turn, positive, None, "ppo")
+    assert turn_sample(turn, none, None) == "no verdict"  # no signal for any method: rejected once, by the judge
+    assert turn_sample(turn, zero, None).reward == 0.0  # a verdict of 0 is a verdict; methods decide what it is
+    binary, opd, combined = (METHODS[m] for m in ("binary", "opd", "combined"))
+    assert binary.assemble(turn_sample(turn, positive, None)).reward == 1.0
+    assert binary.assemble(turn_sample(turn, zero, None)) == "reward 0 carries no evaluative signal"
+    assert opd.assemble(turn_sample(turn, positive, None)).startswith("no hint: no directive signal")
+    kept = combined.assemble(turn_sample(turn, positive, None))
+    assert kept.reward == 1.0 and kept.teacher_logprobs is None  # missing term stays missing
+    assert combined.assemble(turn_sample(turn, zero, None)) == (
+        "reward 0 carries no evaluative signal; no hint: no directive signal (or the judge scored no teacher)")
+    side = type(turn)(**{**turn.__dict__, "kind": "side"})
+    assert turn_sample(side, positive, None) == "side turns are never trained"
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +211,7 @@ def test_openai_backend_against_a_live_openai_compatible_server(live, tmp_path, 
     config = _config(votes=1, judge_max_tokens=8)
     store = Store(tmp_path)
     turn = _paired_turn(store, engine.tokenizer)
-    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config, "binary").process(turn))
+    verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config).process(turn))
     assert verdict.status == "ok" and len(verdict.raw) == 2  # the tiny model's answers, parsed or dropped
     sessions = httpx.get(f"{live.base_url}/v1/sessions").json()["data"]
     judged = [s for s in sessions if any(t["kind"] == "side" for t in
@@ -241,24 +254,25 @@ class CountingEngine(WrappedEngine):
         return await self.engine.score(*args, **kwargs)
 
 
-@pytest.mark.parametrize("method, hints, passes", [
-    ("binary", 1, 0),  # binary never reads teacher log-probs: no prefill spent on them
-    ("combined", 1, 1),  # one hint: its teacher only, no student pass to select with
-    ("combined", 2, 3),  # two hints: both teachers and the student's top-k for the overlap
+@pytest.mark.parametrize("teacher_targets, hints, passes", [
+    (False, 1, 0),  # --no-teacher-targets (only binary or stepwise train): no prefill spent on a teacher
+    (True, 1, 1),  # one hint: its teacher only, no student pass to select with
+    (True, 2, 3),  # two hints: both teachers and the student's top-k for the overlap
 ])
-def test_teacher_scoring_costs_only_the_passes_the_method_needs(tmp_path, engine, method, hints, passes):
+def test_teacher_scoring_costs_only_the_passes_asked_for(tmp_path, engine, teacher_targets, hints, passes):
     store = Store(tmp_path)
     turn = _paired_turn(store, engine.tokenizer)
     directive = ["CORRECTION: yes\n[HINT]A leap year has 366 days, not 365.[/HINT]",
                  "CORRECTION: yes\n[HINT]Say that February then has 29 days.[/HINT]"][:hints]
     backend = ScriptedBackend(["SCORE: -1"] * 3, (directive * 3)[:3])
     counting = CountingEngine(engine)
-    worker = JudgeWorker(store, LLMJudge(backend, _config(), len), _config(), method, counting, engine.tokenizer)
+    config = _config(teacher_targets=teacher_targets)
+    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, counting, engine.tokenizer)
     verdict = asyncio.run(worker.process(turn))
     assert verdict.reward == -1 and len(verdict.hints) == hints
     assert counting.calls == passes
-    (sample,), _ = store.claim_samples(method, 1, 0, 2, 1)
-    assert (sample.teacher_logprobs is None) == (method == "binary")
+    (sample,) = _claim(store, "combined")
+    assert (sample.teacher_logprobs is None) == (not teacher_targets)
 
 
 # -- the teacher's policy version ---------------------------------------------------------------
@@ -295,7 +309,7 @@ def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(t
     hint = "A leap year has 366 days, not 365."
     backend = ScriptedBackend(["SCORE: -1"] * 2, [f"CORRECTION: yes\n[HINT]{hint}[/HINT]"] * 2)
     config = _config(votes=1)
-    worker = standalone_judge(store, tmp_path, tiny_model_dir, config, "opd", judge=LLMJudge(backend, config, len))
+    worker = standalone_judge(store, tmp_path, tiny_model_dir, config, judge=LLMJudge(backend, config, len))
     tokenizer = worker.tokenizer
     try:
         published = {v: _perturbed_weights(tiny_model_dir, v) for v in (1, 2)}
@@ -311,7 +325,7 @@ def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(t
     verdicts = store.verdicts([first.id, second.id])
     assert [verdicts[t.id].teacher_policy_version for t in (first, second)] == [1, 2]
     assert verdicts[second.id].public_dict()["teacher_policy_version"] == 2
-    samples, _ = store.claim_samples("opd", 2, 2, 2, 1)
+    samples = _claim(store, "opd", count=2, version=2)
     hinted = render_prompt(tokenizer, hinted_messages(second.prompt_messages, hint), None, None)
     expected = _direct_logprobs(tiny_model_dir, published[2], hinted, second.response_token_ids, 0.7)
     (scored,) = [s for s in samples if s.turn_id == second.id]
@@ -394,7 +408,7 @@ def test_a_teacher_told_nothing_new_reproduces_the_behaviour_logprobs_of_a_top_p
     assert result.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)
     verdict = Verdict(turn_id=turn.id, status="ok", reward=-1, votes=[-1], raw=[], hints=["nothing new"],
                       selected_hint="nothing new", overlap_scores=[], judge="x", latency_s=0.0)
-    sample = build_sample(turn, verdict, result, "opd")
+    sample = METHODS["opd"].assemble(turn_sample(turn, verdict, result))
     assert (sample.temperature, sample.top_p) == (1.0, 0.8)
 
 

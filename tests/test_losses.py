@@ -10,17 +10,16 @@ import pytest
 import torch
 
 from openclaw_rl.train.losses import (
-    METHODS,
     LossParams,
     binary_advantages,
     combined_advantages,
     k3_kl,
-    method_loss,
     opd_advantages,
     ppo_clip_loss,
     stepwise_advantages,
     topk_reverse_kl,
 )
+from openclaw_rl.train.methods import get_method
 
 LN2 = math.log(2.0)
 NAN, INF = float("nan"), float("inf")
@@ -281,7 +280,7 @@ def test_method_loss_measures_the_reference_kl_with_its_own_logprobs() -> None:
     truncated[0, 0] = -INF  # the current nucleus cuts a sampled token: finite ratio clip, but no finite KL
     ref = batch["behaviour_logprobs"] + LN2
     params = LossParams(kl_beta=0.02)
-    loss, stats = method_loss("binary", batch, truncated, ref_logprobs=ref, params=params,
+    loss, stats = get_method("binary").loss(batch, truncated, ref_logprobs=ref, params=params,
                               kl_logprobs=batch["behaviour_logprobs"].clone())
     assert stats["ref_kl"] == pytest.approx(1 - LN2) and math.isfinite(loss.item())
 
@@ -408,7 +407,7 @@ def test_topk_value_and_gradient_match_float64_reference(seed: int) -> None:
     assert ref_grad.abs().sum() > 0
 
 
-# --- method dispatch ---------------------------------------------------------------
+# --- a method's loss: the terms it names (train/methods.py) ---------------------------------------------------------------
 
 
 def _method_batch() -> dict[str, torch.Tensor]:
@@ -422,6 +421,9 @@ def _method_batch() -> dict[str, torch.Tensor]:
         # gaps: +0.5 and -2 (clipped to -1); none; +0.2
         "teacher_logprobs": f32([[-0.5, -3.0], [NAN, NAN], [-0.8, NAN]]),
         "teacher_mask": mask([[1, 1], [0, 0], [1, 0]]),
+        # an agent step's standardized advantage: +0.5, -1.5, none
+        "step_advantage": f32([0.5, -1.5, 0.0]),
+        "has_step_advantage": mask([1, 1, 0]),
     }
 
 
@@ -432,11 +434,12 @@ def _method_batch() -> dict[str, torch.Tensor]:
         ("binary", (-1.0 + -1.0) / 2),  # sample 2 has no verdict
         ("opd", (-(0.5 - 1.0) / 2 + -0.2) / 2),  # sample 1 has no teacher: masked, not zero-filled
         ("combined", (-(1.5 + 0.0) / 2 + -1.0 + -0.2) / 3),
+        ("stepwise", (-0.5 + 1.5) / 2),  # A_t = the step advantage; sample 2 has none
     ],
 )
 def test_method_loss_trains_the_terms_its_method_names(method: str, expected: float) -> None:
     batch = _method_batch()
-    loss, stats = method_loss(method, batch, batch["behaviour_logprobs"].clone())
+    loss, stats = get_method(method).loss(batch, batch["behaviour_logprobs"].clone())
     assert loss.item() == pytest.approx(expected)
     assert stats["loss"] == pytest.approx(expected)
 
@@ -445,7 +448,7 @@ def test_method_loss_adds_the_k3_penalty_over_trained_tokens() -> None:
     batch = _method_batch()
     ref = batch["behaviour_logprobs"] + LN2  # k3 = 2 - ln 2 - 1 on every token
     params = LossParams(kl_beta=0.02)
-    loss, stats = method_loss("binary", batch, batch["behaviour_logprobs"].clone(), ref_logprobs=ref, params=params)
+    loss, stats = get_method("binary").loss(batch, batch["behaviour_logprobs"].clone(), ref_logprobs=ref, params=params)
     assert stats["ref_kl"] == pytest.approx(1 - LN2)
     assert loss.item() == pytest.approx(-1.0 + 0.02 * (1 - LN2))
 
@@ -458,31 +461,21 @@ def test_method_loss_topk_uses_only_positions_with_a_teacher() -> None:
         "teacher_top_ids": torch.tensor([[[1, 0], [0, 1]], [[0, 1], [0, 1]]]),
         "teacher_top_logprobs": f32([[[math.log(0.5), math.log(0.25)]] * 2, [[0.0, 0.0]] * 2]),
     }
-    loss, _ = method_loss("topk", batch, torch.zeros(2, 2), logits=f32([[same, same], [same, same]]))
+    loss, _ = get_method("topk").loss(batch, torch.zeros(2, 2), logits=f32([[same, same], [same, same]]))
     assert loss.item() == pytest.approx(0.25 * LN2, rel=1e-6)
-
-
-def test_method_table_names_the_four_methods() -> None:
-    assert sorted(METHODS) == ["binary", "combined", "opd", "topk"]
-
-
-def test_method_loss_rejects_unknown_method_naming_the_allowed_ones() -> None:
-    batch = _method_batch()
-    with pytest.raises(ValueError, match=r"'grpo'.*\['binary', 'combined', 'opd', 'topk'\]"):
-        method_loss("grpo", batch, batch["behaviour_logprobs"])
 
 
 def test_method_loss_raises_on_a_missing_batch_key_instead_of_training_less() -> None:
     batch = _method_batch()
     del batch["teacher_logprobs"]
     with pytest.raises(ValueError, match="teacher_logprobs"):
-        method_loss("combined", batch, batch["behaviour_logprobs"])
+        get_method("combined").loss(batch, batch["behaviour_logprobs"])
 
 
 def test_method_loss_needs_ref_logprobs_when_kl_is_on_and_logits_for_topk() -> None:
     batch = _method_batch()
     with pytest.raises(ValueError, match="ref_logprobs"):
-        method_loss("binary", batch, batch["behaviour_logprobs"], params=LossParams(kl_beta=0.02))
+        get_method("binary").loss(batch, batch["behaviour_logprobs"], params=LossParams(kl_beta=0.02))
     batch |= {"teacher_top_ids": torch.zeros(3, 2, 1, dtype=torch.long), "teacher_top_logprobs": torch.zeros(3, 2, 1)}
     with pytest.raises(ValueError, match="logits"):
-        method_loss("topk", batch, batch["behaviour_logprobs"])
+        get_method("topk").loss(batch, batch["behaviour_logprobs"])

@@ -116,8 +116,8 @@ def test_resume_continues_from_the_last_checkpoint(trained, tiny_model_dir):
 def test_separate_trainer_process_hands_weights_to_a_serve_only_process(trained, tiny_model_dir, tmp_path):
     """`openclaw-rl train` publishes through the data dir; `serve --no-train` picks it up."""
     store = Store(trained["data_dir"])
-    with store._lock:  # make the used samples ready again, as if newly judged
-        store._db.execute("UPDATE samples SET status = 'ready'")
+    with store._lock:  # make the used samples ready again, as if newly judged: forget every method's claims
+        store._db.execute("DELETE FROM claims")
     version = store.policy_version()
     store.close()
     server = LiveServer(tiny_model_dir, trained["data_dir"])  # train off: watches the weights channel

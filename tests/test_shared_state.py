@@ -32,7 +32,7 @@ def test_serve_judge_and_train_processes_share_a_postgres_store(tiny_model_dir, 
                 messages += [r.json()["choices"][0]["message"], {"role": "user", "content": reply}]
 
         judged = _cli("judge", "--data-dir", str(tmp_path / "judge"), "--store", postgres_url, "--once",
-                      "--model", str(tiny_model_dir), "--judge", "embedding", "--method", "binary")
+                      "--model", str(tiny_model_dir), "--judge", "embedding", "--no-teacher-targets")  # binary reads none
         assert judged.returncode == 0, judged.stderr
         assert "judged 4 turns" in judged.stdout
 

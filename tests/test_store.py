@@ -135,11 +135,10 @@ def test_verdicts_wait_for_a_next_state_and_are_replaced_whole(store):
 def test_samples_are_claimed_oldest_first_all_or_nothing_and_stale_ones_dropped(store):
     store.ensure_session("s", "header")
     turns = [_turn(store, version=5) for _ in range(5)]
-    store.add_sample(_sample(turns[0].id, version=2), "combined")  # 3 behind v5
+    store.add_sample(_sample(turns[0].id, version=2))  # 3 behind v5
     for turn in turns[1:4]:
-        store.add_sample(_sample(turn.id, version=5), "combined")
-    store.reject_sample(turns[4].id, "combined", 5, "no verdict")
-    store.add_sample(_sample(turns[4].id, version=5), "binary")  # another method's queue
+        store.add_sample(_sample(turn.id, version=5))
+    store.reject_sample(turns[4].id, 5, "empty response")  # no method can learn from it
 
     claimed, dropped = store.claim_samples("combined", 4, current_version=5, max_staleness=2, train_step=1)
     assert claimed == []  # only 3 fresh ones: none taken
@@ -148,23 +147,71 @@ def test_samples_are_claimed_oldest_first_all_or_nothing_and_stale_ones_dropped(
     assert [s.turn_id for s in claimed] == [turns[1].id, turns[2].id] and dropped == []
     assert claimed[0] == _sample(turns[1].id, version=5)
     assert store.sample_counts("combined") == {"ready": 1, "used": 2, "dropped": 1, "rejected": 1}
-    assert store.sample_counts() == {"ready": 2, "used": 2, "dropped": 1, "rejected": 1}
+    # what one method claimed is still ready for another: the sample is the turn's, not the method's
+    assert store.sample_counts("binary") == {"ready": 4, "used": 0, "dropped": 0, "rejected": 1}
+    assert store.sample_counts() == {"ready": 1, "used": 2, "dropped": 1, "rejected": 1}
     # a finished run's last, short batch: at least min_size of a batch of 4
     assert store.claim_samples("combined", 4, current_version=5, max_staleness=2, train_step=2, min_size=2)[0] == []
     claimed, _ = store.claim_samples("combined", 4, current_version=5, max_staleness=2, train_step=2, min_size=1)
     assert [s.turn_id for s in claimed] == [turns[3].id]
 
 
-def test_adding_a_sample_again_replaces_its_status_reason_and_payload(store):
+def test_a_turn_judged_again_replaces_its_sample_but_never_trains_a_method_twice(store):
     store.ensure_session("s", "header")
     turn = _turn(store)
-    store.reject_sample(turn.id, "opd", 0, "no hint")
-    store.add_sample(_sample(turn.id), "opd")
+    store.reject_sample(turn.id, 0, "no verdict")
+    store.add_sample(_sample(turn.id))  # judged again, with a verdict this time
     (claimed,), _ = store.claim_samples("opd", 1, 0, 2, train_step=3)
     assert claimed == _sample(turn.id)
-    store.reject_sample(turn.id, "opd", 0, "judged again")
-    assert store.sample_counts("opd") == {"ready": 0, "used": 0, "dropped": 0, "rejected": 1}
-    assert store.claim_samples("opd", 1, 0, 2, train_step=4) == ([], [])
+    store.add_sample(_sample(turn.id))
+    assert store.claim_samples("opd", 1, 0, 2, train_step=4) == ([], [])  # opd has trained on this turn
+    assert store.sample_counts("opd") == {"ready": 0, "used": 1, "dropped": 0, "rejected": 0}
+    store.reject_sample(turn.id, 0, "judged again")
+    assert store.sample_counts("binary") == {"ready": 0, "used": 0, "dropped": 0, "rejected": 1}
+    assert store.claim_samples("binary", 1, 0, 2, train_step=1) == ([], [])
+
+
+def test_a_claim_assembles_for_its_method_records_each_rejection_and_reads_past_a_page(store):
+    store.ensure_session("s", "header")
+    turn_ids = [_turn(store).id for _ in range(70)]  # more than a page (64) of candidates
+    for turn_id in turn_ids:
+        store.add_sample(_sample(turn_id))
+    usable = set(turn_ids[-3:])
+
+    def picky(sample: Sample) -> Sample | str:
+        return sample if sample.turn_id in usable else "not my signal"
+
+    claimed, dropped = store.claim_samples("picky", 2, 0, 2, train_step=1, assemble=picky)
+    assert [s.turn_id for s in claimed] == turn_ids[-3:-1] and dropped == []
+    assert store.sample_counts("picky") == {"ready": 1, "used": 2, "dropped": 0, "rejected": 67}
+    reasons = store._execute("SELECT DISTINCT reason FROM claims WHERE method = ? AND status = 'rejected'",
+                             ("picky",)).fetchall()
+    assert reasons == [("not my signal",)]
+    # the next claim reads only what picky has not seen: the one usable turn left, not the 67 again
+    seen: list[int] = []
+    claimed, _ = store.claim_samples("picky", 2, 0, 2, train_step=2, min_size=1,
+                                     assemble=lambda s: seen.append(s.turn_id) or picky(s))
+    assert [s.turn_id for s in claimed] == turn_ids[-1:] and seen == turn_ids[-1:]
+    # and for another method every turn is still there
+    assert len(store.claim_samples("other", 70, 0, 2, train_step=1)[0]) == 70
+
+
+def test_rows_of_a_database_from_the_per_method_era_stay_readable_and_claimable(store):
+    """Before signals were per turn the judge wrote one row per (turn, method) the trainer named."""
+    store.ensure_session("s", "header")
+    ready, used = _turn(store), _turn(store)
+    for turn, status in ((ready, "ready"), (used, "used")):
+        store._execute(
+            "INSERT INTO samples (turn_id, method, status, reason, policy_version, payload, created_at) "
+            "VALUES (?, 'combined', ?, NULL, 0, ?, ?)", (turn.id, status, json.dumps(_sample(turn.id).to_dict()),
+                                                          time.time()))
+    assert store.sample_counts("combined") == {"ready": 1, "used": 1, "dropped": 0, "rejected": 0}
+    assert store.sample_counts("binary") == {"ready": 0, "used": 0, "dropped": 0, "rejected": 0}  # not its queue
+    assert store.claim_samples("binary", 1, 0, 2, train_step=1) == ([], [])
+    (claimed,), _ = store.claim_samples("combined", 1, 0, 2, train_step=1)
+    assert claimed == _sample(ready.id)
+    assert store.sample_counts("combined") == {"ready": 0, "used": 2, "dropped": 0, "rejected": 0}
+    assert store.sample_counts()["used"] == 2
 
 
 def test_policy_version_starts_at_zero_and_keeps_the_last_train_step(store):
@@ -278,7 +325,7 @@ def test_two_processes_claiming_at_once_never_take_the_same_sample(store, store_
     store.ensure_session("s", "header")
     turn_ids = [_turn(store).id for _ in range(120)]
     for turn_id in turn_ids:
-        store.add_sample(_sample(turn_id), "combined")
+        store.add_sample(_sample(turn_id))
     start = time.time() + 3.0  # both have imported and opened their store by then
     claimers = [
         subprocess.Popen([sys.executable, "-c", _CLAIMER, store_url, str(tmp_path), str(start)],

@@ -37,6 +37,7 @@ from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint
+from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
 
 log = logging.getLogger(__name__)
@@ -103,13 +104,17 @@ def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: LocalEngine
                     count_tokens=lambda text: len(tokenizer.encode(text)))
 
 
-def judge_loop(server: Server, config: JudgeConfig, method: str, judge: Judge | None = None) -> Background | None:
+def judge_loop(server: Server, config: JudgeConfig, judge: Judge | None = None,
+               teacher_targets: bool = True) -> Background | None:
+    """The judge worker beside serving, the serving engine its teacher; `teacher_targets` False
+    when no method that will train reads them (the judge itself knows no method)."""
     judge = judge or build_judge(config, server.engine.model_dir, server.engine)
     if judge is None:
         return None
-    worker = JudgeWorker(server.store, judge, config, method, teacher_engine=server.engine,
+    worker = JudgeWorker(server.store, judge, config, teacher_engine=server.engine if teacher_targets else None,
                          tokenizer=server.tokenizer, on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
-    log.info("judge: %s (m = %d votes), samples for method %s", judge.name, config.votes, method)
+    log.info("judge: %s (m = %d votes), teacher targets %s", judge.name, config.votes,
+             "on" if teacher_targets and config.teacher_targets else "off")
     return worker.run
 
 
@@ -193,7 +198,10 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         train = dataclasses.replace(train, train_threads=1)
     server = build_server(config, threads, lora_rank=train.lora_rank if config.train and train.lora else 0)
     loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
-    if (judging := judge_loop(server, judge, train.method, judge_override)) is not None:
+    # the judge writes signals for any method; a teacher that only this process's trainer would read, and
+    # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
+    teacher_targets = get_method(train.method).reads_teacher or not config.train
+    if (judging := judge_loop(server, judge, judge_override, teacher_targets)) is not None:
         loops.append(judging)
     if config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
@@ -214,15 +222,14 @@ def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
 
 
-def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, once: bool = False,
-                  store_url: str = "") -> int:
+def judge_process(data_dir: str, model: str, config: JudgeConfig, once: bool = False, store_url: str = "") -> int:
     """`openclaw-rl judge`: the worker as its own process against an existing store.
 
     Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
     follows the files channel: before each batch of turns it loads the newest published
     version, so teacher log-probs come from the policy serving has, not the one at start."""
     store = make_store(store_url, data_dir=data_dir)
-    worker = standalone_judge(store, data_dir, resolve_model_dir(model or None), config, method)
+    worker = standalone_judge(store, data_dir, resolve_model_dir(model or None), config)
     engine = worker.teacher_engine
 
     async def main() -> int:
@@ -237,16 +244,17 @@ def judge_process(data_dir: str, model: str, config: JudgeConfig, method: str, o
     return asyncio.run(main())
 
 
-def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config: JudgeConfig, method: str,
+def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config: JudgeConfig,
                      judge: Judge | None = None) -> JudgeWorker:
     """The worker of `openclaw-rl judge`: a policy engine of its own as the teacher, following
-    the files channel; `judge` replaces the configured one (tests)."""
+    the files channel; `judge` replaces the configured one (tests). It knows no method: its
+    samples serve trainers of any methods (--no-teacher-targets skips the teacher)."""
     engine = LocalEngine(model_dir)
     judge = judge or build_judge(config, model_dir, engine)
     if judge is None:
         raise SystemExit("--judge off: nothing to run")
     channel = FilesChannel(data_dir)
-    return JudgeWorker(store, judge, config, method, teacher_engine=engine, tokenizer=engine.tokenizer,
+    return JudgeWorker(store, judge, config, teacher_engine=engine, tokenizer=engine.tokenizer,
                        refresh=lambda: channel.refresh(engine))
 
 

@@ -19,9 +19,16 @@ transactions are a few hundred microseconds (a millisecond or two to a PostgreSQ
 server), and one connection keeps WAL checkpoints simple. Read-modify-write
 transactions are serialised by `BEGIN IMMEDIATE` on SQLite and by row locks on
 PostgreSQL: the session row while a turn index is chosen, `FOR UPDATE SKIP LOCKED` on the
-samples a trainer claims, so two trainers never claim the same sample.
+samples a trainer claims, and the claim's primary key (turn, method) settles the rest, so
+two trainers of one method never claim the same sample.
 
-It is one class over five tables (sessions, turns, verdicts, samples, policy) and runs
+The judge writes one sample per turn, with every signal it has; a trainer claims samples
+as its method assembles them (train/methods.py), and `claims` records, per method, which
+turns it used, dropped as stale or rejected and why. One judge thus serves trainers of
+different methods from one store, and the judge never needs to know a method.
+
+It is one class over seven tables (sessions, turns, verdicts, samples, claims, policy,
+responses) and runs
 past 400 lines on purpose: every query sits next to the transaction rules it shares,
 and the class is the whole contract between the processes.
 
@@ -110,6 +117,15 @@ CREATE TABLE IF NOT EXISTS samples (
     PRIMARY KEY (turn_id, method)
 );
 CREATE INDEX IF NOT EXISTS samples_ready ON samples(method, status, created_at);
+CREATE TABLE IF NOT EXISTS claims (
+    turn_id     {ref} NOT NULL REFERENCES turns(id),
+    method      TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('used', 'dropped', 'rejected')),
+    reason      TEXT,
+    train_step  INTEGER,
+    created_at  {real} NOT NULL,
+    PRIMARY KEY (turn_id, method)
+);
 CREATE TABLE IF NOT EXISTS policy (
     id          INTEGER PRIMARY KEY CHECK (id = 1),
     version     INTEGER NOT NULL,
@@ -125,6 +141,8 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at  {real} NOT NULL
 );
 """
+
+PER_TURN = ""  # `samples.method` of the one row per turn; rows of older databases name a method
 
 _TURN_COLUMNS = (
     "id, session_id, idx, kind, policy_version, prompt_messages, prompt_token_ids, "
@@ -445,72 +463,138 @@ class Store:
         }
 
     # -- samples ----------------------------------------------------------------------
+    #
+    # One row per turn in `samples`, written by the judge (or the agent driver) with every
+    # signal it found, for any method; `claims` records what each method's trainer did with
+    # each turn (used, dropped as stale, rejected with the reason it gives the method nothing).
+    #
+    # Why a second table and not the old key: `samples` was keyed (turn_id, method), one row
+    # per method the judge was told to build for, so the judge had to know the trainer's
+    # method. A database of that era keeps its rows: they stay readable and claimable by the
+    # method they name (`method` is legacy: rows written now hold PER_TURN there), the same
+    # primary key now holds one row per turn, and nothing is migrated or rewritten. The
+    # per-method outcome needed a key of its own, (turn_id, method), which is `claims`.
 
-    def add_sample(self, sample: Sample, method: str) -> None:
+    def add_sample(self, sample: Sample) -> None:
+        """Record a turn's sample, ready for every method (a turn judged again is replaced)."""
         with self._lock:
             self._replace("samples", "turn_id, method", {
-                "turn_id": sample.turn_id, "method": method, "status": "ready", "reason": None,
+                "turn_id": sample.turn_id, "method": PER_TURN, "status": "ready", "reason": None,
                 "policy_version": sample.policy_version, "payload": json.dumps(sample.to_dict()),
                 "created_at": time.time(), "used_at": None, "train_step": None,
             })
 
-    def reject_sample(self, turn_id: int, method: str, policy_version: int, reason: str) -> None:
+    def reject_sample(self, turn_id: int, policy_version: int, reason: str) -> None:
+        """Record that a turn gives no method anything to learn (a side turn, an empty response)."""
         with self._lock:
             self._replace("samples", "turn_id, method", {
-                "turn_id": turn_id, "method": method, "status": "rejected", "reason": reason,
+                "turn_id": turn_id, "method": PER_TURN, "status": "rejected", "reason": reason,
                 "policy_version": policy_version, "payload": None, "created_at": time.time(), "used_at": None,
                 "train_step": None,
             })
 
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
-                      train_step: int, min_size: int | None = None) -> tuple[list[Sample], list[tuple[int, str]]]:
-        """Take the oldest `batch_size` ready samples, if at least `min_size` (default: `batch_size`)
-        are fresh enough; a smaller `min_size` lets a finished run train its last, partial batch.
+                      train_step: int, min_size: int | None = None,
+                      assemble: Callable[[Sample], Sample | str] | None = None,
+                      ) -> tuple[list[Sample], list[tuple[int, str]]]:
+        """Take, for `method`, the oldest `batch_size` samples it has not seen yet, if at least
+        `min_size` (default: `batch_size`) are fresh enough and usable; a smaller `min_size` lets
+        a finished run train its last, partial batch.
 
-        Samples more than `max_staleness` versions behind the current policy are dropped
-        first, each with its reason. Returns (claimed samples, dropped (turn id, reason)).
-        Atomic across processes: no two claims ever take the same sample.
+        `assemble` turns a turn's sample into the method's (train/methods.py), or returns why
+        the turn gives the method nothing: that turn is rejected for `method`, with the reason,
+        and stays there for every other method. None takes samples as written. Samples more than
+        `max_staleness` versions behind the current policy are dropped for `method`, each with
+        its reason. Returns (claimed samples, dropped (turn id, reason)). Atomic across
+        processes: no two claims of one method ever take the same turn.
         """
-        now = time.time()
-        dropped: list[tuple[int, str]] = []
-        skip_locked = self._sql.skip_locked  # on PostgreSQL, samples another claim holds are not ours
+        need = batch_size if min_size is None else max(1, min_size)
+        taken: list[Sample] = []
+        outcomes: list[tuple[int, str, str | None]] = []  # (turn id, status, reason) of turns passed over
         with self._write():
-            stale = self._execute(
-                "SELECT turn_id, policy_version FROM samples WHERE method = ? AND status = 'ready' "
-                f"AND policy_version < ?{skip_locked}",
-                (method, current_version - max_staleness),
-            ).fetchall()
-            for turn_id, version in stale:
-                reason = (f"stale: sampled by policy v{version}, current v{current_version}, "
-                          f"max_staleness {max_staleness}")
-                self._execute(
-                    "UPDATE samples SET status = 'dropped', reason = ? WHERE turn_id = ? AND method = ?",
-                    (reason, turn_id, method),
-                )
-                dropped.append((turn_id, reason))
+            for turn_id, version, payload in self._unclaimed(method, batch_size):
+                if version < current_version - max_staleness:
+                    outcomes.append((turn_id, "dropped", f"stale: sampled by policy v{version}, current "
+                                                         f"v{current_version}, max_staleness {max_staleness}"))
+                    continue
+                sample = Sample.from_dict(json.loads(payload))
+                sample = assemble(sample) if assemble is not None else sample
+                if isinstance(sample, str):
+                    outcomes.append((turn_id, "rejected", sample))
+                    continue
+                taken.append(sample)
+                if len(taken) == batch_size:
+                    break
+            if len(taken) < need:
+                taken = []
+            self._claim(method, outcomes, "", train_step)
+            won = self._claim(method, [(s.turn_id, "used", None) for s in taken], " RETURNING turn_id", train_step)
+        taken = [s for s in taken if s.turn_id in won]  # a concurrent claim of the same method won the rest
+        dropped = [(turn_id, reason) for turn_id, status, reason in outcomes if status == "dropped"]
+        for turn_id, status, reason in outcomes:
+            log.log(logging.INFO if status == "dropped" else logging.DEBUG, "%s sample of turn %d for %s: %s",
+                    status, turn_id, method, reason)
+        return taken, dropped  # type: ignore[return-value]
+
+    def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str]]:
+        """(turn id, policy version, payload) of the ready samples `method` has no claim on,
+        oldest first, a page at a time (a method may reject many before it has a batch)."""
+        page = max(batch_size, 64)
+        after: tuple[float, int] = (-1.0, -1)
+        seen: set[int] = set()  # a database of the per-method era may hold a turn twice
+        while True:
             rows = self._execute(
-                "SELECT turn_id, payload FROM samples WHERE method = ? AND status = 'ready' "
-                f"ORDER BY created_at, turn_id LIMIT ?{skip_locked}",
-                (method, batch_size),
+                "SELECT s.turn_id, s.policy_version, s.payload, s.created_at FROM samples s "
+                "WHERE s.status = 'ready' AND s.method IN (?, ?) AND (s.created_at, s.turn_id) > (?, ?) "
+                "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.turn_id = s.turn_id AND c.method = ?) "
+                f"ORDER BY s.created_at, s.turn_id LIMIT ?{self._sql.skip_locked}",
+                (PER_TURN, method, *after, method, page),
             ).fetchall()
-            if len(rows) < (batch_size if min_size is None else max(1, min_size)):
-                rows = []
-            if rows:  # one statement, not one per sample: each is a round trip to a PostgreSQL server
-                self._execute(
-                    f"UPDATE samples SET status = 'used', used_at = ?, train_step = ? WHERE method = ? "
-                    f"AND turn_id IN ({','.join('?' * len(rows))})",
-                    (now, train_step, method, *(turn_id for turn_id, _ in rows)),
-                )
-        for turn_id, reason in dropped:
-            log.info("dropped sample of turn %d: %s", turn_id, reason)
-        return [Sample.from_dict(json.loads(payload)) for _, payload in rows], dropped
+            for turn_id, version, payload, created_at in rows:
+                after = (created_at, turn_id)
+                if turn_id not in seen:
+                    seen.add(turn_id)
+                    yield turn_id, version, payload
+            if len(rows) < page:
+                return
+
+    def _claim(self, method: str, outcomes: list[tuple[int, str, str | None]], returning: str,
+               train_step: int) -> set[int]:
+        """Insert `method`'s claims in one statement (each is a round trip to a PostgreSQL server);
+        a turn another claim of `method` recorded first is left as it is. With `returning`, the
+        turn ids this call recorded."""
+        if not outcomes:
+            return set()
+        now = time.time()
+        values = ", ".join("(?, ?, ?, ?, ?, ?)" for _ in outcomes)
+        args = [x for turn_id, status, reason in outcomes
+                for x in (turn_id, method, status, reason, train_step if status == "used" else None, now)]
+        cursor = self._execute(
+            f"INSERT INTO claims (turn_id, method, status, reason, train_step, created_at) VALUES {values} "
+            f"ON CONFLICT (turn_id, method) DO NOTHING{returning}", tuple(args))
+        return {row[0] for row in cursor.fetchall()} if returning else set()
 
     def sample_counts(self, method: str | None = None) -> dict[str, int]:
-        where, args = ("WHERE method = ?", (method,)) if method else ("", ())
+        """How many turns are ready, used, dropped and rejected for `method`: each turn counted
+        once, under its claim if `method` has one. Without a method: the ready turns no method
+        has claimed yet, and every claim and rejection of every method."""
         with self._lock:
-            rows = self._execute(f"SELECT status, COUNT(*) FROM samples {where} GROUP BY status", args).fetchall()
+            if method is not None:
+                rows = self._execute(
+                    "SELECT COALESCE(c.status, s.status), COUNT(*) FROM samples s LEFT JOIN claims c "
+                    "ON c.turn_id = s.turn_id AND c.method = ? WHERE s.method IN (?, ?) GROUP BY 1",
+                    (method, PER_TURN, method),
+                ).fetchall()
+            else:
+                rows = self._execute(
+                    "SELECT s.status, COUNT(*) FROM samples s WHERE NOT EXISTS (SELECT 1 FROM claims c "
+                    "WHERE c.turn_id = s.turn_id AND (s.method = ? OR c.method = s.method)) GROUP BY s.status "
+                    "UNION ALL SELECT status, COUNT(*) FROM claims GROUP BY status",
+                    (PER_TURN,),
+                ).fetchall()
         counts = {"ready": 0, "used": 0, "dropped": 0, "rejected": 0}
-        counts.update(dict(rows))
+        for status, count in rows:
+            counts[status] += count
         return counts
 
     # -- policy version ---------------------------------------------------------------

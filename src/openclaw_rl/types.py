@@ -202,7 +202,9 @@ class Sample:
     """What the trainer consumes: the exact sampled tokens and every signal about them.
 
     A missing signal is None, never a stand-in: no reward is not reward 0, and no
-    teacher is not the behaviour policy.
+    teacher is not the behaviour policy. The store holds one per turn with every signal
+    the judge (or the agent driver) found; a training method (train/methods.py) keeps
+    the signals it reads when its trainer claims the sample.
     """
 
     turn_id: int
@@ -218,6 +220,7 @@ class Sample:
     teacher_top_ids: list[list[int]] | None = None  # (T, K), for top-k distillation
     teacher_top_logprobs: list[list[float]] | None = None  # (T, K)
     hint: str | None = None
+    step_advantage: float | None = None  # a long-horizon agent step's standardized advantage (envs/agent.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -23,7 +23,7 @@ from openclaw_rl.envs.text_actions import text_action_hint
 from openclaw_rl.envs.toolcall import ToolCallEnv
 from openclaw_rl.judge.worker import JudgeWorker, Reading
 from openclaw_rl.store import Store
-from openclaw_rl.types import NextState
+from openclaw_rl.types import NextState, Sample
 
 S152 = math.sqrt(152.0)
 
@@ -304,6 +304,12 @@ def test_config_errors_name_the_fix():
         AgentConfig(env="toolcall", episodes=3, group_size=1)
 
 
+def test_the_driver_trains_with_the_method_of_step_advantages():
+    from openclaw_rl.train.methods import METHODS
+
+    assert METHODS[AGENT_METHOD].signals == ("step_advantage",)  # named, not imported: the CLI imports the driver
+
+
 def test_the_judge_worker_can_write_verdicts_only(tmp_path):
     class Judge:
         name = "fixed"
@@ -317,9 +323,9 @@ def test_the_judge_worker_can_write_verdicts_only(tmp_path):
                              response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="x", tool_calls=[],
                              sampling={}, finish_reason="stop", continuation_hash=None)
     store.set_next_state(turn.id, NextState("tool", "ok"))
-    verdict = asyncio.run(JudgeWorker(store, Judge(), JudgeConfig(), None).process(store.get_turn(turn.id)))
+    verdict = asyncio.run(JudgeWorker(store, Judge(), JudgeConfig(), write_samples=False).process(store.get_turn(turn.id)))
     assert verdict.reward == 1 and store.verdicts([turn.id])[turn.id].votes == [1, 1, -1]
-    assert sum(store.sample_counts().values()) == 0  # no sample of any method
+    assert sum(store.sample_counts().values()) == 0  # no sample: the driver writes these turns' own
 
 
 # -- the real thing, on the tiny model ---------------------------------------------------------
@@ -368,5 +374,9 @@ def test_rollouts_on_the_tiny_model_land_in_the_store_and_train(tiny_model_dir, 
     assert counts["used"] >= 2 and summary["samples_written"] >= 4  # step 0 of each group: +1 and -1
     # batch 3: the last batch was short of it, and the drain had it trained too
     assert counts["ready"] == 0 and counts["used"] == summary["samples_written"]
-    assert store.sample_counts() == counts  # no per-turn samples of any other method
+    assert store.sample_counts() == counts  # one sample per step, and no other method claimed any
+    first = store.turns(lines[0]["session_id"])[0]
+    ((payload,),) = store._execute("SELECT payload FROM samples WHERE turn_id = ?", (first.id,)).fetchall()
+    sample = Sample.from_dict(json.loads(payload))  # the advantage is a signal of its own, not a reward
+    assert sample.step_advantage == lines[0]["advantages"][0] != 0 and sample.reward is None
     assert summary["updates"] >= 1 and summary["policy_version_end"] >= 1

@@ -115,8 +115,9 @@ class _Sharded:
 
 
 class JudgeActor:
-    def __init__(self, config: ServeConfig, judge: JudgeConfig, method: str, shard: int = 0, shards: int = 1,
-                 watch_weights: bool = False):
+    def __init__(self, config: ServeConfig, judge: JudgeConfig, teacher_targets: bool = True, shard: int = 0,
+                 shards: int = 1, watch_weights: bool = False):
+        """`teacher_targets` False: no method that trains reads a teacher, so none is scored."""
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.engine.local import LocalEngine
         from openclaw_rl.judge.worker import JudgeWorker
@@ -131,7 +132,8 @@ class JudgeActor:
             raise ValueError("--judge off: there is no judge to run")
         channel = FilesChannel(config.data_dir)
         self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
-                                  judge, method, teacher_engine=self.engine, tokenizer=self.engine.tokenizer,
+                                  judge, teacher_engine=self.engine if teacher_targets else None,
+                                  tokenizer=self.engine.tokenizer,
                                   refresh=(lambda: channel.refresh(self.engine)) if watch_weights else None)
         self._stop: asyncio.Event | None = None
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_rl.config import ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig
+from openclaw_rl.train.methods import get_method
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,8 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                                                          lora_rank=lora_rank)
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
-    judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, train.method, i, shards,
+    teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as loop.build_app decides
+    judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, teacher_targets, i, shards,
                                                         watch_weights=not serve.train) for i in range(shards)]
     token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)
     env_actors = [remote(actors.EnvPoolActor, "env_pool").remote(PoolConfig(env=name, size=size), token)

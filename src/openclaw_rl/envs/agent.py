@@ -6,7 +6,7 @@
       -> every step a main turn of the episode's session, every observation its next state
       -> the judge votes on each step (PRM), as it reads any turn
       -> group done: r_t = outcome + mean vote of step t; A standardized per (task, step)
-      -> samples (reward = A) into the store as method "agent" -> the trainer -> v+1
+      -> samples (step_advantage = A) into the store -> the trainer (method stepwise) -> v+1
 
 Outputs in `--out`: `episodes.jsonl` (one line per episode: task, actions, observations,
 rewards, advantages, outcome, turns), `summary.json` (env, episodes, success_rate,
@@ -18,13 +18,12 @@ Decisions and why:
   advantage compares it with the same step of the other G trajectories of its task, so it
   exists only once the whole group has ended and been judged; the judge worker, which
   builds a sample the moment one turn is judged, cannot know it. So the in-process judge
-  runs with samples off (`JudgeWorker(method=None)`: verdicts only, which are the PRM
-  votes we read), the driver writes one sample per kept step under its own method name
-  `agent` (`AGENT_METHOD`), with the advantage as the sample's reward, and the trainer
-  claims `agent` samples (`run_trainer(sample_method="agent")`) and trains them with the
-  binary loss, whose advantage is the sample's reward on every token: A_t as computed
-  here. No other sample of these turns exists, and the distinct name keeps them apart
-  from per-turn samples should another judge or trainer share the store.
+  runs with samples off (`JudgeWorker(write_samples=False)`: verdicts only, which are the
+  PRM votes we read), the driver writes one sample per kept step with the advantage as
+  its own signal (`Sample.step_advantage`), and the trainer's method is `stepwise`
+  (`AGENT_METHOD`), whose advantage is that signal on every token: A_t as computed here.
+  No other sample of these turns exists; a trainer of another method sharing the store
+  skips them: they carry no reward and no teacher.
 - **Rewards** (docs/method.md §3): outcome o = +1 for success and -1 for failure, so a group
   that splits on the outcome splits the advantages symmetrically and a failure is not
   merely "less good". `integrated`: r_t = o + mean of the judge's votes on step t (a step
@@ -44,7 +43,7 @@ Decisions and why:
   become turns and next states in that server's store and its own judge and trainer
   learn from them per turn (its configured method); step rewards and advantages are
   computed from its verdicts (`GET /v1/sessions/{id}`) and written to the outputs, but
-  no `agent` samples are written, since the driver does not hold that server's store.
+  no step samples are written, since the driver does not hold that server's store.
 - Modules: `rollout.py` plays one episode (the `Policy` seam, the HTTP policy, local
   envs or pool leases); `agent_server.py` is the in-process server and the sample sink;
   this file schedules groups, computes rewards and advantages, and writes the outputs.
@@ -414,7 +413,7 @@ def _start_server(config: AgentConfig, judge: Any) -> AgentServer:
                           "(or local, or a URL), or --reward outcome")
     train = None
     if config.train:
-        train = TrainConfig(method="binary", batch_size=config.batch_size, lr=config.lr, lora=config.lora,
+        train = TrainConfig(method=AGENT_METHOD, batch_size=config.batch_size, lr=config.lr, lora=config.lora,
                             max_staleness=config.max_staleness, train_threads=1)
     return AgentServer(model=config.model, data_dir=config.data_dir or Path(config.out) / "data",
                        judge=config.judge, judge_model=config.judge_model, train=train,

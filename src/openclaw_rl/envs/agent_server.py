@@ -1,20 +1,19 @@
 """The in-process policy server of `openclaw-rl agent`, and how agent samples reach its trainer.
 
-    server = AgentServer(model="", data_dir="run/data", judge="embedding", train=TrainConfig(method="binary"))
-    StoreSink(server.store).write(episode, advantages)   # one `agent` sample per kept step
+    server = AgentServer(model="", data_dir="run/data", judge="embedding", train=TrainConfig(method="stepwise"))
+    StoreSink(server.store).write(episode, advantages)   # one sample per kept step
     server.stop()
 
 The same parts as `openclaw-rl serve` (loop.build_server, build_judge, load_trainer), wired
-differently, which is why this is not loop.build_app: there the judge's per-turn samples
-and the trainer's claims share one method name. Here
+differently, which is why this is not loop.build_app: there the judge writes each turn's
+sample. Here
 
-- the judge worker writes verdicts only (`JudgeWorker(method=None)`): the PRM votes the
-  driver reads; no per-turn sample of an agent turn exists for any trainer to claim;
-- the driver writes the samples, method `agent` (AGENT_METHOD), reward = the step's
-  standardized advantage (envs/agent.py says why the driver and not the judge);
-- the trainer claims `agent` samples (`run_trainer(sample_method="agent")`) and trains
-  them with its configured loss, `binary` for the driver: A_t = the sample's reward on
-  every token, a reward of 0 masked out;
+- the judge worker writes verdicts only (`JudgeWorker(write_samples=False)`, no teacher):
+  the PRM votes the driver reads;
+- the driver writes each step's sample, with the step's standardized advantage as its
+  own signal, `Sample.step_advantage` (envs/agent.py says why the driver and not the judge);
+- the trainer's method is `stepwise` (AGENT_METHOD), which trains on that signal:
+  A_t = the step's advantage on every token;
 - a run is finite, so when its last group is done (`drain`) the trainer also takes the
   last, short batch: every sample the driver wrote is trained on.
 """
@@ -35,11 +34,11 @@ __all__ = ["AGENT_METHOD", "AgentServer", "StoreSink"]
 
 log = logging.getLogger(__name__)
 
-AGENT_METHOD = "agent"
+AGENT_METHOD = "stepwise"  # train.methods.STEPWISE, by name: the CLI imports this module to build its flags
 
 
 class StoreSink:
-    """Writes the `agent` samples of an episode's steps, or rejects each with its reason."""
+    """Writes the samples of an episode's steps (their step advantages), or rejects each with its reason."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
@@ -67,21 +66,21 @@ class StoreSink:
             else:
                 reason = None
             if reason is not None:
-                self.store.reject_sample(turn.id, AGENT_METHOD, turn.policy_version, reason)
+                self.store.reject_sample(turn.id, turn.policy_version, reason)
                 rejected += 1
                 continue
             self.store.add_sample(Sample(
                 turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
                 prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
                 behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn),
-                top_p=logprob_top_p(turn), reward=value,
-            ), AGENT_METHOD)
+                top_p=logprob_top_p(turn), step_advantage=value,
+            ))
             written += 1
         return written, rejected
 
 
 class AgentServer:
-    """Policy, judge (verdicts only) and trainer (claiming `agent` samples) on a loopback port."""
+    """Policy, judge (verdicts only) and trainer (of step advantages) on a loopback port."""
 
     def __init__(self, *, model: str, data_dir: str | Path, judge: str = "embedding", judge_model: str = "default",
                  train: TrainConfig | None = None, max_tokens: int = 256, judge_override: Any = None) -> None:
@@ -107,12 +106,11 @@ class AgentServer:
             judge_config = JudgeConfig(judge=judge)
         reader = judge_override or build_judge(judge_config, server.engine.model_dir, server.engine)
         if reader is not None:
-            loops.append(JudgeWorker(server.store, reader, judge_config, method=None).run)
+            loops.append(JudgeWorker(server.store, reader, judge_config, write_samples=False).run)
         if train is not None:
             trainer = load_trainer(server.engine.model_dir, Path(data_dir), train, resume=False)
             publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine)])
-            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop,
-                                                  sample_method=AGENT_METHOD, flush=self._flush))
+            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop, flush=self._flush))
         self.server = server
         self.store: Store = server.store
         self.model_name: str = server.model_name
@@ -121,7 +119,7 @@ class AgentServer:
         self.base_url = self._thread.base_url
 
     def drain(self, timeout_s: float) -> bool:
-        """Train every `agent` sample still ready, the last batch even if it is short of a full
+        """Train every step sample still ready, the last batch even if it is short of a full
         one, and wait (at most `timeout_s`) until that is done; whether it was done in time."""
         self._flush.requested.set()
         return self._flush.done.wait(timeout_s)

@@ -54,6 +54,7 @@ from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
+from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.weights import CallbackChannel
 
 log = logging.getLogger(__name__)
@@ -90,9 +91,10 @@ class SimulateConfig:
     def __post_init__(self) -> None:
         if self.sessions < 1:
             raise ValueError(f"sessions = {self.sessions} is invalid: play at least 1 session")
-        bad = [m for m in self.methods if m not in ("binary", "opd", "combined", "topk")]
-        if bad or not self.methods:
-            raise ValueError(f"unknown method(s) {bad or self.methods}; use binary, opd, combined or topk")
+        if not self.methods:
+            raise ValueError("methods is empty: name at least one, e.g. combined")
+        for method in self.methods:  # before any run starts: a bad name last in the list fails now, not hours in
+            get_method(method)
         if self.heldout < 1:
             raise ValueError(f"heldout = {self.heldout} is invalid: hold out at least 1 problem")
         if self.parallel < 1:
@@ -269,7 +271,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 future.result()
         deadline = time.monotonic() + config.drain_timeout_s  # let samples already judged be trained on
         while (not done_training() and time.monotonic() < deadline
-               and server.store.sample_counts(method)["ready"] >= config.batch_size):
+               and server.store.sample_counts(get_method(method).name)["ready"] >= config.batch_size):
             time.sleep(1.0)
         final = server.engine.policy_version
     finally:

@@ -1,16 +1,19 @@
-"""Verdicts and teacher targets -> training samples, per method (pure).
+"""A judged turn -> its one training sample, with every signal the judge found (pure).
 
-What each method needs (docs/method.md §3):
+The judge does not know which method will train: it writes what it has, once per turn,
+and each trainer's method keeps the signals it reads when it claims the sample
+(train/methods.py), or records why the turn gives it nothing.
 
-| method   | needs                                 | a turn without it is rejected because   |
-|----------|---------------------------------------|-----------------------------------------|
-| binary   | a verdict with reward +1 or -1        | r = 0 or no verdict carries no signal   |
-| opd      | a selected hint (teacher log-probs)   | no hint, no directive signal            |
-| combined | either of the two                     | neither signal                          |
-| topk     | a selected hint (teacher top-K)       | no hint                                 |
+| signal            | in the sample as                          | absent when                         |
+|-------------------|-------------------------------------------|-------------------------------------|
+| reward            | `reward`: the majority vote, 0 included   | no verdict (a judge failure)        |
+| teacher log-probs | `teacher_logprobs`, `hint`                | no hint, or no teacher was scored   |
+| teacher top-k     | `teacher_top_ids`, `teacher_top_logprobs` | as teacher log-probs                |
 
-A missing term stays None in the sample: the loss treats it as zero, never as the
-behaviour policy.
+Only what no method can train on is rejected here: side turns, empty responses, and a
+turn with no verdict (the judge failed, so no teacher was scored either). A
+missing signal stays None, never a stand-in: no verdict is not reward 0, and no
+teacher is not the behaviour policy.
 """
 
 from __future__ import annotations
@@ -18,27 +21,15 @@ from __future__ import annotations
 from openclaw_rl.judge.teacher import TeacherResult, logprob_temperature, logprob_top_p
 from openclaw_rl.types import Sample, Turn, Verdict
 
-METHODS = ("binary", "opd", "combined", "topk")
-TEACHER_METHODS = ("opd", "combined", "topk")  # the methods that read teacher log-probs (scoring them costs prefills)
 
-
-def build_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None, method: str) -> Sample | str:
-    """A ready sample, or the reason this turn gives the method nothing to learn."""
-    if method not in METHODS:
-        raise ValueError(f"unknown method {method!r}; use one of {', '.join(METHODS)}")
+def turn_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> Sample | str:
+    """The turn's sample with every signal it has, or the reason no method can learn from it."""
     if turn.kind != "main":
         return "side turns are never trained"
     if not turn.response_token_ids:
         return "empty response"
-    reward = float(verdict.reward) if verdict.status == "ok" and verdict.reward else None
-    has_teacher = teacher is not None
-    if method == "binary" and reward is None:
-        return "no verdict" if verdict.status != "ok" else "reward 0 carries no evaluative signal"
-    if method in ("opd", "topk") and not has_teacher:
-        return "no hint: no directive signal"
-    if method == "combined" and reward is None and not has_teacher:
-        return "neither a non-zero reward nor a hint"
-    use_teacher = has_teacher and method != "binary"
+    if verdict.status != "ok" and teacher is None:
+        return "no verdict"
     return Sample(
         turn_id=turn.id,
         session_id=turn.session_id,
@@ -48,9 +39,9 @@ def build_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None, me
         behaviour_logprobs=turn.behaviour_logprobs,
         temperature=logprob_temperature(turn),
         top_p=logprob_top_p(turn),
-        reward=reward if method in ("binary", "combined") else None,
-        teacher_logprobs=teacher.logprobs if use_teacher else None,
-        teacher_top_ids=teacher.top_ids if use_teacher and method == "topk" else None,
-        teacher_top_logprobs=teacher.top_logprobs if use_teacher and method == "topk" else None,
-        hint=teacher.hint if use_teacher else None,
+        reward=float(verdict.reward) if verdict.status == "ok" and verdict.reward is not None else None,
+        teacher_logprobs=teacher.logprobs if teacher else None,
+        teacher_top_ids=teacher.top_ids if teacher else None,
+        teacher_top_logprobs=teacher.top_logprobs if teacher else None,
+        hint=teacher.hint if teacher else None,
     )

@@ -3,7 +3,14 @@
     loop: find main turns whose next state arrived and that have no verdict
           -> read them (m evaluative + m directive votes, or the embedding judge)
           -> teacher-score the candidate hints and select one by overlap
-          -> write the verdict, then the training sample (or why there is none)
+          -> write the verdict, then the turn's one sample with every signal found
+
+The worker knows no training method: each sample carries whatever signals the turn has
+(reward, teacher log-probs and top-k) and every trainer's method takes from it what it
+reads when it claims it (judge/samples.py, train/methods.py), so one judge serves
+trainers of any methods. Teacher scoring costs a prefill per hint; a worker without a
+`teacher_engine`, or with `--no-teacher-targets`, scores none (the composition root
+leaves the engine out when the only method that will train reads no teacher).
 
 Failures are data, never rewards: a judge call that errors or times out is retried with
 exponential backoff; when every evaluative call of a turn has failed, the turn gets a
@@ -32,7 +39,7 @@ from openclaw_rl.config import JudgeConfig
 from openclaw_rl.judge.backends import ChatBackend, EmbeddingClassifier
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import extract_hints
-from openclaw_rl.judge.samples import TEACHER_METHODS, build_sample
+from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.teacher import TeacherResult, score_hints
 from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
 from openclaw_rl.store import Store
@@ -146,15 +153,15 @@ class EmbeddingJudge:
 
 
 class JudgeWorker:
-    def __init__(self, store: Store, judge: Judge, config: JudgeConfig, method: str | None,
-                 teacher_engine=None, tokenizer=None, seed: int = 0,
-                 on_verdict: Callable[[Verdict], None] | None = None,
-                 refresh: Callable[[], Awaitable[object]] | None = None):
-        """`method` names the objective each verdict's sample is built for; None writes verdicts
-        only, for a caller that builds its own samples from them (the agent rollout driver's
-        step-wise advantages need a whole group of trajectories, see envs/agent.py).
-        `refresh` brings the teacher engine to the newest policy (see the module docstring)."""
-        self.store, self.judge, self.config, self.method = store, judge, config, method
+    def __init__(self, store: Store, judge: Judge, config: JudgeConfig, teacher_engine=None, tokenizer=None,
+                 seed: int = 0, on_verdict: Callable[[Verdict], None] | None = None,
+                 refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True):
+        """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
+        `write_samples` False writes verdicts only, for a caller that writes the turns' samples
+        itself (the agent rollout driver's step advantages need a whole group of trajectories,
+        see envs/agent.py). `refresh` brings the teacher engine to the newest policy (see the
+        module docstring)."""
+        self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
         self.on_verdict, self.refresh = on_verdict, refresh
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
         self.rng = random.Random(seed)
@@ -209,7 +216,7 @@ class JudgeWorker:
             return verdict
         hints = dedupe_hints(reading.hints, self.config.max_hints)
         teacher: TeacherResult | None = None
-        if hints and self.teacher_engine is not None and self.method in TEACHER_METHODS:  # binary never reads it
+        if hints and self.teacher_engine is not None and self.config.teacher_targets:
             try:
                 teacher = await asyncio.wait_for(
                     score_hints(self.teacher_engine, self.tokenizer, turn, hints, strategy=self.config.hint_selection,
@@ -231,12 +238,12 @@ class JudgeWorker:
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
         self.store.write_verdict(verdict)
-        if self.method is not None:
-            sample = build_sample(turn, verdict, teacher, self.method)
+        if self.write_samples:
+            sample = turn_sample(turn, verdict, teacher)
             if isinstance(sample, str):
-                self.store.reject_sample(turn.id, self.method, turn.policy_version, sample)
+                self.store.reject_sample(turn.id, turn.policy_version, sample)
             else:
-                self.store.add_sample(sample, self.method)
+                self.store.add_sample(sample)
         self.judged += 1
         if self.on_verdict is not None:
             self.on_verdict(verdict)

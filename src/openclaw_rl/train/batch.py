@@ -1,4 +1,4 @@
-"""Samples to a padded batch of tensors, as `method_loss` and the trainer read it.
+"""Samples to a padded batch of tensors, as a method's loss (train/methods.py) and the trainer read it.
 
 Pure: no model, no store, no tokenizer. The ids are the exact sampled ones a sample
 carries (docs/method.md §2, step 1): nothing is rendered or re-tokenized here.
@@ -17,6 +17,7 @@ Layout, and why:
 - A sample without a teacher gets `teacher_mask` False and zeros in
   `teacher_logprobs`, never its behaviour log-probs (see losses.py for why).
 - No verdict is `has_reward` False with reward 0; a verdict of 0 is `has_reward` True.
+  A step advantage is the same: `has_step_advantage` says whether there is one.
 - With `top_k > 0` (top-k distillation) a teacher counts only if it also reported its
   top tokens. K is `top_k` or the shortest list in the batch if that is shorter: each
   list is best first, so cutting it keeps the teacher's best tokens and the tail bin
@@ -38,8 +39,8 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
 
     Keys: input_ids, attention_mask (B, L); response_positions, response_ids,
     loss_mask, behaviour_logprobs, teacher_logprobs, teacher_mask (B, T); reward,
-    has_reward, temperatures, top_ps (B,); with top_k > 0 also teacher_top_ids,
-    teacher_top_logprobs (B, T, K).
+    has_reward, step_advantage, has_step_advantage, temperatures, top_ps (B,); with
+    top_k > 0 also teacher_top_ids, teacher_top_logprobs (B, T, K).
     """
     if not samples:
         raise ValueError("collate needs at least one sample")
@@ -61,6 +62,8 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
     teacher_mask = torch.zeros(batch_size, tokens, dtype=torch.bool)
     reward = torch.zeros(batch_size)
     has_reward = torch.zeros(batch_size, dtype=torch.bool)
+    step_advantage = torch.zeros(batch_size)
+    has_step_advantage = torch.zeros(batch_size, dtype=torch.bool)
     temperatures = torch.tensor([s.temperature for s in samples], dtype=torch.float32)
     top_ps = torch.tensor([s.top_p for s in samples], dtype=torch.float32)
     top_ids = torch.full((batch_size, tokens, k), -1, dtype=torch.long)
@@ -78,6 +81,8 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
         behaviour_logprobs[b, :t] = torch.tensor(sample.behaviour_logprobs)
         if sample.reward is not None:
             reward[b], has_reward[b] = float(sample.reward), True
+        if sample.step_advantage is not None:
+            step_advantage[b], has_step_advantage[b] = float(sample.step_advantage), True
         if sample.teacher_logprobs is not None and (top_k == 0 or _has_top(sample)):
             teacher_logprobs[b, :t] = torch.tensor(sample.teacher_logprobs)
             teacher_mask[b, :t] = True
@@ -95,6 +100,8 @@ def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
         "behaviour_logprobs": behaviour_logprobs,
         "reward": reward,
         "has_reward": has_reward,
+        "step_advantage": step_advantage,
+        "has_step_advantage": has_step_advantage,
         "teacher_logprobs": teacher_logprobs,
         "teacher_mask": teacher_mask,
         "temperatures": temperatures,

@@ -30,9 +30,11 @@ Decisions, and why:
   filled-in teacher makes the sample look as if it had a directive signal (it stays in
   the batch and dilutes the mean), and any mismatch between the two log-prob sources
   (temperature, tokenization) would become a spurious advantage.
-- A method is a row of `METHODS` naming its terms; `method_loss` adds up the terms a row
-  names. A batch that lacks a key a term needs raises instead of quietly training a
-  smaller objective (the published LoRA path fell back to binary RL for opd/combined).
+- Which terms a method trains is declared by the method (train/methods.py);
+  `total_loss` adds up the terms it is given, and `surrogate_advantages` builds the
+  binary, opd and combined advantages as one sum with absent terms. A batch that lacks
+  a key a term needs raises instead of quietly training a smaller objective (the
+  published LoRA path fell back to binary RL for opd/combined).
 - The KL to the reference policy uses the k3 estimator exp(ref - lp) - (ref - lp) - 1:
   unbiased for KL(pi_theta || pi_ref) on tokens sampled from pi_theta, never negative,
   lower variance than log(pi_theta / pi_ref). Tokens come from the behaviour policy,
@@ -292,36 +294,6 @@ def stepwise_advantages(
 
 
 @dataclass(frozen=True)
-class LossTerms:
-    """The loss terms a method trains on (docs/method.md §3)."""
-
-    reward: bool = False  # evaluative: A += w_rl * r, clipped surrogate
-    opd: bool = False  # directive: A += w_opd * clip(teacher - behaviour, -C, C)
-    topk_kl: bool = False  # directive: reverse KL to the teacher's top-K + tail
-
-    def batch_keys(self) -> list[str]:
-        """The batch entries these terms read."""
-        keys = ["loss_mask"]
-        if self.reward or self.opd:
-            keys.append("behaviour_logprobs")
-        if self.reward:
-            keys += ["reward", "has_reward"]
-        if self.opd:
-            keys += ["teacher_logprobs", "teacher_mask"]
-        if self.topk_kl:
-            keys += ["teacher_top_ids", "teacher_top_logprobs", "teacher_mask"]
-        return list(dict.fromkeys(keys))
-
-
-METHODS: dict[str, LossTerms] = {
-    "binary": LossTerms(reward=True),
-    "opd": LossTerms(opd=True),
-    "combined": LossTerms(reward=True, opd=True),  # the recommended default
-    "topk": LossTerms(topk_kl=True),
-}
-
-
-@dataclass(frozen=True)
 class LossParams:
     """Coefficients of the loss terms; defaults are the paper's."""
 
@@ -343,29 +315,53 @@ class LossParams:
             )
 
 
-def method_terms(method: str) -> LossTerms:
-    """The terms of a method name, or ValueError naming the allowed ones."""
-    if method not in METHODS:
-        raise ValueError(f"unknown loss method {method!r}; choose one of {sorted(METHODS)}")
-    return METHODS[method]
+def surrogate_advantages(
+    batch: Mapping[str, Tensor],  # loss_mask (B, T), and the keys of the terms asked for
+    params: LossParams,
+    *,
+    reward: bool,  # A += w_rl * r (reads reward, has_reward)
+    opd: bool,  # A += w_opd * clip(teacher - behaviour, -C, C) (reads teacher_logprobs, teacher_mask)
+) -> tuple[Tensor, Tensor]:  # advantages (B, T), loss_mask (B, T)
+    """Advantages of the clipped surrogate from the reward and/or OPD terms; a term not asked
+    for enters as absent, so binary, opd and combined are this one sum (combined_advantages)."""
+    loss_mask = batch["loss_mask"].bool()  # (B, T)
+    batch_size, _ = loss_mask.shape
+    device = loss_mask.device
+    if reward:
+        rewards, has_reward = batch["reward"], batch["has_reward"]
+    else:
+        rewards = torch.zeros(batch_size, device=device)
+        has_reward = torch.zeros(batch_size, dtype=torch.bool, device=device)
+    if opd:
+        teacher_mask = batch["teacher_mask"].bool()
+        opd_adv = opd_advantages(
+            batch["teacher_logprobs"], batch["behaviour_logprobs"], teacher_mask, params.opd_clip_c,
+            params.opd_baseline,
+        )
+    else:
+        teacher_mask = torch.zeros_like(loss_mask)
+        opd_adv = torch.zeros(loss_mask.shape, device=device)
+    return combined_advantages(rewards, has_reward, opd_adv, teacher_mask, loss_mask, params.w_rl, params.w_opd)
 
 
-def method_loss(
-    method: str,
-    batch: Mapping[str, Tensor],  # loss_mask (B, T) and the keys LossTerms.batch_keys names
+def total_loss(
+    batch: Mapping[str, Tensor],  # loss_mask (B, T); behaviour_logprobs with a surrogate; teacher top-k with topk_kl
     logprobs: Tensor,  # (B, T) current policy, sampled tokens
+    *,
+    surrogate: tuple[Tensor, Tensor] | None,  # (advantages, loss_mask) of the clipped surrogate, (B, T) each
+    topk_kl: bool = False,  # add the reverse KL to the teacher's top-K + tail
     logits: Tensor | None = None,  # (B, T, V) current policy; the top-k term needs it
     ref_logprobs: Tensor | None = None,  # (B, T) reference policy; needed when kl_beta > 0
     params: LossParams = LossParams(),
     kl_logprobs: Tensor | None = None,  # (B, T) current policy measured as ref_logprobs are; default logprobs
 ) -> tuple[Tensor, dict[str, float]]:
-    """The total loss of a method: the sum of the terms its `METHODS` row names."""
-    terms = method_terms(method)
-    missing = [key for key in terms.batch_keys() if key not in batch]
-    if missing:
-        raise ValueError(f"method {method!r} needs batch keys {missing}; the batch has {sorted(batch)}")
-    if terms.topk_kl and logits is None:
-        raise ValueError(f"method {method!r} needs the student's full-vocabulary logits; pass logits=")
+    """The sum of a method's terms (train/methods.py says which): the clipped surrogate on the
+    advantages given, the top-k distillation KL, and the k3 KL to the reference over every
+    token some term trains."""
+    if surrogate is None and not topk_kl:
+        raise ValueError("total_loss needs a term: pass surrogate=(advantages, loss_mask) or topk_kl=True")
+    if topk_kl and logits is None:
+        raise ValueError("the top-k distillation term needs the student's full-vocabulary logits; pass logits=")
     if params.kl_beta > 0 and ref_logprobs is None:
         raise ValueError(f"kl_beta={params.kl_beta} needs ref_logprobs; pass them or set kl_beta=0")
 
@@ -373,14 +369,14 @@ def method_loss(
     trained = torch.zeros_like(loss_mask)  # (B, T) tokens some term trains on
     total = _f32(logprobs).new_zeros(())
     stats: dict[str, float] = {}
-    if terms.reward or terms.opd:
-        advantages, pg_mask = _policy_advantages(terms, batch, loss_mask, params)
+    if surrogate is not None:
+        advantages, pg_mask = surrogate
         pg_loss, stats = ppo_clip_loss(
             logprobs, batch["behaviour_logprobs"], advantages, pg_mask, params.eps_low, params.eps_high
         )
-        total, trained = total + pg_loss, trained | pg_mask
+        total, trained = total + pg_loss, trained | pg_mask.bool()
         stats["pg_loss"] = pg_loss.item()
-    if terms.topk_kl:
+    if topk_kl:
         kl_mask = loss_mask & batch["teacher_mask"].bool()  # (B, T)
         topk = topk_reverse_kl(
             logits, batch["teacher_top_ids"], batch["teacher_top_logprobs"], kl_mask, params.tail_floor
@@ -394,26 +390,3 @@ def method_loss(
     stats["loss"] = total.item()
     stats["tokens"] = float(trained.sum().item())
     return total, stats
-
-
-def _policy_advantages(
-    terms: LossTerms, batch: Mapping[str, Tensor], loss_mask: Tensor, params: LossParams
-) -> tuple[Tensor, Tensor]:  # advantages (B, T), loss_mask (B, T)
-    """Advantages of the clipped-surrogate terms; an unused term enters as absent."""
-    batch_size, _ = loss_mask.shape
-    device = loss_mask.device
-    if terms.reward:
-        reward, has_reward = batch["reward"], batch["has_reward"]
-    else:
-        reward = torch.zeros(batch_size, device=device)
-        has_reward = torch.zeros(batch_size, dtype=torch.bool, device=device)
-    if terms.opd:
-        teacher_mask = batch["teacher_mask"].bool()
-        opd = opd_advantages(
-            batch["teacher_logprobs"], batch["behaviour_logprobs"], teacher_mask, params.opd_clip_c,
-            params.opd_baseline,
-        )
-    else:
-        teacher_mask = torch.zeros_like(loss_mask)
-        opd = torch.zeros(loss_mask.shape, device=device)
-    return combined_advantages(reward, has_reward, opd, teacher_mask, loss_mask, params.w_rl, params.w_opd)

@@ -1,6 +1,7 @@
 """The training loop that runs beside serving (or on its own against the same store).
 
-    claim a full batch of fresh samples -> trainer.step (worker thread) -> publish v+1
+    claim a full batch of fresh samples, assembled for the trainer's method
+    -> trainer.step (worker thread) -> publish v+1
     -> announce v+1 in the store -> checkpoint every N steps -> TensorBoard, log, on_step
 
 The model work runs in a worker thread so the event loop keeps serving meanwhile.
@@ -45,24 +46,24 @@ async def run_trainer(
     publisher: Publisher,
     stop: asyncio.Event,
     on_step: Callable[[dict[str, float]], None] | None = None,
-    sample_method: str | None = None,
     flush: Flush | None = None,
 ) -> None:
-    """Train until `stop` is set. Claims the samples of `sample_method` (default: the loss's
-    own `config.method`) and trains them with `config.method`'s loss: the agent rollout
-    driver's step-wise samples are claimed as "agent" and trained with the binary loss.
+    """Train until `stop` is set. Claims samples as the trainer's method assembles them from
+    the store's per-turn samples (a turn it cannot learn from is skipped with the reason)
+    and trains them with that method's loss.
     Every new version goes to `publisher`. `flush`: see Flush."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
+    method = trainer.method
     writer = SummaryWriter(str(data_dir / "tensorboard"))
     saved_step = trainer.train_step
     try:
         while not stop.is_set():
             flushing = flush is not None and flush.requested.is_set()
             samples, dropped = await asyncio.to_thread(
-                store.claim_samples, sample_method or config.method, config.batch_size, trainer.policy_version,
-                config.max_staleness, trainer.train_step + 1, 1 if flushing else None,
+                store.claim_samples, method.name, config.batch_size, trainer.policy_version,
+                config.max_staleness, trainer.train_step + 1, 1 if flushing else None, method.assemble,
             )
             if not samples:
                 if flushing:

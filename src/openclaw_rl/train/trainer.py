@@ -1,7 +1,7 @@
 """The trainer: a float32 training copy of the policy and one `step` per batch.
 
 `Trainer.step(samples)` pads the samples (batch.py), measures the current policy's
-log-probs of the exact sampled tokens, adds up the method's loss terms (losses.py) and
+log-probs of the exact sampled tokens, adds up the method's loss terms (methods.py) and
 takes `optimizer_steps_per_batch` AdamW steps. It knows nothing of the store, the
 engine or files: the runner feeds it and publishes what `policy_state_dict()` returns,
 and checkpoint.py saves and restores it.
@@ -53,7 +53,8 @@ from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.train.batch import collate
-from openclaw_rl.train.losses import LossParams, k3_kl, method_loss, method_terms, opd_advantages
+from openclaw_rl.train.losses import LossParams, k3_kl, opd_advantages
+from openclaw_rl.train.methods import Method, get_method
 from openclaw_rl.types import Sample
 
 
@@ -76,11 +77,12 @@ class Trainer:
 
         self.config = config
         self.model_dir = Path(model_dir)
-        self.terms = method_terms(config.method)
+        self.method: Method = get_method(config.method)  # before the model loads: a bad name fails fast
         self.loss_params = LossParams(
             eps_low=config.eps_low, eps_high=config.eps_high, opd_clip_c=config.opd_clip_c,
             w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta, opd_baseline=config.opd_baseline,
         )
+        self.method.check(self.loss_params)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
         self.reference: torch.nn.Module | None = None
@@ -104,7 +106,7 @@ class Trainer:
         """Train on one batch; returns stats (means over the batch and its passes).
 
         kl: k3 estimate of KL between behaviour and current policy on every response
-        token; loss, clip_fraction, ...: as method_loss reports them; reward_mean and
+        token; loss, clip_fraction, ...: as the method's loss reports them; reward_mean and
         opd_adv_abs_mean are NaN when no sample has a verdict / a teacher.
         """
         if not samples:
@@ -112,7 +114,7 @@ class Trainer:
         if self.config.train_threads:  # per calling thread: serving keeps its own budget
             torch.set_num_threads(self.config.train_threads)
         started = time.perf_counter()
-        top_k = self.config.topk_k if self.terms.topk_kl else 0
+        top_k = self.config.topk_k if self.method.topk_kl else 0
         size = self.config.micro_batch_size
         micro_batches = [
             {k: v.to(self.device) for k, v in collate(samples[i : i + size], top_k=top_k).items()}
@@ -156,15 +158,15 @@ class Trainer:
         trained_samples = trained_tokens = kl_sum = 0.0
         for batch in micro_batches:
             logits = self._response_logits(batch)  # (B, T, V)
-            logprobs, vocab_logprobs = _measure(logits, batch, with_vocab=self.terms.topk_kl)
+            logprobs, vocab_logprobs = _measure(logits, batch, with_vocab=self.method.topk_kl)
             ref_logprobs = kl_logprobs = None
             if self.loss_params.kl_beta > 0:
                 kl_logprobs, _ = _measure(logits, batch, top_p=False)
                 with torch.no_grad():
                     ref_logprobs, _ = _measure(self._response_logits(batch, reference=True), batch, top_p=False)
-            loss, stats = method_loss(self.config.method, batch, logprobs, vocab_logprobs, ref_logprobs,
-                                      self.loss_params, kl_logprobs=kl_logprobs)
-            count = self._trained_samples(batch, stats)
+            loss, stats = self.method.loss(batch, logprobs, vocab_logprobs, ref_logprobs, self.loss_params,
+                                           kl_logprobs=kl_logprobs)
+            count = self.method.trained_samples(batch, stats)
             with torch.no_grad():  # how far the policy has moved from behaviour, on every response token
                 kl_sum += float(k3_kl(batch["behaviour_logprobs"], logprobs, batch["loss_mask"])) * len(logprobs)
             if count:
@@ -182,16 +184,6 @@ class Trainer:
         samples = sum(len(b["loss_mask"]) for b in micro_batches)
         stats.update(kl=kl_sum / samples, trained_samples=trained_samples, trained_tokens=trained_tokens)
         return stats
-
-    def _trained_samples(self, batch: dict[str, Tensor], stats: dict[str, float]) -> float:
-        """How many samples the micro-batch loss averages over (its denominator).
-
-        Exact for every row of METHODS: policy-gradient terms (and the KL) average over
-        the samples the surrogate trains, top-k distillation over those with a teacher.
-        """
-        if self.terms.reward or self.terms.opd:
-            return stats["samples"]
-        return float((batch["loss_mask"] & batch["teacher_mask"]).any(-1).sum())
 
     def logprobs(
         self, batch: dict[str, Tensor], *, with_vocab: bool = False, reference: bool = False, top_p: bool = True
