@@ -534,7 +534,7 @@ class Store:
         for turn_id, status, reason in outcomes:
             log.log(logging.INFO if status == "dropped" else logging.DEBUG, "%s sample of turn %d for %s: %s",
                     status, turn_id, method, reason)
-        return taken, dropped  # type: ignore[return-value]
+        return taken, dropped
 
     def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str]]:
         """(turn id, policy version, payload) of the ready samples `method` has no claim on,
