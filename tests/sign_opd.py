@@ -29,5 +29,4 @@ def sign_advantages(batch: Mapping[str, Tensor], params: LossParams) -> tuple[Te
     return torch.sign(gap), taught
 
 
-SIGN_OPD = Method("sign_opd", signals=("teacher_logprobs",), advantages=sign_advantages,
-                  help="OPD by direction only: A_t = sign(teacher - behaviour)")
+SIGN_OPD = Method("sign_opd", signals=("teacher_logprobs",), advantages=sign_advantages)

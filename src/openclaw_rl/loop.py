@@ -112,7 +112,8 @@ def judge_loop(server: Server, config: JudgeConfig, judge: Judge | None = None,
     if judge is None:
         return None
     worker = JudgeWorker(server.store, judge, config, teacher_engine=server.engine if teacher_targets else None,
-                         tokenizer=server.tokenizer, on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
+                         tokenizer=server.tokenizer,
+                         on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
     log.info("judge: %s (m = %d votes), teacher targets %s", judge.name, config.votes,
              "on" if teacher_targets and config.teacher_targets else "off")
     return worker.run

@@ -323,7 +323,8 @@ def test_the_judge_worker_can_write_verdicts_only(tmp_path):
                              response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="x", tool_calls=[],
                              sampling={}, finish_reason="stop", continuation_hash=None)
     store.set_next_state(turn.id, NextState("tool", "ok"))
-    verdict = asyncio.run(JudgeWorker(store, Judge(), JudgeConfig(), write_samples=False).process(store.get_turn(turn.id)))
+    worker = JudgeWorker(store, Judge(), JudgeConfig(), write_samples=False)
+    verdict = asyncio.run(worker.process(store.get_turn(turn.id)))
     assert verdict.reward == 1 and store.verdicts([turn.id])[turn.id].votes == [1, 1, -1]
     assert sum(store.sample_counts().values()) == 0  # no sample: the driver writes these turns' own
 

@@ -86,7 +86,6 @@ class Method:
     advantages: AdvantageFn | None = None  # per-token advantages of the clipped surrogate; None: no surrogate
     topk_kl: bool = False  # add the reverse KL to the teacher's top-K tokens + tail (needs teacher_top_k)
     weights: tuple[str, ...] = ()  # the LossParams weights that scale its terms; one must be > 0
-    help: str = ""  # one line for --help and docs
 
     def __post_init__(self) -> None:
         where = f"method {self.name!r}"
@@ -200,16 +199,12 @@ def step_advantages(batch: Mapping[str, Tensor], params: LossParams) -> tuple[Te
     return binary_advantages(batch["step_advantage"], batch["has_step_advantage"], batch["loss_mask"].bool())
 
 
-BINARY = Method("binary", ("reward",), reward_advantages, weights=("w_rl",),
-                help="evaluative: the clipped surrogate on the judge's reward")
-OPD = Method("opd", ("teacher_logprobs",), opd_term_advantages, weights=("w_opd",),
-             help="directive: hindsight on-policy distillation from the hinted teacher")
-COMBINED = Method("combined", ("reward", "teacher_logprobs"), combined_term_advantages, weights=("w_rl", "w_opd"),
-                  help="both, on every turn that has either signal (recommended)")
-TOPK = Method("topk", ("teacher_top_k",), topk_kl=True,
-              help="reverse KL to the hinted teacher's top-K tokens plus a tail bin")
-STEPWISE = Method("stepwise", ("step_advantage",), step_advantages,
-                  help="agents: the clipped surrogate on each step's standardized advantage (openclaw-rl agent)")
+BINARY = Method("binary", ("reward",), reward_advantages, weights=("w_rl",))  # evaluative
+OPD = Method("opd", ("teacher_logprobs",), opd_term_advantages, weights=("w_opd",))  # directive (hindsight OPD)
+COMBINED = Method("combined", ("reward", "teacher_logprobs"), combined_term_advantages,
+                  weights=("w_rl", "w_opd"))  # both, on every turn with either signal (recommended)
+TOPK = Method("topk", ("teacher_top_k",), topk_kl=True)  # reverse KL to the hinted teacher's top-K + tail
+STEPWISE = Method("stepwise", ("step_advantage",), step_advantages)  # agents: each step's standardized advantage
 
 METHODS: dict[str, Method] = {m.name: m for m in (BINARY, OPD, COMBINED, TOPK, STEPWISE)}
 
