@@ -50,6 +50,7 @@ run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve
 
 test: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/pytest -q -m "not slow and not vllm"
 
 test-slow: $(STAMP)

@@ -76,7 +76,7 @@ def test_the_approval_threshold_applies_to_the_user_and_the_oracle():
 
     from openclaw_rl.eval.oracle import OracleJudge
     from openclaw_rl.eval.problems import heldout_problems
-    from openclaw_rl.eval.simulate import SimulateConfig
+    from openclaw_rl.drivers.simulate import SimulateConfig
 
     assert SimulateConfig().persona_object().approve_threshold == 0.8  # the student's own
     persona = SimulateConfig(approve_threshold=0.7).persona_object()

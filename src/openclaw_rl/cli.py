@@ -175,9 +175,9 @@ def _agent_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from openclaw_rl.envs.agent import run_agent  # per command
+    from openclaw_rl.drivers.agent import run_agent  # per command
     from openclaw_rl.envs.client import PoolError  # per command
-    from openclaw_rl.envs.rollout import PolicyError  # per command
+    from openclaw_rl.drivers.rollout import PolicyError  # per command
 
     config = build(AgentConfig, {}, args)
 
@@ -224,7 +224,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from openclaw_rl.eval.simulate import SimulateConfig, simulate  # per command
+    from openclaw_rl.drivers.simulate import SimulateConfig, simulate  # per command
 
     config = SimulateConfig(
         persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],

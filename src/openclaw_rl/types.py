@@ -220,7 +220,7 @@ class Sample:
     teacher_top_ids: list[list[int]] | None = None  # (T, K), for top-k distillation
     teacher_top_logprobs: list[list[float]] | None = None  # (T, K)
     hint: str | None = None
-    step_advantage: float | None = None  # a long-horizon agent step's standardized advantage (envs/agent.py)
+    step_advantage: float | None = None  # a long-horizon agent step's standardized advantage (drivers/agent.py)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from openclaw_rl.config import ConfigError, JudgeConfig
-from openclaw_rl.envs.agent import AGENT_METHOD, AgentConfig, group_advantages, run_agent, step_rewards
+from openclaw_rl.drivers.agent import AGENT_METHOD, AgentConfig, group_advantages, run_agent, step_rewards
 from openclaw_rl.envs.base import Action, Outcome, StepResult, Task, tool_schema
-from openclaw_rl.envs.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
+from openclaw_rl.drivers.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
 from openclaw_rl.envs.text_actions import text_action_hint
 from openclaw_rl.envs.toolcall import ToolCallEnv
 from openclaw_rl.judge.worker import JudgeWorker, Reading

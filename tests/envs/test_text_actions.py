@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from openclaw_rl.envs.gui import TOOLS as GUI_TOOLS
-from openclaw_rl.envs.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
+from openclaw_rl.drivers.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
 from openclaw_rl.envs.swe import SWEEnv
 from openclaw_rl.envs.terminal import TerminalEnv
 from openclaw_rl.envs.text_actions import text_action, text_action_hint

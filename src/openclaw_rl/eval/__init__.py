@@ -7,4 +7,6 @@
     users.py     a simulated user that plays sessions through the official OpenAI client
     oracle.py    a judge that reads the persona's rubric (to separate learning from judging)
     metrics.py   the personalization score on held-out first answers, and its curves
+
+The runner that plays these users against a live server is drivers/simulate.py.
 """

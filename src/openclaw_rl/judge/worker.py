@@ -159,7 +159,7 @@ class JudgeWorker:
         """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
         `write_samples` False writes verdicts only, for a caller that writes the turns' samples
         itself (the agent rollout driver's step advantages need a whole group of trajectories,
-        see envs/agent.py). `refresh` brings the teacher engine to the newest policy (see the
+        see drivers/agent.py). `refresh` brings the teacher engine to the newest policy (see the
         module docstring)."""
         self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
         self.on_verdict, self.refresh = on_verdict, refresh

@@ -66,9 +66,9 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError
-from openclaw_rl.envs.agent_server import AGENT_METHOD, AgentServer, StoreSink
+from openclaw_rl.drivers.agent_server import AGENT_METHOD, AgentServer, StoreSink
 from openclaw_rl.envs.base import Task
-from openclaw_rl.envs.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
+from openclaw_rl.drivers.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
 
 __all__ = ["AGENT_METHOD", "AgentConfig", "group_advantages", "run_agent", "step_rewards"]
 

@@ -11,7 +11,7 @@ sample. Here
 - the judge worker writes verdicts only (`JudgeWorker(write_samples=False)`, no teacher):
   the PRM votes the driver reads;
 - the driver writes each step's sample, with the step's standardized advantage as its
-  own signal, `Sample.step_advantage` (envs/agent.py says why the driver and not the judge);
+  own signal, `Sample.step_advantage` (drivers/agent.py says why the driver and not the judge);
 - the trainer's method is `stepwise` (AGENT_METHOD), which trains on that signal:
   A_t = the step's advantage on every token;
 - a run is finite, so when its last group is done (`drain`) the trainer also takes the
@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from openclaw_rl.envs.rollout import Episode
+from openclaw_rl.drivers.rollout import Episode
 
 if TYPE_CHECKING:
     from openclaw_rl.config import TrainConfig
