@@ -32,7 +32,7 @@ from openclaw_rl.config import JudgeConfig  # noqa: E402
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
 from openclaw_rl.engine.local import LocalEngine  # noqa: E402
 from openclaw_rl.judge.worker import JudgeWorker  # noqa: E402
-from openclaw_rl.loop import build_judge  # noqa: E402
+from openclaw_rl.compose import build_judge  # noqa: E402
 from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.store import Store  # noqa: E402
 from openclaw_rl.types import NextState, SamplingParams, TokenStep  # noqa: E402

@@ -56,7 +56,7 @@ class LiveServer:
 
     def __init__(self, model_dir: Path, data_dir: Path, judge=None, train=None, **overrides):
         from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
-        from openclaw_rl.loop import build_app
+        from openclaw_rl.compose import build_app
 
         self.port = free_port()
         overrides.setdefault("train", train is not None)

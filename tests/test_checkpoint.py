@@ -220,7 +220,7 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
     """Checkpoint at step 3, a SIGKILL after step 5: v4 and v5 name weights that are lost, forever."""
     import hashlib
 
-    from openclaw_rl.loop import train_process
+    from openclaw_rl.compose import train_process
 
     store = make_store(store_url, data_dir=tmp_path)
     _ready_samples(store, tiny_llama, 14)
@@ -262,7 +262,7 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
 
 
 def test_a_trainer_without_a_checkpoint_numbers_its_weights_above_every_version_recorded(tiny_llama, store) -> None:
-    from openclaw_rl.loop import load_trainer
+    from openclaw_rl.compose import load_trainer
 
     store.ensure_session("s", "header")
     store.record_turn(session_id="s", kind="main", policy_version=9, prompt_messages=[], prompt_token_ids=[1],

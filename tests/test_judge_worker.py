@@ -302,7 +302,7 @@ def _direct_logprobs(model_dir: Path, state: dict[str, torch.Tensor], prompt: li
 
 def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(tmp_path, tiny_model_dir):
     """`openclaw-rl judge` runs for days: each batch is scored by the version published before it."""
-    from openclaw_rl.loop import standalone_judge
+    from openclaw_rl.compose import standalone_judge
     from openclaw_rl.train.weights import FilesChannel
 
     store = Store(tmp_path)

@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
             if section not in ("serve", "judge", "train", "ray"):
                 raise ConfigError(f"unknown section [{section}] in {args.config}; use [serve], [judge], [train] "
                                   "and [ray]")
-        from openclaw_rl import loop  # per command
+        from openclaw_rl import compose  # per command
 
         if args.command == "serve" and (cluster := build(RayConfig, file_values.get("ray", {}), args)).ray:
             from openclaw_rl.cluster.deploy import serve_on_ray  # per command
@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                          build(JudgeConfig, file_values.get("judge", {}), args),
                          build(TrainConfig, file_values.get("train", {}), args), cluster)
         elif args.command == "serve":
-            loop.serve(build(ServeConfig, file_values.get("serve", {}), args),
+            compose.serve(build(ServeConfig, file_values.get("serve", {}), args),
                        build(JudgeConfig, file_values.get("judge", {}), args),
                        build(TrainConfig, file_values.get("train", {}), args))
         elif args.command == "judge":
@@ -320,11 +320,11 @@ def main(argv: list[str] | None = None) -> int:
                     "(reward, hints, teacher targets), for any method, and each trainer assembles its samples for "
                     "its own --method. Drop the flag here and give it to `openclaw-rl train` (or serve); add "
                     "--no-teacher-targets if no method that trains reads a teacher (binary, stepwise)")
-            judged = loop.judge_process(args.data_dir, args.model, build(JudgeConfig, file_values.get("judge", {}), args),
+            judged = compose.judge_process(args.data_dir, args.model, build(JudgeConfig, file_values.get("judge", {}), args),
                                         once=args.once, store_url=args.store)
             print(f"judged {judged} turns")
         elif args.command == "train":
-            steps = loop.train_process(args.data_dir, args.model, build(TrainConfig, file_values.get("train", {}), args),
+            steps = compose.train_process(args.data_dir, args.model, build(TrainConfig, file_values.get("train", {}), args),
                                        args.resume, args.max_steps, store_url=args.store)
             print(f"trained {steps} steps")
     except (ConfigError, ValueError, FileNotFoundError, StoreError) as error:

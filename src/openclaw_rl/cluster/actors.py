@@ -6,7 +6,7 @@ shared store and through weight pushes, as loop.py describes. The classes are pl
 here; deploy.py wraps them with `ray.remote` and the resources each one gets.
 
 - `Replica`: one engine behind the ordinary serving app, on a port of its own. It is
-  built by `loop.build_server`, the one seam that picks the engine (`--engine`), and
+  built by `compose.build_server`, the one seam that picks the engine (`--engine`), and
   gets new weights by `load_weights`, which the engine applies between requests.
 - `JudgeActor`: a judge worker on its share of the turns (turn id modulo J), with its
   own copy of the policy for teacher scoring, kept current like the replicas' (pushed
@@ -79,7 +79,7 @@ class Replica(_Served):
         """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
         `openclaw-rl train`). `index` names this replica's engine files in the data dir;
         `lora_rank` gives a vLLM server it starts adapter slots of that rank (a LoRA trainer)."""
-        from openclaw_rl.loop import build_server
+        from openclaw_rl.compose import build_server
         from openclaw_rl.serve.app import create_app
 
         _one_torch_thread()
@@ -118,14 +118,14 @@ class JudgeActor:
     def __init__(self, config: ServeConfig, judge: JudgeConfig, teacher_targets: bool = True, shard: int = 0,
                  shards: int = 1, watch_weights: bool = False):
         """`teacher_targets` False: no method that trains reads a teacher, so none is scored."""
+        from openclaw_rl.compose import build_engine, build_judge
         from openclaw_rl.engine.loading import resolve_model_dir
-        from openclaw_rl.engine.local import LocalEngine
         from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.loop import build_judge
 
         _one_torch_thread()
         model_dir = resolve_model_dir(config.model or None)
-        self.engine = LocalEngine(model_dir, threads=1)  # the current policy, for teacher scoring
+        # the current policy, for teacher scoring, on the engine `--engine` names (through the Engine protocol)
+        self.engine = build_engine(config, model_dir, threads=1, name=f"judge-{shard}")
         self.store = open_store(config)
         judge_impl = build_judge(judge, model_dir, self.engine)
         if judge_impl is None:
@@ -215,7 +215,7 @@ def _ray_put(value: Any) -> Any:
 class TrainerActor:
     def __init__(self, config: ServeConfig, train: TrainConfig):
         from openclaw_rl.engine.loading import resolve_model_dir
-        from openclaw_rl.loop import load_trainer
+        from openclaw_rl.compose import load_trainer
 
         _one_torch_thread()
         self.data_dir = config.data_dir

@@ -165,7 +165,7 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                                                          lora_rank=lora_rank)
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
-    teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as loop.build_app decides
+    teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as compose.build_app decides
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, teacher_targets, i, shards,
                                                         watch_weights=not serve.train) for i in range(shards)]
     token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)

@@ -4,8 +4,8 @@
     StoreSink(server.store).write(episode, advantages)   # one sample per kept step
     server.stop()
 
-The same parts as `openclaw-rl serve` (loop.build_server, build_judge, load_trainer), wired
-differently, which is why this is not loop.build_app: there the judge writes each turn's
+The same parts as `openclaw-rl serve` (compose.build_server, build_judge, load_trainer), wired
+differently, which is why this is not compose.build_app: there the judge writes each turn's
 sample. Here
 
 - the judge worker writes verdicts only (`JudgeWorker(write_samples=False)`, no teacher):
@@ -88,7 +88,7 @@ class AgentServer:
         the model there); `judge_override` replaces it (tests). `train` None serves and judges only."""
         from openclaw_rl.config import JudgeConfig, ServeConfig
         from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.loop import build_judge, build_server, load_trainer
+        from openclaw_rl.compose import build_judge, build_server, load_trainer
         from openclaw_rl.serve.app import create_app
         from openclaw_rl.serve.background import ServerThread, free_port
         from openclaw_rl.train.runner import Flush, run_trainer

@@ -144,7 +144,7 @@ class _SnapshotEvaluator:
 
     def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path,
                  on_score: Callable[[int, float, list[FirstAnswer]], None]):
-        from openclaw_rl.loop import build_server
+        from openclaw_rl.compose import build_server
         from openclaw_rl.serve.app import create_app
         from openclaw_rl.serve.background import ServerThread, free_port
 
@@ -192,7 +192,7 @@ class _SnapshotEvaluator:
 
 def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
     """Play the sessions of one method against a fresh server; return its summary."""
-    from openclaw_rl.loop import build_app
+    from openclaw_rl.compose import build_app
     from openclaw_rl.serve.background import ServerThread, free_port
 
     persona = config.persona_object()

@@ -18,7 +18,7 @@ Resume: `load_latest(data_dir)` gives a `Checkpoint`; build a `Trainer` on the s
 base model and config, then `restore(trainer, checkpoint)` loads weights (or adapter),
 optimizer moments, train step and policy version. The learning rate comes from the
 config, not the checkpoint, so a resumed run may change it. Versions published after the
-checkpoint (a crash between checkpoints) keep their numbers: `loop.load_trainer` gives
+checkpoint (a crash between checkpoints) keep their numbers: `compose.load_trainer` gives
 the restored weights a fresh version above them (`Trainer.renumber`).
 """
 

@@ -30,7 +30,7 @@ Decisions and why:
   `load_weights`), and every turn records the version of the engine that sampled it, never
   the store's. The trainer's `policy_version` is the number of the weights it holds: the
   next announcement, restored from a checkpoint and renumbered above every number the store
-  or the files channel ever held (loop.load_trainer). A channel keeps no number of its
+  or the files channel ever held (compose.load_trainer). A channel keeps no number of its
   own beyond its transport (the files channel's LATEST tells readers in other processes
   which complete version is newest).
 - A new transport is one class with these three members, in the module of the code that
@@ -161,7 +161,7 @@ class FilesChannel:
         if highest is not None and version <= highest:
             raise ValueError(
                 f"policy version {version} is not above v{highest}, which {self.root} already has: a version names "
-                "one set of weights forever; build the trainer with loop.load_trainer, which numbers its versions "
+                "one set of weights forever; build the trainer with compose.load_trainer, which numbers its versions "
                 "above every version published or recorded")
         return weight_files.write_version(self.root, version, weights, keep=self.KEEP, parent=parent)
 

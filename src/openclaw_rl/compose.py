@@ -1,0 +1,223 @@
+"""The composition root: every engine, store, judge, trainer and publisher is built here.
+
+`serve`, `judge`, `train`, the drivers (`simulate`, `agent`) and the Ray actors all get
+their parts from these functions, so a new kind of part (an engine, a judge backend, a
+weights transport) is wired in one place, and the update gate of the next issue sits in
+one place too: between `load_trainer` and the `Publisher` built beside it. The loops
+that run beside serving (judge, trainer, status) are in `loop.py`; this module only
+decides what is built, from which config, with how many threads.
+
+Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
+cores slow each other 5-10x. With training in-process, serving and training get one
+thread each unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.engine.base import Engine
+from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.engine.sglang import SGLangEngine
+from openclaw_rl.engine.vllm import VLLMEngine
+from openclaw_rl.engine.vllm_server import VLLMServer
+from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
+from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
+from openclaw_rl.loop import judge_loop, status_loop, train_loop
+from openclaw_rl.serve.app import create_app
+from openclaw_rl.serve.metrics import Metrics
+from openclaw_rl.serve.server import Server
+from openclaw_rl.store import Store, make_store
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.runner import run_trainer
+from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
+
+log = logging.getLogger(__name__)
+
+
+def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
+    model_dir = resolve_model_dir(config.model or None)
+    engine = build_engine(config, model_dir, threads, lora_rank, name)
+    store = make_store(config.store, data_dir=config.data_dir)
+    return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
+                  model_name=engine.model_name, metrics=Metrics())
+
+
+def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
+                 name: str = "") -> Engine:
+    """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
+    `--engine vllm` without `--engine-url` starts a vLLM server here (with LoRA slots of
+    `lora_rank` when the trainer trains an adapter) that stops with the engine. `name`
+    keeps the weights dir and server log of several engines sharing a data dir apart
+    (Ray replicas)."""
+    if config.engine == "local":
+        return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
+    weights_dir = Path(config.data_dir) / "engine-weights"  # the remote server must be able to read it
+    if name:
+        weights_dir = weights_dir / name
+    if config.engine == "sglang":
+        return SGLangEngine(config.engine_url, model_dir, weights_dir=weights_dir)
+    launched = None
+    if not config.engine_url:
+        launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank,
+                              log_path=Path(config.data_dir) / (f"vllm-{name}.log" if name else "vllm.log"))
+        launched.start()
+    try:
+        return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched)
+    except BaseException:
+        if launched is not None:
+            launched.stop()
+        raise
+
+
+def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: Engine) -> Judge | None:
+    """The judge the config names; `policy_engine` serves `--local-weights current`."""
+    if config.judge == "off":
+        return None
+    if config.judge == "embedding":
+        return EmbeddingJudge()
+    if config.judge == "openai":
+        backend = OpenAIChatBackend(config.openai_base_url, config.openai_model, config.openai_api_key_env,
+                                    config.call_timeout_s)
+        return LLMJudge(backend, config, count_tokens=lambda text: len(text) // 4)
+    engine = policy_engine
+    if config.local_weights == "initial":  # a frozen copy, as in the paper, on one thread of its own
+        engine = LocalEngine(model_dir, threads=1, max_batch_size=16)
+    tokenizer = engine.tokenizer
+    return LLMJudge(LocalChatBackend(engine, tokenizer, name=f"local:{config.local_weights}"), config,
+                    count_tokens=lambda text: len(tokenizer.encode(text)))
+
+
+def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None):
+    """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
+
+    Versions only go up, across crashes too: a number once published or served names one
+    set of weights forever. When a version above the trainer's was ever published (the
+    files channel) or recorded (the store: announced, or on a turn), as after a SIGKILL
+    between checkpoints, the trainer's weights are renumbered above all of them and the
+    number is reserved in the store before anything serves it. Weights and optimizer
+    state are the checkpoint's either way.
+    """
+    store = store or Store(data_dir)
+    latest = checkpoint.load_latest(data_dir) if resume else None
+    trainer = Trainer(model_dir, config)
+    if latest is not None:
+        checkpoint.restore(trainer, latest)
+        log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
+    taken = max(store.highest_policy_version(), FilesChannel(data_dir).highest_version() or 0)
+    if taken > trainer.policy_version:
+        held = trainer.policy_version
+        trainer.renumber(taken + 1)
+        store.set_policy_version(trainer.policy_version)
+        log.warning("versions up to v%d were published after the weights held (v%d); they are now v%d",
+                    taken, held, trainer.policy_version)
+    return trainer
+
+
+def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
+              channels: Sequence[WeightsChannel] = ()) -> tuple[Server, FastAPI]:
+    """The serving process: engine, store, app, and the loops that run beside it.
+
+    `judge_override` replaces the configured judge (the simulator's oracle); `channels`
+    get every policy version after the engine has it (the simulator's evaluator). Without
+    training, the engine follows the files channel a separate trainer publishes to."""
+    threads = 1 if config.train and not config.threads else None  # one core each for serving and training
+    if config.train and not train.train_threads:
+        train = dataclasses.replace(train, train_threads=1)
+    server = build_server(config, threads, lora_rank=train.lora_rank if config.train and train.lora else 0)
+    loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
+    # the judge writes signals for any method; a teacher that only this process's trainer would read, and
+    # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
+    teacher_targets = get_method(train.method).reads_teacher or not config.train
+    if (reader := judge_override or build_judge(judge, server.engine.model_dir, server.engine)) is not None:
+        loops.append(judge_loop(server, reader, judge, teacher_targets))
+    if config.train:
+        trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
+        publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
+        asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
+        loops.append(train_loop(server, train, trainer, publisher))
+    else:
+        loops.append(follow(FilesChannel(config.data_dir), server.engine))
+    app = create_app(server, loops)
+    log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
+             server.engine.policy_version, config.host, config.port, config.data_dir,
+             f"on ({train.method}, batch {train.batch_size})" if config.train else "off")
+    return server, app
+
+
+def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
+    _, app = build_app(config, judge, train)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
+
+
+def judge_process(data_dir: str, model: str, config: JudgeConfig, once: bool = False, store_url: str = "") -> int:
+    """`openclaw-rl judge`: the worker as its own process against an existing store.
+
+    Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
+    follows the files channel: before each batch of turns it loads the newest published
+    version, so teacher log-probs come from the policy serving has, not the one at start."""
+    store = make_store(store_url, data_dir=data_dir)
+    worker = standalone_judge(store, data_dir, resolve_model_dir(model or None), config)
+    engine = worker.teacher_engine
+
+    async def main() -> int:
+        try:
+            if once:
+                return await worker.drain()
+            await worker.run(asyncio.Event())
+            return worker.judged
+        finally:
+            await engine.aclose()
+
+    return asyncio.run(main())
+
+
+def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config: JudgeConfig,
+                     judge: Judge | None = None) -> JudgeWorker:
+    """The worker of `openclaw-rl judge`: a policy engine of its own as the teacher, following
+    the files channel; `judge` replaces the configured one (tests). It knows no method: its
+    samples serve trainers of any methods (--no-teacher-targets skips the teacher)."""
+    engine = build_engine(ServeConfig(model=str(model_dir), data_dir=str(data_dir)), model_dir)
+    judge = judge or build_judge(config, model_dir, engine)
+    if judge is None:
+        raise SystemExit("--judge off: nothing to run")
+    channel = FilesChannel(data_dir)
+    return JudgeWorker(store, judge, config, teacher_engine=engine, tokenizer=engine.tokenizer,
+                       refresh=lambda: channel.refresh(engine))
+
+
+def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
+                  store_url: str = "") -> int:
+    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights."""
+    store = make_store(store_url, data_dir=data_dir)
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=2)
+    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
+    publisher = Publisher.for_trainer(trainer, [FilesChannel(data_dir)])
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        await publisher.catch_up(trainer.policy_version, parent=trainer.parent_version)  # resumed or renumbered
+
+        def on_step(stats: dict) -> None:
+            if max_steps and trainer.train_step >= max_steps:
+                stop.set()
+
+        started = time.monotonic()
+        await run_trainer(store, trainer, config, publisher, stop, on_step)
+        log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
+        return trainer.train_step
+
+    return asyncio.run(main())
