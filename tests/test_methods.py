@@ -72,8 +72,10 @@ def test_a_name_that_is_no_method_says_what_would_work(importable, monkeypatch):
         get_method("ppo")
     with pytest.raises(ValueError, match="importing no_such_module failed"):
         get_method("no_such_module:X")
-    with pytest.raises(ValueError, match=r"sign_opd.nothing is NoneType, not an openclaw_rl.train.methods.Method"):
+    with pytest.raises(ValueError, match=r"sign_opd has no 'nothing'"):
         get_method("sign_opd:nothing")
+    with pytest.raises(ValueError, match=r"it names a str, not an openclaw_rl.train.methods.Method"):
+        get_method("sign_opd:__name__")
     fake = types.ModuleType("fake_methods")
     fake.BINARY = Method("binary", ("reward",), reward_advantages)  # a copy under a built-in's name
     monkeypatch.setitem(sys.modules, "fake_methods", fake)

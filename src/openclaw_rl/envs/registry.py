@@ -12,10 +12,10 @@ Decisions and why:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from openclaw_rl.envs.base import Env
+from openclaw_rl.plugins import import_named
 
 __all__ = ["ENVS", "env_class", "make_env"]
 
@@ -33,14 +33,9 @@ def env_class(name: str) -> type:
     if target is None:
         raise ValueError(f"unknown environment {name!r}; choose one of {', '.join(sorted(ENVS))}, "
                          "or name your own class as module:Class")
-    module_name, _, attribute = target.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"environment {name!r} cannot be loaded: importing {module_name} failed: {error}") from error
-    cls = getattr(module, attribute, None)
+    cls = import_named(target, f"environment {name!r}")
     if not isinstance(cls, type):
-        raise ValueError(f"environment {name!r} cannot be loaded: {module_name} has no class {attribute!r}")
+        raise ValueError(f"environment {name!r} cannot be loaded: {target} is not a class")
     return cls
 
 

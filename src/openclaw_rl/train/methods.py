@@ -41,13 +41,13 @@ Decisions, and why:
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal, get_args
 
 from torch import Tensor
 
+from openclaw_rl.plugins import import_named
 from openclaw_rl.train.losses import LossParams, binary_advantages, surrogate_advantages, total_loss
 from openclaw_rl.types import Sample
 
@@ -217,15 +217,10 @@ def get_method(name: str) -> Method:
     if ":" not in name:
         raise ValueError(f"unknown method {name!r}; choose one of {', '.join(METHODS)}, "
                          "or name your own Method as module:ATTR")
-    module_name, _, attribute = name.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ValueError(f"method {name!r} cannot be loaded: importing {module_name} failed: {error}") from error
-    method = getattr(module, attribute, None)
+    method = import_named(name, f"method {name!r}")
     if not isinstance(method, Method):
-        raise ValueError(f"method {name!r} cannot be loaded: {module_name}.{attribute} is "
-                         f"{type(method).__name__}, not an openclaw_rl.train.methods.Method")
+        raise ValueError(f"method {name!r} cannot be loaded: it names a {type(method).__name__}, "
+                         "not an openclaw_rl.train.methods.Method")
     if method.name in METHODS:
         raise ValueError(f"method {name!r} is named {method.name!r}, a built-in's name; give it a name of its own "
                          "(the store keeps each method's claims apart by name)")
