@@ -65,10 +65,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError
+from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError, TrainConfig
 from openclaw_rl.drivers.agent_server import AGENT_METHOD, AgentServer, StoreSink
-from openclaw_rl.envs.base import Task
 from openclaw_rl.drivers.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
+from openclaw_rl.envs.base import Task
+from openclaw_rl.train.losses import stepwise_advantages
 
 __all__ = ["AGENT_METHOD", "AgentConfig", "group_advantages", "run_agent", "step_rewards"]
 
@@ -97,8 +98,6 @@ def group_advantages(successes: Sequence[bool], votes: Sequence[Sequence[Sequenc
     `votes[i][t]` are the judge's votes on step t of trajectory i. Each step's reward is
     standardized among the trajectories that have a step t (losses.stepwise_advantages).
     """
-    from openclaw_rl.train.losses import stepwise_advantages
-
     if len(successes) != len(votes):
         raise ValueError(f"{len(successes)} outcomes but votes for {len(votes)} trajectories")
     flat = [(i, t) for i, steps in enumerate(votes) for t in range(len(steps))]
@@ -134,7 +133,6 @@ class _Job:
 @dataclass
 class _Tally:
     """Counts behind the progress display and the summary, per (env, split)."""
-
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     versions: list[int] = field(default_factory=list)
 
@@ -155,7 +153,6 @@ class _Tally:
 
 class Driver:
     """Schedules the episodes, finishes each group as it completes, keeps the tally and the outputs."""
-
     def __init__(self, config: AgentConfig, policy: Policy, envs: EnvSource, sink: SampleSink | None,
                  progress: Progress | None = None, drain: Callable[[], None] | None = None) -> None:
         self.config, self.policy, self.envs, self.sink = config, policy, envs, sink
@@ -406,8 +403,6 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
 
 
 def _start_server(config: AgentConfig, judge: Any) -> AgentServer:
-    from openclaw_rl.config import TrainConfig
-
     if judge is None and config.judge == "off" and config.reward == "integrated" and config.split == "train":
         raise ConfigError("--reward integrated needs a judge for the step votes: use --judge embedding "
                           "(or local, or a URL), or --reward outcome")

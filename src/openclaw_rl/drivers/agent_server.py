@@ -22,13 +22,19 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from openclaw_rl.compose import build_judge, build_server, load_trainer
+from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.drivers.rollout import Episode
-
-if TYPE_CHECKING:
-    from openclaw_rl.config import TrainConfig
-    from openclaw_rl.store import Store
+from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
+from openclaw_rl.judge.worker import JudgeWorker
+from openclaw_rl.serve.app import create_app
+from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.store import Store
+from openclaw_rl.train.runner import Flush, run_trainer
+from openclaw_rl.train.weights import EngineChannel, Publisher
+from openclaw_rl.types import Sample
 
 __all__ = ["AGENT_METHOD", "AgentServer", "StoreSink"]
 
@@ -39,15 +45,11 @@ AGENT_METHOD = "stepwise"  # train.methods.STEPWISE, by name: the CLI imports th
 
 class StoreSink:
     """Writes the samples of an episode's steps (their step advantages), or rejects each with its reason."""
-
     def __init__(self, store: Store) -> None:
         self.store = store
 
     def write(self, episode: Episode, advantages: list[float | None] | None) -> tuple[int, int]:
         """One sample per step with an advantage (None: the episode gives none); (written, rejected)."""
-        from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
-        from openclaw_rl.types import Sample
-
         turns = [t for t in self.store.turns(episode.session_id) if t.kind == "main"]
         if len(turns) != len(episode.steps):
             log.warning("session %s has %d main turns for %d steps; steps are matched to turns in order",
@@ -81,19 +83,10 @@ class StoreSink:
 
 class AgentServer:
     """Policy, judge (verdicts only) and trainer (of step advantages) on a loopback port."""
-
     def __init__(self, *, model: str, data_dir: str | Path, judge: str = "embedding", judge_model: str = "default",
                  train: TrainConfig | None = None, max_tokens: int = 256, judge_override: Any = None) -> None:
         """`judge`: embedding | local | off | an OpenAI-compatible URL (then `judge_model` names
         the model there); `judge_override` replaces it (tests). `train` None serves and judges only."""
-        from openclaw_rl.config import JudgeConfig, ServeConfig
-        from openclaw_rl.judge.worker import JudgeWorker
-        from openclaw_rl.compose import build_judge, build_server, load_trainer
-        from openclaw_rl.serve.app import create_app
-        from openclaw_rl.serve.background import ServerThread, free_port
-        from openclaw_rl.train.runner import Flush, run_trainer
-        from openclaw_rl.train.weights import EngineChannel, Publisher
-
         port = free_port()
         serve = ServeConfig(model=model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
                             train=train is not None, default_max_tokens=max_tokens)

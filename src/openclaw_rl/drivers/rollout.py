@@ -35,6 +35,9 @@ Decisions and why:
   judge's verdicts), so a test can script a policy without a model or a network.
 - `train=False` sends side turns (`X-Turn-Type: side`): served and recorded, never
   paired, judged or trained. Evaluation episodes use it.
+
+(Just over 400 lines: the policy client, the episode loop and the two sources of
+environments, local and pooled, are the one contract an agent run relies on.)
 """
 
 from __future__ import annotations
@@ -48,8 +51,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import httpx
+import openai
+
 from openclaw_rl.config import ConfigError
 from openclaw_rl.envs.base import Action, Env, Outcome, Task
+from openclaw_rl.envs.client import PoolClient, PoolExhausted
+from openclaw_rl.envs.registry import make_env
 from openclaw_rl.envs.text_actions import text_action, text_action_hint
 from openclaw_rl.types import Message
 
@@ -70,7 +78,6 @@ class PolicyError(RuntimeError):
 @dataclass(frozen=True)
 class Reply:
     """One chat completion as the driver needs it."""
-
     text: str
     tool_calls: list[dict[str, Any]]  # OpenAI format: {"id", "type", "function": {"name", "arguments"}}
     policy_version: int | None  # the version that sampled it (X-Policy-Version), if the server says
@@ -80,14 +87,12 @@ class Reply:
 @dataclass(frozen=True)
 class TurnVerdict:
     """The judge's reading of one main turn of a session, as far as it has got."""
-
     votes: list[int]  # parsed evaluative votes (empty: no verdict, or none parseable)
     pending: bool  # the turn has its next state but no verdict yet
 
 
 class Policy(Protocol):
     """The policy server as an episode sees it."""
-
     def chat(self, session_id: str, messages: list[Message], tools: list[dict[str, Any]], *, train: bool) -> Reply:
         """One completion in `session_id`; raises PolicyError when there is none."""
         ...
@@ -257,11 +262,8 @@ class HTTPPolicy:
 
     `base_url` is the server's root or its `/v1` URL. Thread-safe: rollout workers share one.
     """
-
     def __init__(self, base_url: str, *, model: str = "", api_key: str = "", temperature: float = 1.0,
                  max_tokens: int = 256, timeout_s: float = 600.0) -> None:
-        import httpx
-        import openai
 
         root = base_url.rstrip("/").removesuffix("/v1")
         self.temperature, self.max_tokens = temperature, max_tokens
@@ -334,7 +336,6 @@ class HTTPPolicy:
 
 class EnvSource(Protocol):
     """Environments for episodes, by name: local instances or pool leases."""
-
     def tasks(self, name: str, split: str) -> list[Task]: ...
 
     def env(self, name: str) -> contextlib.AbstractContextManager[Env]:
@@ -346,15 +347,12 @@ class EnvSource(Protocol):
 
 class LocalEnvs:
     """One environment per worker thread and name, made on first use and kept for its episodes."""
-
     def __init__(self) -> None:
         self._local = threading.local()
         self._made: list[Env] = []
         self._lock = threading.Lock()
 
     def tasks(self, name: str, split: str) -> list[Task]:
-        from openclaw_rl.envs.registry import make_env
-
         env = make_env(name)
         try:
             return env.tasks(split)  # type: ignore[arg-type]
@@ -363,8 +361,6 @@ class LocalEnvs:
 
     @contextlib.contextmanager
     def env(self, name: str) -> Iterator[Env]:
-        from openclaw_rl.envs.registry import make_env
-
         envs = self._local.__dict__.setdefault("envs", {})
         if name not in envs:
             envs[name] = make_env(name)
@@ -380,10 +376,7 @@ class LocalEnvs:
 
 class PoolEnvs:
     """A lease per episode from an env pool; waits while every env is leased."""
-
     def __init__(self, url: str, token: str, name: str, wait_s: float = 600.0) -> None:
-        from openclaw_rl.envs.client import PoolClient
-
         self.client = PoolClient(url, token)
         self.name, self.wait_s = name, wait_s
 
@@ -392,8 +385,6 @@ class PoolEnvs:
 
     @contextlib.contextmanager
     def env(self, name: str) -> Iterator[Env]:
-        from openclaw_rl.envs.client import PoolExhausted
-
         deadline = time.monotonic() + self.wait_s
         while True:
             try:

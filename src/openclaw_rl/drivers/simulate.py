@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import multiprocessing
 import queue
 import random
 import threading
@@ -46,7 +47,9 @@ from pathlib import Path
 from typing import Any
 
 import openai
+from rich.logging import RichHandler
 
+from openclaw_rl.compose import build_app, build_server
 from openclaw_rl.config import OPD_BASELINES, JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
@@ -54,6 +57,8 @@ from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
+from openclaw_rl.serve.app import create_app
+from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.weights import CallbackChannel
 
@@ -141,12 +146,8 @@ def _judge_config(config: SimulateConfig) -> JudgeConfig:
 
 class _SnapshotEvaluator:
     """Scores policy snapshots, in version order, on a server of its own (see the module docstring)."""
-
     def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path,
                  on_score: Callable[[int, float, list[FirstAnswer]], None]):
-        from openclaw_rl.compose import build_server
-        from openclaw_rl.serve.app import create_app
-        from openclaw_rl.serve.background import ServerThread, free_port
 
         port = free_port()
         serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, train=False, status_interval_s=0.0)
@@ -191,10 +192,10 @@ class _SnapshotEvaluator:
 
 
 def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
-    """Play the sessions of one method against a fresh server; return its summary."""
-    from openclaw_rl.compose import build_app
-    from openclaw_rl.serve.background import ServerThread, free_port
+    """Play the sessions of one method against a fresh server; return its summary.
 
+    (Over 60 lines: the server, the users' thread pool, the evaluator and the drain share
+    one run's state and its clean-up, which read best in order, in one place.)"""
     persona = config.persona_object()
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
@@ -307,8 +308,6 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
 def _child_run(config: SimulateConfig, method: str, messages) -> None:
     """One method in a process of its own (see `simulate`); reports through `messages`."""
-    from rich.logging import RichHandler
-
     logging.basicConfig(level=logging.INFO, format="%(message)s", datefmt="[%X]",
                         handlers=[RichHandler(show_path=False)])
     for noisy in ("httpx", "httpx2", "openai", "urllib3", "filelock", "transformers"):
@@ -323,8 +322,6 @@ def _child_run(config: SimulateConfig, method: str, messages) -> None:
 
 
 def _run_in_child(config: SimulateConfig, method: str, progress=None) -> dict[str, Any]:
-    import multiprocessing
-
     context = multiprocessing.get_context("spawn")
     messages = context.Queue()
     child = context.Process(target=_child_run, args=(config, method, messages), name=f"simulate-{method}")
