@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.cli import _parser
-from openclaw_rl.config import AgentConfig, PoolConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import (AgentConfig, JudgeProcessConfig, PoolConfig, ServeConfig, SimulateConfig, TrainConfig,
+                                TrainProcessConfig)
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -63,8 +64,11 @@ def test_every_command_is_in_the_readme():
     assert leaves - documented.keys() == set(), "commands missing from the README's CLI block"
 
 
-@pytest.mark.parametrize("command, config", [("serve", ServeConfig), ("serve", TrainConfig), ("agent", AgentConfig),
-                                             ("envs serve", PoolConfig)])
+@pytest.mark.parametrize("command, config", [
+    ("serve", ServeConfig), ("serve", TrainConfig), ("agent", AgentConfig), ("envs serve", PoolConfig),
+    ("simulate", SimulateConfig), ("demo", SimulateConfig), ("judge", JudgeProcessConfig),
+    ("train", TrainProcessConfig), ("train", TrainConfig),
+])
 def test_a_setting_declared_once_is_a_flag_with_its_help_in_a_group(command, config):
     parser = _subparsers(_parser())[command]
     titles = [group.title for group in parser._action_groups]

@@ -76,25 +76,29 @@ def test_the_approval_threshold_applies_to_the_user_and_the_oracle():
 
     from openclaw_rl.eval.oracle import OracleJudge
     from openclaw_rl.eval.problems import heldout_problems
-    from openclaw_rl.drivers.simulate import SimulateConfig
+    from openclaw_rl.config import SimulateConfig
+    from openclaw_rl.drivers.simulate import persona_of
 
-    assert SimulateConfig().persona_object().approve_threshold == 0.8  # the student's own
-    persona = SimulateConfig(approve_threshold=0.7).persona_object()
+    assert persona_of(SimulateConfig()).approve_threshold == 0.8  # the student's own
+    persona = persona_of(SimulateConfig(approve_threshold=0.7))
     assert persona.approve_threshold == 0.7 and OracleJudge(persona).threshold == 0.7
     problem = heldout_problems(1)[0]
     answer = "Tomas buys 8 packs of 8 crayons. He gives 9 crayons to Greta, so he has 50 crayons left."  # 0.725
     score = persona.rubric(problem, answer)
     assert 0.7 <= score < 0.8, score
     assert persona.reply(problem, answer, 0, __import__("random").Random(0)).satisfied
-    assert not SimulateConfig().persona_object().reply(problem, answer, 0, __import__("random").Random(0)).satisfied
+    assert not persona_of(SimulateConfig()).reply(problem, answer, 0, __import__("random").Random(0)).satisfied
     with pytest.raises(ValueError, match="approve_threshold"):
         SimulateConfig(approve_threshold=1.5)
 
 
 def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defaults():
     from openclaw_rl.cli import _parser
+    from openclaw_rl.config import DEMO_DEFAULTS, SimulateConfig, build
 
-    demo = _parser().parse_args(["demo"])
+    demo = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo"]))
     assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (5e-5, 0.7, "combined", "embedding")
-    simulate = _parser().parse_args(["simulate"])
+    simulate = build(SimulateConfig, {}, _parser().parse_args(["simulate"]))
     assert (simulate.lr, simulate.approve_threshold) == (None, None)
+    flagged = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--lr", "1e-4"]))
+    assert flagged.lr == 1e-4  # a flag wins over the demo's default

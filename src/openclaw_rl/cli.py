@@ -21,14 +21,17 @@ from rich.table import Table
 
 from openclaw_rl import __version__
 from openclaw_rl.config import (
-    OPD_BASELINES,
+    DEMO_DEFAULTS,
     AgentConfig,
     ConfigError,
     JudgeConfig,
+    JudgeProcessConfig,
     PoolConfig,
     RayConfig,
     ServeConfig,
+    SimulateConfig,
     TrainConfig,
+    TrainProcessConfig,
     add_flags,
     build,
     load_file,
@@ -53,11 +56,7 @@ def _parser() -> argparse.ArgumentParser:
 
     judge = commands.add_parser("judge", help="run the judge worker on its own against a store", formatter_class=_FORMAT)
     _common(judge)
-    judge.add_argument("--data-dir", required=True, help="the store to judge (a serve --data-dir)")
-    judge.add_argument("--store", default="", help="the store's database, as serve --store: a postgresql:// URL, "
-                                                   "or unset for the SQLite file in the data dir")
-    judge.add_argument("--model", default="", help="model directory for teacher scoring (default: the bundled model)")
-    judge.add_argument("--once", action="store_true", help="judge what is waiting now, then exit")
+    add_flags(judge, JudgeProcessConfig)
     # gone: the judge writes every signal once per turn and each trainer's method assembles its samples.
     # Still parsed, so a script of the old CLI hears why instead of "unrecognized arguments".
     judge.add_argument("--method", default=None, help=argparse.SUPPRESS)
@@ -65,12 +64,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = commands.add_parser("train", help="run the trainer on its own against a store", formatter_class=_FORMAT)
     _common(train)
-    train.add_argument("--data-dir", required=True, help="the store to train from (a serve --data-dir)")
-    train.add_argument("--store", default="", help="the store's database, as serve --store: a postgresql:// URL, "
-                                                   "or unset for the SQLite file in the data dir")
-    train.add_argument("--model", default="", help="base model directory (default: the bundled model)")
-    train.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
-    train.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0 = run until killed)")
+    add_flags(train, TrainProcessConfig)
     add_flags(train, TrainConfig)
 
     _simulate_parsers(commands)
@@ -86,46 +80,12 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _simulate_parsers(commands: argparse._SubParsersAction) -> None:
-    """`simulate` and `demo`: the same flags, with the demo's smaller, tested defaults."""
+    """`simulate` and `demo`: SimulateConfig's flags; the demo's defaults are DEMO_DEFAULTS."""
     for name, text in (("simulate", "simulated users teach a live server; measure the personalization score"),
-                       ("demo", "the student persona teaches the default model on screen (simulate, smaller)")):
+                       ("demo", "the student persona teaches the default model on screen (simulate, smaller; "
+                                "defaults: " + ", ".join(f"{k}={v}" for k, v in DEMO_DEFAULTS.items()) + ")")):
         sim = commands.add_parser(name, help=text, formatter_class=_FORMAT)
-        sim.add_argument("--persona", default="student", help="student | teacher")
-        sim.add_argument("--sessions", type=int, default=32 if name == "simulate" else 24, help="sessions to play")
-        sim.add_argument("--method", default="combined",
-                         help="binary | opd | combined | topk | module:ATTR, or several separated by commas")
-        sim.add_argument("--judge", default="embedding", help="embedding | local | oracle | an OpenAI-compatible URL")
-        sim.add_argument("--judge-model", default="default", help="model name at a judge URL")
-        sim.add_argument("--seed", type=int, default=0, help="seed of the problems and the user's replies")
-        sim.add_argument("--out", default="./openclaw-sim" if name == "simulate" else "./openclaw-demo",
-                         help="where metrics.jsonl, summary.json and curve.png go")
-        sim.add_argument("--model", default="", help="model directory (default: the bundled model)")
-        sim.add_argument("--batch-size", type=int, default=4 if name == "simulate" else 2,
-                         help="samples per training step")
-        sim.add_argument("--lora", action="store_true", help="train a LoRA adapter instead of every weight")
-        sim.add_argument("--lr", type=float, default=None if name == "simulate" else 5e-5,
-                         help="AdamW learning rate (unset: 1e-5 for full fine-tuning, 1e-4 for LoRA)"
-                         + ("" if name == "simulate" else "; the demo's: 5e-5, see docs/experiments.md"))
-        sim.add_argument("--max-turns", type=int, default=3, help="turns per session before the user gives up")
-        sim.add_argument("--heldout", type=int, default=16 if name == "simulate" else 8,
-                         help="held-out problems the score is measured on")
-        sim.add_argument("--user-model", default="", help="an OpenAI-compatible URL whose model plays the user")
-        sim.add_argument("--parallel", type=int, default=4, help="users playing at the same time")
-        sim.add_argument("--eval-every", type=int, default=1 if name == "simulate" else 2,
-                         help="score the held-out set every this many updates")
-        sim.add_argument("--max-updates", type=int, default=0,
-                         help="stop starting sessions after this many policy updates (0: play all sessions)")
-        sim.add_argument("--max-hints", type=int, default=3 if name == "simulate" else 1,
-                         help="candidate hints per turn (each one costs a teacher forward pass)")
-        sim.add_argument("--max-staleness", type=int, default=4,
-                         help="drop samples more than this many policy versions old: the trainer lags the users, "
-                              "and a sample many updates old pulls an already changed policy off course")
-        sim.add_argument("--approve-threshold", type=float, default=None if name == "simulate" else 0.7,
-                         help="rubric score at which the user approves and the oracle votes +1 "
-                              "(unset: the persona's own, 0.8)"
-                              + ("" if name == "simulate" else "; the demo's: 0.7, see docs/experiments.md"))
-        sim.add_argument("--opd-baseline", default="none", choices=OPD_BASELINES,
-                         help="none (the paper) | mean: centre each sample's OPD advantages (docs/experiments.md)")
+        add_flags(sim, SimulateConfig, defaults=DEMO_DEFAULTS if name == "demo" else None)
         sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
 
@@ -224,15 +184,9 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from openclaw_rl.drivers.simulate import SimulateConfig, simulate  # per command
+    from openclaw_rl.drivers.simulate import simulate  # per command
 
-    config = SimulateConfig(
-        persona=args.persona, sessions=args.sessions, methods=[m.strip() for m in args.method.split(",") if m.strip()],
-        judge=args.judge, judge_model=args.judge_model, seed=args.seed, out=args.out, model=args.model,
-        batch_size=args.batch_size, lora=args.lora, lr=args.lr, max_turns=args.max_turns, heldout=args.heldout,
-        user_model=args.user_model, parallel=args.parallel, eval_every=args.eval_every,
-        max_updates=args.max_updates, max_hints=args.max_hints, approve_threshold=args.approve_threshold,
-        max_staleness=args.max_staleness, opd_baseline=args.opd_baseline)
+    config = build(SimulateConfig, DEMO_DEFAULTS if args.command == "demo" else {}, args)
     state: dict[str, dict] = {}
     judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
 
@@ -320,12 +274,14 @@ def main(argv: list[str] | None = None) -> int:
                     "(reward, hints, teacher targets), for any method, and each trainer assembles its samples for "
                     "its own --method. Drop the flag here and give it to `openclaw-rl train` (or serve); add "
                     "--no-teacher-targets if no method that trains reads a teacher (binary, stepwise)")
-            judged = compose.judge_process(args.data_dir, args.model, build(JudgeConfig, file_values.get("judge", {}), args),
-                                        once=args.once, store_url=args.store)
+            part = build(JudgeProcessConfig, {}, args)
+            judged = compose.judge_process(part.data_dir, part.model, build(JudgeConfig, file_values.get("judge", {}), args),
+                                           once=part.once, store_url=part.store)
             print(f"judged {judged} turns")
         elif args.command == "train":
-            steps = compose.train_process(args.data_dir, args.model, build(TrainConfig, file_values.get("train", {}), args),
-                                       args.resume, args.max_steps, store_url=args.store)
+            part = build(TrainProcessConfig, {}, args)
+            steps = compose.train_process(part.data_dir, part.model, build(TrainConfig, file_values.get("train", {}), args),
+                                          part.resume, part.max_steps, store_url=part.store)
             print(f"trained {steps} steps")
     except (ConfigError, ValueError, FileNotFoundError, StoreError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)

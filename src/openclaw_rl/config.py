@@ -1,5 +1,9 @@
 """Configuration: one dataclass per section, from a TOML/YAML file and CLI flags.
 
+(Over 400 lines on purpose: every setting of every command is declared here, once, so
+that --help, config files, the checks and the README's CLI test all read one place, and
+`openclaw-rl --help` needs nothing heavier than this module.)
+
 Every field has help text (shown by `--help`) and its default is the value a laptop
 user wants. Precedence: built-in default < config file < CLI flag. Values are checked in
 `__post_init__`, and an error names the field, the value seen and what would work.
@@ -95,16 +99,19 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def add_flags(parser: argparse.ArgumentParser, cls: type, title: str | None = None) -> None:
+def add_flags(parser: argparse.ArgumentParser, cls: type, title: str | None = None,
+              defaults: dict[str, Any] | None = None) -> None:
     """One `--field-name` flag per dataclass field, in a `--help` group of their own
     (titled `title`, else the class's first docstring line); unset flags stay None, so
-    `build` can tell a given flag from a default."""
+    `build` can tell a given flag from a default. `defaults` are shown in place of the
+    class's where a command builds with other ones (`demo`)."""
     hints = get_type_hints(cls)
     group = parser.add_argument_group(title or (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
     for f in dataclasses.fields(cls):
         kind = _base_type(hints[f.name])
         flag = "--" + f.name.replace("_", "-")
-        shown = "" if f.metadata.get("required") else f" (default: {f.default!r})"
+        default = (defaults or {}).get(f.name, f.default)
+        shown = "" if f.metadata.get("required") else f" (default: {default!r})"
         extra = {"required": True} if f.metadata.get("required") else {}
         help_text = f"{f.metadata.get('help', '')}{shown}"
         if kind is bool:
@@ -373,3 +380,89 @@ class AgentConfig:
     @property
     def env_names(self) -> list[str]:
         return [name.strip() for name in self.env.split(",") if name.strip()]
+
+
+@dataclass
+class SimulateConfig:
+    """Simulated users: `openclaw-rl simulate` and `openclaw-rl demo`."""
+
+    persona: str = setting("student | teacher", default="student")
+    sessions: int = setting("sessions to play", default=32)
+    method: str = setting("binary | opd | combined | topk | stepwise | module:ATTR, or several separated by commas "
+                          "(each trains a server of its own)", default="combined")
+    judge: str = setting("embedding | local | oracle | an OpenAI-compatible base URL", default="embedding")
+    judge_model: str = setting("model name at a judge URL", default="default")
+    seed: int = setting("seed of the problems and the user's replies", default=0)
+    out: str = setting("where metrics.jsonl, summary.json and curve.png go", default="./openclaw-sim")
+    model: str = setting("model directory; empty: the bundled model", default="")
+    batch_size: int = setting("samples per training step", default=4)
+    lora: bool = setting("train a LoRA adapter instead of every weight", default=False)
+    lr: float | None = setting("AdamW learning rate; unset: 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
+    max_turns: int = setting("turns per session before the user gives up", default=3)
+    heldout: int = setting("held-out problems the score is measured on", default=16)
+    eval_max_tokens: int = setting("max new tokens of a scored held-out answer", default=200)
+    response_max_tokens: int = setting("max new tokens of a reply to a simulated user", default=200)
+    user_model: str = setting("an OpenAI-compatible URL whose model plays the user; empty: the persona's "
+                              "seeded template replies", default="")
+    drain_timeout_s: float = setting("after the last session, wait this long for pending training", default=600.0)
+    parallel: int = setting("users playing at the same time (their requests share decode batches)", default=4)
+    eval_every: int = setting("score the held-out set every this many updates (and always before training)",
+                              default=1)
+    max_updates: int = setting("stop starting sessions after this many policy updates (0: play all sessions)",
+                               default=0)
+    max_hints: int = setting("candidate hints per turn (each one costs a teacher forward pass)", default=3)
+    max_staleness: int = setting("drop samples more than this many policy versions old: the trainer lags the users, "
+                                 "and a sample many updates old pulls an already changed policy off course",
+                                 default=4)
+    approve_threshold: float | None = setting("rubric score at which the user approves and the oracle votes +1; "
+                                              "unset: the persona's own (0.8)", default=None)
+    opd_baseline: str = setting("none (the paper) | mean: centre each sample's OPD advantages "
+                                "(docs/experiments.md)", default="none")
+
+    def __post_init__(self) -> None:
+        check(self.sessions >= 1, "sessions", self.sessions, "at least 1 session")
+        check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
+        check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
+        check(self.parallel >= 1, "parallel", self.parallel, "at least 1 session at a time")
+        check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
+        check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
+        check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
+        check(self.approve_threshold is None or 0.0 < self.approve_threshold <= 1.0, "approve_threshold",
+              self.approve_threshold, "a rubric score in (0, 1]")
+
+    @property
+    def methods(self) -> list[str]:
+        return [m.strip() for m in self.method.split(",") if m.strip()]
+
+
+
+@dataclass
+class JudgeProcessConfig:
+    """The judge on its own: `openclaw-rl judge`."""
+
+    data_dir: str = setting("the store to judge (a serve --data-dir)", default="", required=True)
+    store: str = setting("the store's database, as serve --store: a postgresql:// URL, or unset for the SQLite "
+                         "file in the data dir", default="")
+    model: str = setting("model directory for teacher scoring; empty: the bundled model", default="")
+    once: bool = setting("judge what is waiting now, then exit", default=False)
+
+
+@dataclass
+class TrainProcessConfig:
+    """The trainer on its own: `openclaw-rl train`."""
+
+    data_dir: str = setting("the store to train from (a serve --data-dir)", default="", required=True)
+    store: str = setting("the store's database, as serve --store: a postgresql:// URL, or unset for the SQLite "
+                         "file in the data dir", default="")
+    model: str = setting("base model directory; empty: the bundled model", default="")
+    resume: bool = setting("continue from the latest checkpoint", default=False)
+    max_steps: int = setting("stop after this many steps (0 = run until killed)", default=0)
+
+    def __post_init__(self) -> None:
+        check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (no limit) or more steps")
+
+# `openclaw-rl demo` is `simulate` with these defaults (a flag still wins): smaller, and the
+# settings whose curve rose across seeds (docs/experiments.md).
+DEMO_DEFAULTS = {"sessions": 24, "out": "./openclaw-demo", "batch_size": 2, "lr": 5e-5, "heldout": 8,
+                 "eval_every": 2, "max_hints": 1, "approve_threshold": 0.7}

@@ -42,7 +42,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ import openai
 from rich.logging import RichHandler
 
 from openclaw_rl.compose import build_app, build_server
-from openclaw_rl.config import OPD_BASELINES, JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig, TrainConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
@@ -65,62 +65,12 @@ from openclaw_rl.train.weights import CallbackChannel
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class SimulateConfig:
-    persona: str = "student"
-    sessions: int = 32
-    methods: list[str] = field(default_factory=lambda: ["combined"])
-    judge: str = "embedding"  # embedding | local | oracle | an OpenAI-compatible base URL
-    judge_model: str = "default"  # model name at a judge URL
-    seed: int = 0
-    out: str = "./openclaw-sim"
-    model: str = ""
-    batch_size: int = 4
-    lora: bool = False
-    lr: float | None = None  # None: the trainer's default (1e-5 full fine-tuning, 1e-4 LoRA)
-    max_turns: int = 3
-    heldout: int = 16
-    eval_max_tokens: int = 200
-    response_max_tokens: int = 200
-    user_model: str = ""  # an OpenAI-compatible URL whose model plays the user
-    drain_timeout_s: float = 600.0  # after the last session, wait this long for pending training
-    parallel: int = 4  # users playing at the same time (their requests share decode batches)
-    eval_every: int = 1  # score every this many policy updates (and always before training)
-    max_updates: int = 0  # stop starting sessions after this many updates (0: play every session)
-    max_hints: int = 3  # candidate hints per turn; each costs a teacher prefill, and >1 a student one too
-    max_staleness: int = 4  # drop samples more than this many policy versions old (the trainer lags the students)
-    # the rubric at which the user approves and the oracle votes +1; None: the persona's own
-    approve_threshold: float | None = None
-    opd_baseline: str = "none"  # TrainConfig.opd_baseline: "mean" centres each sample's OPD advantages
-
-    def __post_init__(self) -> None:
-        if self.sessions < 1:
-            raise ValueError(f"sessions = {self.sessions} is invalid: play at least 1 session")
-        if not self.methods:
-            raise ValueError("methods is empty: name at least one, e.g. combined")
-        for method in self.methods:  # before any run starts: a bad name last in the list fails now, not hours in
-            get_method(method)
-        if self.heldout < 1:
-            raise ValueError(f"heldout = {self.heldout} is invalid: hold out at least 1 problem")
-        if self.parallel < 1:
-            raise ValueError(f"parallel = {self.parallel} is invalid: play at least 1 session at a time")
-        if self.eval_every < 1:
-            raise ValueError(f"eval_every = {self.eval_every} is invalid: use 1 to score every update")
-        if self.max_updates < 0:
-            raise ValueError(f"max_updates = {self.max_updates} is invalid: use 0 for no limit")
-        if self.max_staleness < 0:
-            raise ValueError(f"max_staleness = {self.max_staleness} is invalid: use 0 or more policy versions")
-        if self.opd_baseline not in OPD_BASELINES:
-            raise ValueError(f"opd_baseline = {self.opd_baseline!r} is invalid: use " + " or ".join(OPD_BASELINES))
-        if self.approve_threshold is not None and not 0.0 < self.approve_threshold <= 1.0:
-            raise ValueError(f"approve_threshold = {self.approve_threshold} is invalid: use a rubric score in (0, 1]")
-
-    def persona_object(self):
-        """The persona, with `approve_threshold` applied when one is set."""
-        persona = get_persona(self.persona)
-        if self.approve_threshold is None:
-            return persona
-        return replace(persona, approve_threshold=self.approve_threshold)
+def persona_of(config: SimulateConfig):
+    """The persona, with `approve_threshold` applied when one is set."""
+    persona = get_persona(config.persona)
+    if config.approve_threshold is None:
+        return persona
+    return replace(persona, approve_threshold=config.approve_threshold)
 
 
 class _Recorder:
@@ -196,7 +146,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
     (Over 60 lines: the server, the users' thread pool, the evaluator and the drain share
     one run's state and its clean-up, which read best in order, in one place.)"""
-    persona = config.persona_object()
+    persona = persona_of(config)
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
     oracle = OracleJudge(persona, problems) if config.judge == "oracle" else None
@@ -353,6 +303,8 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
     optimizer state (about 5 GB for the default model), and a process gives all of it back
     to the system when it ends, where freeing it inside one process left the resident
     size growing run after run (three methods reached 15 GB)."""
+    for method in config.methods:  # before any run starts: a bad name last in the list fails now, not hours in
+        get_method(method)
     out = Path(config.out)
     recorder = _Recorder(out)
     if len(config.methods) == 1:
