@@ -37,6 +37,10 @@ from openclaw_rl.types import Sample
 def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:
     """Pad `samples` into one batch. Shapes: B samples, L = max(P + T), T = max response, K.
 
+    (Over 60 lines: one pass fills every tensor of the batch, row by row, so that each
+    mask is built beside the values it masks; split up, the offsets would be computed
+    twice.)
+
     Keys: input_ids, attention_mask (B, L); response_positions, response_ids,
     loss_mask, behaviour_logprobs, teacher_logprobs, teacher_mask (B, T); reward,
     has_reward, step_advantage, has_step_advantage, temperatures, top_ps (B,); with
