@@ -60,12 +60,6 @@ class _ChatView:
             {**entry(s.token_id, s.logprob), "top_logprobs": [entry(i, lp) for i, lp in s.top]} for s in steps
         ]}
 
-    def _usage(self) -> dict[str, int]:
-        usages = [turn.usage() for turn in self.opened.turns]
-        return {"prompt_tokens": usages[0]["prompt_tokens"],
-                "completion_tokens": sum(u["completion_tokens"] for u in usages),
-                "total_tokens": usages[0]["prompt_tokens"] + sum(u["completion_tokens"] for u in usages)}
-
     def _choice(self, i: int, turn: TurnInProgress) -> dict[str, Any]:
         generation = turn.generation
         message: dict[str, Any] = {"role": "assistant", "content": turn.content}
@@ -79,7 +73,7 @@ class _ChatView:
         return {
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.server.model_name,
             "choices": [self._choice(i, turn) for i, turn in enumerate(turns)],
-            "usage": self._usage(),
+            "usage": self.opened.usage(),
             "policy_version": turns[0].generation.policy_version,
             "session_id": self.opened.ref.id,
         }
@@ -108,7 +102,7 @@ class _ChatView:
                 yield self._chunk(i, {}, finish=turn.generation.finish_reason)
             if self.body.stream_options and self.body.stream_options.include_usage:
                 chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                         "model": self.server.model_name, "choices": [], "usage": self._usage()}
+                         "model": self.server.model_name, "choices": [], "usage": self.opened.usage()}
                 yield f"data: {json.dumps(chunk)}\n\n"
             yield "data: [DONE]\n\n"
         except (TimeoutError, EngineError) as error:

@@ -151,13 +151,10 @@ class _CompletionView:
                 logprobs = {key: prompt_logprobs[key] + logprobs[key] for key in logprobs}
             choices.append({"index": i, "text": echo + generation.text, "finish_reason": generation.finish_reason,
                             "logprobs": logprobs})
-        prompt_tokens = len(self.opened.turns[0].prompt_ids)
-        completion_tokens = sum(len(t.generation.token_ids) for t in self.opened.turns)
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
                 "choices": choices, "policy_version": self.opened.turns[0].generation.policy_version,
                 "session_id": self.opened.ref.id,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                          "total_tokens": prompt_tokens + completion_tokens}}
+                "usage": self.opened.usage()}
 
     def _chunk(self, i: int, text: str, finish: str | None = None, logprobs: Any = None) -> str:
         chunk = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
@@ -188,9 +185,6 @@ class _CompletionView:
             yield f"data: {json.dumps({'error': {'message': message, 'type': 'server_error'}})}\n\n"
 
     def _usage_chunk(self) -> str:
-        usages = [turn.usage() for turn in self.opened.turns]
-        prompt, completion = usages[0]["prompt_tokens"], sum(u["completion_tokens"] for u in usages)
         chunk = {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
-                 "choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                                          "total_tokens": prompt + completion}}
+                 "choices": [], "usage": self.opened.usage()}
         return f"data: {json.dumps(chunk)}\n\n"

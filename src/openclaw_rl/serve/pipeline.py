@@ -80,6 +80,12 @@ class Opened:
     def headers(self) -> dict[str, str]:
         return {"X-Policy-Version": str(self.turns[0].started.policy_version), "X-Session-Id": self.ref.id}
 
+    def usage(self) -> dict[str, int]:
+        """OpenAI usage over every choice: the prompt once, the completions summed."""
+        prompt = len(self.turns[0].prompt_ids)
+        completion = sum(len(turn.generation.token_ids) for turn in self.turns)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
     async def run(self) -> None:
         """Decode every choice to its end and commit it (non-streaming)."""
         timeout = self.server.config.request_timeout_s
@@ -98,6 +104,28 @@ class Opened:
     async def events(self) -> AsyncIterator[tuple[int, str | None, list[TokenStep]]]:
         """(choice, text delta, its steps) as they decode; (choice, None, []) once that
         choice is committed. Raises TimeoutError or EngineError for the API to report."""
+        if len(self.turns) == 1:  # the common case: no task or queue between the engine and the client
+            source = self._one()
+        else:
+            source = self._merged()
+        try:
+            async with asyncio.timeout(self.server.config.request_timeout_s):
+                async for item in source:
+                    yield item
+            await self._finish()
+        finally:
+            await source.aclose()
+            await self.aclose()
+
+    async def _one(self) -> AsyncIterator[tuple[int, str | None, list[TokenStep]]]:
+        turn = self.turns[0]
+        async for delta, steps in turn.deltas():
+            yield 0, delta, steps
+        await turn.commit()
+        yield 0, None, []
+
+    async def _merged(self) -> AsyncIterator[tuple[int, str | None, list[TokenStep]]]:
+        """The choices' events interleaved as they decode, each choice pumped by a task of its own."""
         queue: asyncio.Queue = asyncio.Queue()
 
         async def pump(i: int, turn: TurnInProgress) -> None:
@@ -111,20 +139,17 @@ class Opened:
 
         tasks = [asyncio.create_task(pump(i, t)) for i, t in enumerate(self.turns)]
         try:
-            async with asyncio.timeout(self.server.config.request_timeout_s):
-                open_choices = len(tasks)
-                while open_choices:
-                    item = await queue.get()
-                    if isinstance(item, BaseException):
-                        raise item
-                    if item[1] is None:
-                        open_choices -= 1
-                    yield item
-            await self._finish()
+            open_choices = len(tasks)
+            while open_choices:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item[1] is None:
+                    open_choices -= 1
+                yield item
         finally:
             for task in tasks:
                 task.cancel()
-            await self.aclose()
 
     async def _finish(self) -> None:
         if self.spec.done:
@@ -150,15 +175,16 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     if spec.kind == "main":
         await run_in_threadpool(_record_next_state, server, ref, spec)
     group = uuid.uuid4().hex
-    turns: list[TurnInProgress] = []
-    try:
-        for choice in range(spec.n):
-            seeded = params if params.seed is None else replace(params, seed=params.seed + choice)
-            turns.append(await _start(server, spec, ref, prompt_ids, seeded, group, choice))
-    except BaseException:
+    # The n choices are admitted together, so the engine prefills them in one batch.
+    started = await asyncio.gather(*(
+        _start(server, spec, ref, prompt_ids, params if params.seed is None else replace(params, seed=params.seed + i),
+               group, i)
+        for i in range(spec.n)), return_exceptions=True)
+    turns = [t for t in started if isinstance(t, TurnInProgress)]
+    if len(turns) < len(started):
         for turn in turns:
             await turn.stream.aclose()
-        raise
+        raise next(e for e in started if not isinstance(e, TurnInProgress))
     return Opened(server, spec, ref, turns)
 
 

@@ -35,9 +35,6 @@ from openclaw_rl.chat import content_text
 from openclaw_rl.store import Store
 from openclaw_rl.types import Message, NextState, Turn
 
-MAX_ID_CHARS = 256  # session ids and user ids: they travel in headers and log lines
-
-
 @dataclass(frozen=True)
 class SessionRef:
     id: str
