@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
 from openclaw_rl.serve.background import free_port  # noqa: E402
+from serve_overhead import start_server  # noqa: E402  (bench/ is this script's directory)
 
 BAD = [("seed", 2**64), ("temperature", -1), ("top_p", 0), ("max_tokens", 10**9),
        ("stop", [f"s{i}" for i in range(100)]), ("top_logprobs", 100)]
@@ -46,18 +47,8 @@ def rss_mb(pid: int) -> float:
 
 
 def start(model_dir: Path, port: int, data_dir: str, src: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    proc = subprocess.Popen([sys.executable, "-m", "openclaw_rl.cli", "serve", "--model", str(model_dir),
-                             "--port", str(port), "--data-dir", data_dir, "--no-train", "--judge", "off"],
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(900):
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    proc.kill()
-    raise RuntimeError("server did not start")
+    return start_server(model_dir, port, Path(data_dir), "--no-train", "--judge", "off",
+                        env={**os.environ, "PYTHONPATH": str(src)})
 
 
 def big_prompts(url: str) -> dict:

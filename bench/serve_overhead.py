@@ -55,13 +55,14 @@ def in_process(model_dir: Path, repeats: int) -> tuple[list[float], int]:
     return asyncio.run(run())
 
 
-def start_server(model_dir: Path, port: int, data_dir: Path) -> subprocess.Popen:
+def start_server(model_dir: Path, port: int, data_dir: Path, *flags: str, env: dict | None = None) -> subprocess.Popen:
+    """`openclaw-rl serve` in its own process (extra `flags`, environment `env`), once /healthz answers."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "openclaw_rl.cli", "serve", "--model", str(model_dir), "--port", str(port),
-         "--data-dir", str(data_dir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+         "--data-dir", str(data_dir), *flags],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
-    for _ in range(600):
+    for _ in range(900):
         try:
             if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
                 return proc
