@@ -44,7 +44,8 @@ class ServeConfig:
     data_dir: str = setting("where the store, logs and checkpoints live", default="./openclaw-data")
     store: str = setting("the store's database: empty = SQLite in the data dir; postgresql://USER@HOST[:PORT]/DB = a "
                        "PostgreSQL server shared by parts on several machines (docs/shared-state.md)", default="")
-    api_key: str = setting("if set, every endpoint but /healthz needs `Authorization: Bearer KEY`", default="")
+    api_key: str = setting("if set, every endpoint but /healthz needs `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
+                           default="")
     max_batch_size: int = setting("most requests decoded together", default=16)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
