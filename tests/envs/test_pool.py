@@ -170,10 +170,10 @@ def test_a_silent_lease_expires_with_410_while_heartbeats_keep_another_alive():
     # 4 s, not less: the heartbeat thread must keep `beating` alive on a loaded 2-core machine too
     with live_pool(size=2, lease_timeout_s=4.0) as live, live.client() as client:
         silent, beating = client.lease(heartbeat=False), client.lease()
-        silent.reset("to-3")
+        silent.reset("to-5")
         beating.reset("to-3")
-        slot = next(x["slot"] for x in live.status()["leases"] if x["lease_id"] == silent.lease_id)
-        old = live.made[slot]
+        # the envs are built concurrently, one per slot thread, so `made` is not in slot order: find it by its task
+        [old] = [env for env in live.made if env.target == 5]
         time.sleep(9.0)
         with pytest.raises(LeaseExpired, match=r"expired: no request or heartbeat for .* \(lease_timeout_s=4\)"):
             silent.step(Action("add", {"n": 1}))
