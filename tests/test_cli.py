@@ -25,7 +25,7 @@ def _readme_cli_commands() -> dict[str, set[str]]:
     for line in block.splitlines():
         words = line.split()
         if words[:1] == ["openclaw-rl"]:
-            current = " ".join(words[1:3]) if words[1:2] == ["envs"] else words[1]
+            current = " ".join(words[1:3]) if words[1:2] in (["envs"], ["users"]) else words[1]
             commands.setdefault(current, set())
         if current is not None:
             code = line.split("#", 1)[0]  # a trailing comment is prose

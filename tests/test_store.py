@@ -105,8 +105,9 @@ def test_mismatched_logprobs_record_nothing(store):
 
 
 def test_a_failed_write_rolls_back_and_the_store_goes_on(store):
-    with pytest.raises(Exception):  # noqa: B017 - sqlite3 and psycopg name the foreign-key error differently
-        _turn(store, session_id="never-created")
+    with pytest.raises(Exception):  # noqa: B017 - sqlite3 and psycopg name the CHECK violation differently
+        _turn(store, session_id="never-created", kind="bogus")
+    assert store.get_session("never-created") is None  # the session it would have made is rolled back too
     store.ensure_session("s", "header")
     assert _turn(store).index == 0
     assert store.counts()["turns"] == 1

@@ -12,9 +12,12 @@ import argparse
 import ctypes
 import json
 import logging
+import os
 import sys
 import threading
+import time
 
+from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler
 from rich.table import Table
@@ -37,6 +40,7 @@ from openclaw_rl.config import (
     load_file,
 )
 from openclaw_rl.store import StoreError
+from openclaw_rl.users import UserError
 
 _FORMAT = argparse.HelpFormatter
 
@@ -76,7 +80,52 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
     _envs_parser(commands)
     _agent_parser(commands)
+    _users_parser(commands)
     return parser
+
+
+def _users_parser(commands: argparse._SubParsersAction) -> None:
+    """`users add|list|revoke`: the API keys of a data dir (users.py)."""
+    users = commands.add_parser("users", help="add, list and revoke the users (API keys) of a data dir",
+                                formatter_class=_FORMAT)
+    actions = users.add_subparsers(dest="users_command", required=True)
+    default_dir = ServeConfig.__dataclass_fields__["data_dir"].default
+    for name, text in (("add", "create a user and print its API key once, on the last line"),
+                       ("list", "list users (never their keys)"), ("revoke", "stop a user's key from working")):
+        action = actions.add_parser(name, help=text, formatter_class=_FORMAT)
+        if name != "list":
+            action.add_argument("name", help="the user's name: lowercase letters, digits, '.', '_', '-'")
+        if name == "add":
+            action.add_argument("--admin", action="store_true", help="may see and delete every user's sessions")
+        action.add_argument("--data-dir", default=default_dir, help=f"the server's data dir (default {default_dir})")
+
+
+def _users(args: argparse.Namespace) -> int:
+    from openclaw_rl.users import Users  # per command
+
+    users = Users(args.data_dir)
+    if args.users_command == "add":
+        key = users.add(args.name, admin=args.admin)
+        print(f"added {'admin ' if args.admin else ''}user {args.name!r} to {users.path}; a running server accepts "
+              "the key from its next request. The key is shown this once (only its hash is kept):")
+        print(key)
+    elif args.users_command == "revoke":
+        users.revoke(args.name)
+        print(f"revoked {args.name!r}: its key no longer works; its sessions stay until deleted "
+              f"(DELETE /v1/users/{args.name}/data)")
+    else:
+        view = Table(title=f"users of {users.path}")
+        for column in ("name", "admin", "created", "state"):
+            view.add_column(column)
+        for record in users.list():
+            view.add_row(record["name"], "yes" if record["admin"] else "", _when(record["created_at"]),
+                         f"revoked {_when(record['revoked_at'])}" if record["revoked_at"] else "active")
+        Console().print(view)
+    return 0
+
+
+def _when(at: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(at)) if at else "-"
 
 
 def _simulate_parsers(commands: argparse._SubParsersAction) -> None:
@@ -236,9 +285,12 @@ def _bound_malloc_growth() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     _bound_malloc_growth()
+    os.umask(0o077)  # what we write is people's conversations and the weights learnt from them: owner only
     args = _parser().parse_args(argv)
-    _setup_logging(args.verbose)
+    _setup_logging(getattr(args, "verbose", False))
     try:
+        if args.command == "users":
+            return _users(args)
         if args.command == "export":
             from openclaw_rl.train.checkpoint import export  # per command
 
@@ -275,15 +327,14 @@ def main(argv: list[str] | None = None) -> int:
                     "its own --method. Drop the flag here and give it to `openclaw-rl train` (or serve); add "
                     "--no-teacher-targets if no method that trains reads a teacher (binary, stepwise)")
             part = build(JudgeProcessConfig, {}, args)
-            judged = compose.judge_process(part.data_dir, part.model, build(JudgeConfig, file_values.get("judge", {}), args),
-                                           once=part.once, store_url=part.store)
+            judged = compose.judge_process(part, build(JudgeConfig, file_values.get("judge", {}), args))
             print(f"judged {judged} turns")
         elif args.command == "train":
             part = build(TrainProcessConfig, {}, args)
             steps = compose.train_process(part.data_dir, part.model, build(TrainConfig, file_values.get("train", {}), args),
                                           part.resume, part.max_steps, store_url=part.store)
             print(f"trained {steps} steps")
-    except (ConfigError, ValueError, FileNotFoundError, StoreError) as error:
+    except (ConfigError, ValueError, FileNotFoundError, StoreError, UserError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)
         return 2
     return 0

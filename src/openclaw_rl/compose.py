@@ -24,7 +24,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
-from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import ConfigError, JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
@@ -34,6 +34,8 @@ from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
 from openclaw_rl.loop import judge_loop, status_loop, train_loop
+from openclaw_rl.net import is_loopback
+from openclaw_rl.privacy import parse_kinds
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.server import Server
@@ -43,6 +45,7 @@ from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.runner import run_trainer
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
+from openclaw_rl.users import Users
 
 log = logging.getLogger(__name__)
 
@@ -50,9 +53,32 @@ log = logging.getLogger(__name__)
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
     model_dir = resolve_model_dir(config.model or None)
     engine = build_engine(config, model_dir, threads, lora_rank, name)
-    store = make_store(config.store, data_dir=config.data_dir)
+    store = open_store(config.store, config.data_dir, config.log_text, config.redact)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
-                  model_name=engine.model_name, metrics=Metrics())
+                  model_name=engine.model_name, metrics=Metrics(), users=Users(config.data_dir, config.api_key))
+
+
+def open_store(url: str, data_dir: str | Path, log_text: str = "redacted", redact: str = "all") -> Store:
+    """The store of a process that writes logs, with its `--log-text` and `--redact`."""
+    try:
+        kinds = parse_kinds(redact)
+    except ValueError as error:
+        raise ConfigError(f"--redact {redact!r}: {error}") from error
+    return make_store(url, data_dir=data_dir, log_text=log_text, redact_kinds=kinds)  # type: ignore[arg-type]
+
+
+def check_exposure(config: ServeConfig, users: Users) -> None:
+    """Refuse to serve other machines without a key; say what is in force either way."""
+    if users.keys_configured:
+        log.info("API keys required: %s", "users of " + str(users.path) if users.list() else "--api-key")
+        return
+    if not is_loopback(config.host):
+        raise ConfigError(
+            f"refusing to serve on {config.host} with no API key: anyone who can reach it could read and steer "
+            f"every conversation. Add a user (openclaw-rl users add NAME --data-dir {config.data_dir}) or pass "
+            "--api-key KEY, or bind to 127.0.0.1")
+    log.warning("no API key configured: serving on loopback (%s) only, every request is the local admin; "
+                "add users with `openclaw-rl users add NAME --data-dir %s`", config.host, config.data_dir)
 
 
 def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
@@ -158,23 +184,24 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
 
 
 def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
+    check_exposure(config, Users(config.data_dir, config.api_key))
     _, app = build_app(config, judge, train)
     uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
 
 
-def judge_process(data_dir: str, model: str, config: JudgeConfig, once: bool = False, store_url: str = "") -> int:
+def judge_process(part: JudgeProcessConfig, config: JudgeConfig) -> int:
     """`openclaw-rl judge`: the worker as its own process against an existing store.
 
     Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
     follows the files channel: before each batch of turns it loads the newest published
     version, so teacher log-probs come from the policy serving has, not the one at start."""
-    store = make_store(store_url, data_dir=data_dir)
-    worker = standalone_judge(store, data_dir, resolve_model_dir(model or None), config)
+    store = open_store(part.store, part.data_dir, part.log_text, part.redact)
+    worker = standalone_judge(store, part.data_dir, resolve_model_dir(part.model or None), config)
     engine = worker.teacher_engine
 
     async def main() -> int:
         try:
-            if once:
+            if part.once:
                 return await worker.drain()
             await worker.run(asyncio.Event())
             return worker.judged

@@ -34,6 +34,19 @@ def setting(help: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
     return field(default=default, metadata={"help": help, **flag})
 
 
+LOG_TEXT = ("off", "redacted", "full")
+
+
+def _log_text_setting() -> Any:
+    return setting("how much conversation text the JSONL logs in DATA_DIR/logs keep: off (none) | redacted (with the "
+                   "personal data of --redact masked) | full", default="redacted")
+
+
+def _redact_setting() -> Any:
+    return setting("what --log-text redacted masks: all | none | a comma list of email, phone, card, iban, govid",
+                   default="all")
+
+
 @dataclass
 class ServeConfig:
     """Serving: the HTTP API and the engine."""
@@ -44,8 +57,15 @@ class ServeConfig:
     data_dir: str = setting("where the store, logs and checkpoints live", default="./openclaw-data")
     store: str = setting("the store's database: empty = SQLite in the data dir; postgresql://USER@HOST[:PORT]/DB = a "
                        "PostgreSQL server shared by parts on several machines (docs/shared-state.md)", default="")
-    api_key: str = setting("if set, every endpoint but /healthz needs `Authorization: Bearer KEY` (or `x-api-key: KEY`)",
-                           default="")
+    api_key: str = setting("one more key, of the admin user `admin`, beside the users of `openclaw-rl users add`; "
+                           "with any key configured every endpoint but /healthz needs `Authorization: Bearer KEY` "
+                           "(or `x-api-key: KEY`); with none, serve binds to loopback only", default="")
+    user_requests_per_minute: int = setting("requests per minute one user may send (429 with Retry-After past it; "
+                                            "0 = no limit)", default=600)
+    user_feedback_per_minute: int = setting("feedback posts per minute one user may send (0 = no limit)", default=60)
+    user_max_streams: int = setting("generations one user may have in progress at once (0 = no limit)", default=32)
+    log_text: str = _log_text_setting()
+    redact: str = _redact_setting()
     max_batch_size: int = setting("most requests decoded together", default=16)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
@@ -71,6 +91,9 @@ class ServeConfig:
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
         check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
         check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
+        for name in ("user_requests_per_minute", "user_feedback_per_minute", "user_max_streams"):
+            check(getattr(self, name) >= 0, name, getattr(self, name), "0 (no limit) or a positive count")
+        check(self.log_text in LOG_TEXT, "log_text", self.log_text, " or ".join(LOG_TEXT))
         check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
 
@@ -236,6 +259,9 @@ class TrainConfig:
     topk_k: int = setting("teacher tokens per position compared by top-k distillation", default=16)
     max_staleness: int = setting("drop samples whose policy version is more than this many versions behind",
                                default=2)
+    max_user_share: float = setting("the largest share of one training batch a single user's samples may fill "
+                                    "(1 = no cap; on a server many people share, 0.25 keeps any one of them from "
+                                    "steering a step)", default=1.0)
     checkpoint_every: int = setting("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
     train_poll_interval_s: float = setting("how often the trainer looks for a full batch of ready samples", default=1.0)
@@ -271,6 +297,7 @@ class TrainConfig:
         check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a value >= 0 (0 turns the KL penalty off)")
         check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(0 < self.max_user_share <= 1, "max_user_share", self.max_user_share, "a share in (0, 1]")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
         check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
         check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
@@ -447,6 +474,11 @@ class JudgeProcessConfig:
                          "file in the data dir", default="")
     model: str = setting("model directory for teacher scoring; empty: the bundled model", default="")
     once: bool = setting("judge what is waiting now, then exit", default=False)
+    log_text: str = _log_text_setting()
+    redact: str = _redact_setting()
+
+    def __post_init__(self) -> None:
+        check(self.log_text in LOG_TEXT, "log_text", self.log_text, " or ".join(LOG_TEXT))
 
 
 @dataclass

@@ -42,20 +42,27 @@ file (appends from two NFS clients can interleave).
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import fcntl
 import json
+import os
 import logging
 import re
 import socket
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from openclaw_rl.types import Message, NextState, Sample, Session, Turn, TurnKind, Verdict
+from openclaw_rl.privacy import KINDS, redact
+from openclaw_rl.users import LOCAL
+
+LogText = Literal["off", "redacted", "full"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +72,8 @@ CREATE TABLE IF NOT EXISTS sessions (
     id          TEXT PRIMARY KEY,
     created_at  {real} NOT NULL,
     closed_at   {real},
-    source      TEXT NOT NULL
+    source      TEXT NOT NULL,
+    owner       TEXT
 );
 CREATE TABLE IF NOT EXISTS turns (
     id                  {id},
@@ -86,6 +94,7 @@ CREATE TABLE IF NOT EXISTS turns (
     next_state          TEXT,
     next_state_at       {real},
     closed              INTEGER NOT NULL DEFAULT 0,
+    owner               TEXT,
     UNIQUE (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_by_continuation ON turns(continuation_hash);
@@ -102,7 +111,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     latency_s       {real} NOT NULL,
     reason          TEXT,
     created_at      {real} NOT NULL,
-    teacher_policy_version  INTEGER
+    teacher_policy_version  INTEGER,
+    owner           TEXT
 );
 CREATE TABLE IF NOT EXISTS samples (
     turn_id         {ref} NOT NULL REFERENCES turns(id),
@@ -114,6 +124,7 @@ CREATE TABLE IF NOT EXISTS samples (
     created_at      {real} NOT NULL,
     used_at         {real},
     train_step      INTEGER,
+    owner           TEXT,
     PRIMARY KEY (turn_id, method)
 );
 CREATE INDEX IF NOT EXISTS samples_ready ON samples(method, status, created_at);
@@ -132,6 +143,11 @@ CREATE TABLE IF NOT EXISTS policy (
     train_step  INTEGER NOT NULL DEFAULT 0,
     updated_at  {real} NOT NULL
 );
+CREATE TABLE IF NOT EXISTS policy_history (
+    version     INTEGER PRIMARY KEY,
+    train_step  INTEGER,
+    published_at  {real} NOT NULL
+);
 CREATE INDEX IF NOT EXISTS turns_by_session ON turns(session_id, idx);
 CREATE TABLE IF NOT EXISTS responses (
     id          TEXT PRIMARY KEY,
@@ -142,12 +158,18 @@ CREATE TABLE IF NOT EXISTS responses (
 );
 """
 
+# Indexes on columns that `add_missing_columns` may have just added: created after it runs.
+LATE_INDEXES = """
+CREATE INDEX IF NOT EXISTS sessions_by_owner ON sessions(owner, created_at);
+CREATE INDEX IF NOT EXISTS turns_by_owner ON turns(owner);
+"""
+
 PER_TURN = ""  # `samples.method` of the one row per turn; rows of older databases name a method
 
 _TURN_COLUMNS = (
     "id, session_id, idx, kind, policy_version, prompt_messages, prompt_token_ids, "
     "response_token_ids, behaviour_logprobs, response_text, tool_calls, sampling, "
-    "finish_reason, created_at, next_state, closed, continuation_hash"
+    "finish_reason, created_at, next_state, closed, continuation_hash, owner"
 )
 
 
@@ -159,7 +181,8 @@ class StoreUnavailable(StoreError):
     """The store URL is malformed or its database cannot be reached."""
 
 
-def make_store(url_or_data_dir: str | Path, *, data_dir: str | Path | None = None) -> Store:
+def make_store(url_or_data_dir: str | Path, *, data_dir: str | Path | None = None, log_text: LogText = "redacted",
+               redact_kinds: Sequence[str] = KINDS) -> Store:
     """The store the serve, judge and train processes share.
 
     A `postgresql://` (or `postgres://`) URL opens that database; `data_dir` is then still
@@ -167,9 +190,10 @@ def make_store(url_or_data_dir: str | Path, *, data_dir: str | Path | None = Non
     and opens its SQLite file; an empty string means `data_dir`'s.
     """
     target = str(url_or_data_dir)
+    options = {"log_text": log_text, "redact_kinds": redact_kinds}
     if "://" not in target:
-        return Store(target or _required(data_dir, target))
-    return Store(_required(data_dir, target), url=target)
+        return Store(target or _required(data_dir, target), **options)
+    return Store(_required(data_dir, target), url=target, **options)
 
 
 def _required(data_dir: str | Path | None, url: str) -> str | Path:
@@ -190,10 +214,15 @@ def redact_url(url: str) -> str:
 
 
 class Store:
-    def __init__(self, data_dir: str | Path, *, url: str = "", busy_timeout_s: float = 10.0):
-        """The SQLite store in `data_dir`, or with `url` the PostgreSQL database it names."""
-        self.data_dir = Path(data_dir)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
+    def __init__(self, data_dir: str | Path, *, url: str = "", busy_timeout_s: float = 10.0,
+                 log_text: LogText = "redacted", redact_kinds: Sequence[str] = KINDS):
+        """The SQLite store in `data_dir`, or with `url` the PostgreSQL database it names.
+        `log_text` says how much text the JSONL logs keep (`redacted`: with the personal data
+        of `redact_kinds` masked, see privacy.py)."""
+        if log_text not in ("off", "redacted", "full"):
+            raise ValueError(f"log_text must be off, redacted or full, got {log_text!r}")
+        self.log_text, self.redact_kinds = log_text, tuple(redact_kinds)
+        self.data_dir = private_dir(Path(data_dir))
         self.logs_dir = self.data_dir / "logs"
         if url:
             self._sql: _SQLite | _Postgres = _Postgres(url, busy_timeout_s)
@@ -201,9 +230,12 @@ class Store:
             self.path: Path | None = None
         else:
             self.path = self.data_dir / "openclaw.db"
+            os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite's -wal and -shm copy its mode
+            os.chmod(self.path, 0o600)
             self._sql = _SQLite(self.path, busy_timeout_s)
-        self.logs_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.logs_dir)
         self._lock = threading.RLock()  # re-entrant: helpers read inside a write
+        self._log_lock = threading.Lock()  # this process's appends; other processes: flock (_append_log)
 
     @property
     def _db(self) -> Any:
@@ -241,11 +273,12 @@ class Store:
 
     # -- sessions ---------------------------------------------------------------------
 
-    def ensure_session(self, session_id: str, source: str) -> Session:
+    def ensure_session(self, session_id: str, source: str, owner: str = LOCAL.name) -> Session:
+        """The session, created for `owner` if new (an existing one keeps its owner)."""
         with self._lock:
             self._execute(
-                "INSERT INTO sessions (id, created_at, source) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
-                (session_id, time.time(), source),
+                "INSERT INTO sessions (id, created_at, source, owner) VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                (session_id, time.time(), source, owner),
             )
             return self._session(session_id)
 
@@ -256,13 +289,15 @@ class Store:
             except StoreError:
                 return None
 
-    def list_sessions(self, limit: int = 100, offset: int = 0) -> list[Session]:
+    def list_sessions(self, limit: int = 100, offset: int = 0, owner: str | None = None) -> list[Session]:
+        """Newest first; only `owner`'s when given."""
+        where, args = ("WHERE s.owner = ? ", (owner,)) if owner is not None else ("", ())
         with self._lock:
             rows = self._execute(
-                "SELECT s.id, s.created_at, s.closed_at, s.source, COUNT(t.id) FROM sessions s "
-                "LEFT JOIN turns t ON t.session_id = s.id GROUP BY s.id "
+                "SELECT s.id, s.created_at, s.closed_at, s.source, COUNT(t.id), s.owner FROM sessions s "
+                f"LEFT JOIN turns t ON t.session_id = s.id {where}GROUP BY s.id "
                 "ORDER BY s.created_at DESC LIMIT ? OFFSET ?",
-                (limit, offset),
+                (*args, limit, offset),
             ).fetchall()
         return [Session(*row) for row in rows]
 
@@ -284,7 +319,7 @@ class Store:
     def _session(self, session_id: str) -> Session:
         row = self._execute(
             "SELECT s.id, s.created_at, s.closed_at, s.source, "
-            "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id) FROM sessions s WHERE s.id = ?",
+            "(SELECT COUNT(*) FROM turns t WHERE t.session_id = s.id), s.owner FROM sessions s WHERE s.id = ?",
             (session_id,),
         ).fetchone()
         if row is None:
@@ -308,8 +343,12 @@ class Store:
         sampling: dict[str, Any],
         finish_reason: str,
         continuation_hash: str | None,
+        owner: str = LOCAL.name,
+        source: str = "new",
     ) -> Turn:
-        """Commit a turn; it is durable when this returns."""
+        """Commit a turn of `owner`'s session; it is durable when this returns. A session deleted
+        while this turn was being generated is created again (with `source`): the request came
+        before the deletion finished, and its client goes on with it."""
         if len(response_token_ids) != len(behaviour_logprobs):
             raise ValueError(
                 f"{len(response_token_ids)} response ids but {len(behaviour_logprobs)} log-probs"
@@ -319,31 +358,34 @@ class Store:
             with self._write():
                 if self._sql.lock_rows:  # the next index is chosen by one writer of this session at a time
                     self._execute(f"SELECT id FROM sessions WHERE id = ?{self._sql.lock_rows}", (session_id,))
+                self._execute("INSERT INTO sessions (id, created_at, source, owner) VALUES (?, ?, ?, ?) "
+                              "ON CONFLICT DO NOTHING", (session_id, now, source, owner))
                 (idx,) = self._execute(
                     "SELECT COALESCE(MAX(idx) + 1, 0) FROM turns WHERE session_id = ?", (session_id,)
                 ).fetchone()
                 cur = self._execute(
                     "INSERT INTO turns (session_id, idx, kind, policy_version, prompt_messages, "
                     "prompt_token_ids, response_token_ids, behaviour_logprobs, response_text, "
-                    f"tool_calls, sampling, finish_reason, continuation_hash, created_at) "
-                    f"VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?){self._sql.returning_id}",
+                    "tool_calls, sampling, finish_reason, continuation_hash, created_at, owner) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT owner FROM sessions WHERE id = ?))"
+                    f"{self._sql.returning_id}",
                     (
                         session_id, idx, kind, policy_version, json.dumps(prompt_messages),
                         json.dumps(prompt_token_ids), json.dumps(response_token_ids),
                         json.dumps(behaviour_logprobs), response_text, json.dumps(tool_calls),
-                        json.dumps(sampling), finish_reason, continuation_hash, now,
+                        json.dumps(sampling), finish_reason, continuation_hash, now, session_id,
                     ),
                 )
                 turn_id = self._sql.inserted_id(cur)
-            turn = self._turn_where("id = ?", (turn_id,))[0]
+            turn = self._turn_where("id = ?", (turn_id,))[0]  # under the lock: no deletion of this process between
         self._log_turn(turn)
         return turn
 
     def set_next_state(self, turn_id: int, next_state: NextState) -> None:
         with self._write():
             self._set_next_state(turn_id, next_state)
-        (turn,) = self._turn_where("id = ?", (turn_id,))
-        self._log_next_state(turn.session_id, turn_id, next_state)
+        if (turn := self.get_turn(turn_id)) is not None:  # None: deleted the moment after
+            self._log_next_state(turn, next_state)
 
     def _set_next_state(self, turn_id: int, next_state: NextState) -> None:
         cur = self._execute(
@@ -391,14 +433,15 @@ class Store:
         )
         return found[0] if found else None
 
-    def sessions_continued_by(self, continuation_hashes: list[str]) -> list[tuple[str, Turn]]:
-        """Main turns whose prompt+response hash is in the list, newest first."""
+    def sessions_continued_by(self, continuation_hashes: list[str], owner: str | None = None) -> list[tuple[str, Turn]]:
+        """Main turns whose prompt+response hash is in the list, newest first; only `owner`'s when given."""
         if not continuation_hashes:
             return []
         marks = ",".join("?" * len(continuation_hashes))
+        mine, args = (" AND owner = ?", (owner,)) if owner is not None else ("", ())
         found = self._turn_where(
-            f"kind = 'main' AND continuation_hash IN ({marks}) ORDER BY id DESC",
-            tuple(continuation_hashes),
+            f"kind = 'main' AND continuation_hash IN ({marks}){mine} ORDER BY id DESC",
+            (*continuation_hashes, *args),
         )
         return [(t.session_id, t) for t in found]
 
@@ -426,22 +469,35 @@ class Store:
             (limit,),
         )
 
-    def write_verdict(self, verdict: Verdict) -> None:
+    def write_verdict(self, verdict: Verdict) -> bool:
+        """Record a turn's verdict; False (nothing written) if the turn was deleted meanwhile."""
         now = time.time()
-        with self._lock:
+        with self._write():
+            found = self._owner_of_live_turn(verdict.turn_id)
+            if found is None:
+                return False
             self._replace("verdicts", "turn_id", {
                 "turn_id": verdict.turn_id, "status": verdict.status, "reward": verdict.reward,
                 "votes": json.dumps(verdict.votes), "raw": json.dumps(verdict.raw), "hints": json.dumps(verdict.hints),
                 "selected_hint": verdict.selected_hint, "overlap_scores": json.dumps(verdict.overlap_scores),
                 "judge": verdict.judge, "latency_s": verdict.latency_s, "reason": verdict.reason, "created_at": now,
-                "teacher_policy_version": verdict.teacher_policy_version,
+                "teacher_policy_version": verdict.teacher_policy_version, "owner": found[0],
             })
         turn = self.get_turn(verdict.turn_id)
         if turn is not None:
-            self._append_log(turn.policy_version, {
+            self._append_log(turn.policy_version, turn.id, {
                 "event": "verdict", "at": now, "session_id": turn.session_id, "index": turn.index,
                 **verdict.public_dict(),
             })
+        return True
+
+    def _owner_of_live_turn(self, turn_id: int) -> tuple[str | None] | None:
+        """(owner,) of a turn, locked until the transaction ends so that a deletion waits; None if
+        there is no such turn (a session deleted while the judge read it)."""
+        row = self._execute(f"SELECT owner FROM turns WHERE id = ?{self._sql.lock_rows}", (turn_id,)).fetchone()
+        if row is None:
+            log.info("turn %d is gone (its session was deleted); nothing recorded for it", turn_id)
+        return row
 
     def verdicts(self, turn_ids: list[int]) -> dict[int, Verdict]:
         if not turn_ids:
@@ -475,27 +531,32 @@ class Store:
     # primary key now holds one row per turn, and nothing is migrated or rewritten. The
     # per-method outcome needed a key of its own, (turn_id, method), which is `claims`.
 
-    def add_sample(self, sample: Sample) -> None:
-        """Record a turn's sample, ready for every method (a turn judged again is replaced)."""
-        with self._lock:
-            self._replace("samples", "turn_id, method", {
-                "turn_id": sample.turn_id, "method": PER_TURN, "status": "ready", "reason": None,
-                "policy_version": sample.policy_version, "payload": json.dumps(sample.to_dict()),
-                "created_at": time.time(), "used_at": None, "train_step": None,
-            })
+    def add_sample(self, sample: Sample) -> bool:
+        """Record a turn's sample, ready for every method (a turn judged again is replaced);
+        False if the turn was deleted meanwhile."""
+        return self._write_sample(sample.turn_id, sample.policy_version, "ready", None, json.dumps(sample.to_dict()))
 
-    def reject_sample(self, turn_id: int, policy_version: int, reason: str) -> None:
+    def reject_sample(self, turn_id: int, policy_version: int, reason: str) -> bool:
         """Record that a turn gives no method anything to learn (a side turn, an empty response)."""
-        with self._lock:
+        return self._write_sample(turn_id, policy_version, "rejected", reason, None)
+
+    def _write_sample(self, turn_id: int, policy_version: int, status: str, reason: str | None,
+                      payload: str | None) -> bool:
+        with self._write():
+            found = self._owner_of_live_turn(turn_id)
+            if found is None:
+                return False
             self._replace("samples", "turn_id, method", {
-                "turn_id": turn_id, "method": PER_TURN, "status": "rejected", "reason": reason,
-                "policy_version": policy_version, "payload": None, "created_at": time.time(), "used_at": None,
-                "train_step": None,
+                "turn_id": turn_id, "method": PER_TURN, "status": status, "reason": reason,
+                "policy_version": policy_version, "payload": payload, "created_at": time.time(), "used_at": None,
+                "train_step": None, "owner": found[0],
             })
+        return True
 
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
                       train_step: int, min_size: int | None = None,
                       assemble: Callable[[Sample], Sample | str] | None = None,
+                      max_per_owner: int | None = None,
                       ) -> tuple[list[Sample], list[tuple[int, str]]]:
         """Take, for `method`, the oldest `batch_size` samples it has not seen yet, if at least
         `min_size` (default: `batch_size`) are fresh enough and usable; a smaller `min_size` lets
@@ -505,14 +566,19 @@ class Store:
         the turn gives the method nothing: that turn is rejected for `method`, with the reason,
         and stays there for every other method. None takes samples as written. Samples more than
         `max_staleness` versions behind the current policy are dropped for `method`, each with
-        its reason. Returns (claimed samples, dropped (turn id, reason)). Atomic across
-        processes: no two claims of one method ever take the same turn.
+        its reason. At most `max_per_owner` samples of one user go into a batch: the rest wait
+        for a later one, so no single user's feedback fills a step. Returns (claimed samples,
+        dropped (turn id, reason)). Atomic across processes: no two claims of one method ever
+        take the same turn.
         """
         need = batch_size if min_size is None else max(1, min_size)
         taken: list[Sample] = []
         outcomes: list[tuple[int, str, str | None]] = []  # (turn id, status, reason) of turns passed over
+        per_owner: collections.Counter[str | None] = collections.Counter()
         with self._write():
-            for turn_id, version, payload in self._unclaimed(method, batch_size):
+            for turn_id, version, payload, owner in self._unclaimed(method, batch_size):
+                if max_per_owner is not None and per_owner[owner] >= max_per_owner:
+                    continue  # stays ready for the next batch
                 if version < current_version - max_staleness:
                     outcomes.append((turn_id, "dropped", f"stale: sampled by policy v{version}, current "
                                                          f"v{current_version}, max_staleness {max_staleness}"))
@@ -523,6 +589,7 @@ class Store:
                     outcomes.append((turn_id, "rejected", sample))
                     continue
                 taken.append(sample)
+                per_owner[owner] += 1
                 if len(taken) == batch_size:
                     break
             if len(taken) < need:
@@ -536,25 +603,25 @@ class Store:
                     status, turn_id, method, reason)
         return taken, dropped
 
-    def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str]]:
-        """(turn id, policy version, payload) of the ready samples `method` has no claim on,
+    def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str, str | None]]:
+        """(turn id, policy version, payload, owner) of the ready samples `method` has no claim on,
         oldest first, a page at a time (a method may reject many before it has a batch)."""
         page = max(batch_size, 64)
         after: tuple[float, int] = (-1.0, -1)
         seen: set[int] = set()  # a database of the per-method era may hold a turn twice
         while True:
             rows = self._execute(
-                "SELECT s.turn_id, s.policy_version, s.payload, s.created_at FROM samples s "
+                "SELECT s.turn_id, s.policy_version, s.payload, s.created_at, s.owner FROM samples s "
                 "WHERE s.status = 'ready' AND s.method IN (?, ?) AND (s.created_at, s.turn_id) > (?, ?) "
                 "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.turn_id = s.turn_id AND c.method = ?) "
                 f"ORDER BY s.created_at, s.turn_id LIMIT ?{self._sql.skip_locked}",
                 (PER_TURN, method, *after, method, page),
             ).fetchall()
-            for turn_id, version, payload, created_at in rows:
+            for turn_id, version, payload, created_at, owner in rows:
                 after = (created_at, turn_id)
                 if turn_id not in seen:
                     seen.add(turn_id)
-                    yield turn_id, version, payload
+                    yield turn_id, version, payload, owner
             if len(rows) < page:
                 return
 
@@ -617,27 +684,133 @@ class Store:
         return {"policy_version": version, "train_steps": step, "last_update_at": at}
 
     def set_policy_version(self, version: int, train_step: int | None = None) -> None:
-        with self._lock:
+        """Announce the published version (and the training steps it holds), and keep it in the history."""
+        now = time.time()
+        with self._write():
             self._execute(
                 "INSERT INTO policy (id, version, train_step, updated_at) VALUES (1, ?, COALESCE(?, 0), ?) "
                 "ON CONFLICT(id) DO UPDATE SET version = excluded.version, "
                 "train_step = COALESCE(?, policy.train_step), updated_at = excluded.updated_at",
-                (version, train_step, time.time(), train_step),
+                (version, train_step, now, train_step),
             )
+            self._execute(
+                "INSERT INTO policy_history (version, train_step, published_at) "
+                "VALUES (?, (SELECT train_step FROM policy WHERE id = 1), ?) ON CONFLICT (version) DO NOTHING",
+                (version, now))
+
+    # -- deletion ---------------------------------------------------------------------
+
+    def delete_sessions(self, session_ids: Sequence[str] = (), owner: str | None = None) -> dict[str, Any]:
+        """Remove the sessions named (or, with `owner`, all of that user's) with everything
+        stored of them: turns, next states, verdicts, samples and claims, Responses objects,
+        and their log lines. Returns the counts, and which removed samples a training step
+        had already used (`trained`): those are in the weights of the versions named there,
+        which cannot forget them. One transaction; every other session is left as it was."""
+        with self._write():
+            if owner is not None:
+                ids = [r[0] for r in self._execute(f"SELECT id FROM sessions WHERE owner = ?{self._sql.lock_rows}",
+                                                   (owner,)).fetchall()]
+            else:
+                ids = [r[0] for chunk in _chunks(list(session_ids))
+                       for r in self._execute(f"SELECT id FROM sessions WHERE id IN ({_marks(chunk)}){self._sql.lock_rows}",
+                                              tuple(chunk)).fetchall()]
+            turn_ids = [r[0] for chunk in _chunks(ids) for r in self._execute(
+                f"SELECT id FROM turns WHERE session_id IN ({_marks(chunk)}) ORDER BY id{self._sql.lock_rows}",
+                tuple(chunk)).fetchall()]  # locked first, so a judge writing for one of them finishes before
+            trained = [r for chunk in _chunks(turn_ids) for r in self._execute(
+                f"SELECT turn_id, train_step FROM claims WHERE status = 'used' AND turn_id IN ({_marks(chunk)})",
+                tuple(chunk)).fetchall()]
+            counts = {"sessions": len(ids), "turns": len(turn_ids)}
+            for table, key, keys in (("claims", "turn_id", turn_ids), ("samples", "turn_id", turn_ids),
+                                     ("verdicts", "turn_id", turn_ids), ("responses", "session_id", ids),
+                                     ("turns", "session_id", ids), ("sessions", "id", ids)):
+                deleted = sum(self._execute(f"DELETE FROM {table} WHERE {key} IN ({_marks(chunk)})",
+                                            tuple(chunk)).rowcount for chunk in _chunks(keys))
+                if table in ("samples", "verdicts", "responses"):
+                    counts[table] = deleted
+            counts["trained"] = self._trained_into(trained)
+        counts["log_lines"] = self._scrub_logs(set(ids)) if ids else 0
+        return counts
+
+    def _trained_into(self, used: list[tuple[int, int | None]]) -> dict[str, Any]:
+        """Of (turn id, train step) claims: how many, the first published version holding each
+        step, and how many are in steps not published yet."""
+        (published_step,) = self._execute("SELECT COALESCE(MAX(train_step), 0) FROM policy").fetchone()
+        versions, unpublished = set(), 0
+        for step in {step for _, step in used if step is not None}:
+            if step > published_step:
+                unpublished += sum(1 for _, s in used if s == step)
+                continue
+            (first,) = self._execute("SELECT MIN(version) FROM policy_history WHERE train_step >= ?",
+                                     (step,)).fetchone()
+            if first is not None:
+                versions.add(int(first))
+        return {"samples": len(used), "first_versions": sorted(versions), "unpublished": unpublished,
+                "note": "weights cannot forget: these samples stay in the versions trained on them and their "
+                        "descendants" if used else ""}
 
     # -- logs -------------------------------------------------------------------------
 
-    def _append_log(self, policy_version: int, record: dict[str, Any]) -> None:
+    def _append_log(self, policy_version: int, turn_id: int, record: dict[str, Any]) -> None:
+        """Append one line about turn `turn_id`, holding the file's flock. A deletion deletes rows
+        first and then rewrites each file under its flock (`_scrub_logs`), so checking here, under
+        the flock, that the turn still exists means no line outlives its deletion, whatever the
+        order; an append that raced a rewrite finds the new file by its inode and retries."""
         path = self.logs_dir / f"turns-v{policy_version:05d}.jsonl"
-        with path.open("a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        line = (json.dumps(self._loggable(record), ensure_ascii=False) + "\n").encode()
+        with self._log_lock:
+            while True:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX)
+                    with contextlib.suppress(FileNotFoundError):
+                        if os.fstat(fd).st_ino == os.stat(path).st_ino:
+                            if self._turn_exists(turn_id):
+                                os.write(fd, line)
+                            return
+                finally:
+                    os.close(fd)  # and with it the flock
+
+    def _turn_exists(self, turn_id: int) -> bool:
+        with self._lock:
+            return self._execute("SELECT 1 FROM turns WHERE id = ?", (turn_id,)).fetchone() is not None
+
+    def _loggable(self, record: dict[str, Any]) -> dict[str, Any]:
+        """The record as `log_text` allows: its text fields dropped (off), masked (redacted) or kept."""
+        if self.log_text == "full":
+            return record
+        kept = {k: v for k, v in record.items() if k not in _LOG_TEXT_FIELDS}
+        if self.log_text == "off":
+            return {**kept, "text": "off"}
+        return {**kept, **{k: _redact_strings(v, self.redact_kinds) for k, v in record.items()
+                           if k in _LOG_TEXT_FIELDS}}
+
+    def _scrub_logs(self, session_ids: set[str]) -> int:
+        """Remove every log line of these sessions, from the logs of every host under the data
+        dir; returns how many. Each file is rewritten atomically under its flock."""
+        removed = 0
+        for path in sorted((self.data_dir / "logs").rglob("*.jsonl")):
+            with open(path, "rb+") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                lines = f.read().splitlines(keepends=True)
+                kept = [line for line in lines if not _line_of(line, session_ids)]
+                if len(kept) == len(lines):
+                    continue
+                tmp = path.with_suffix(".scrub")
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as out:
+                    out.writelines(kept)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(tmp, path)
+                removed += len(lines) - len(kept)
+        return removed
 
     def _log_turn(self, turn: Turn) -> None:
         last = next(
             (m for m in reversed(turn.prompt_messages) if m.get("role") in ("user", "tool")), None
         )
         self._append_log(
-            turn.policy_version,
+            turn.policy_version, turn.id,
             {
                 "event": "turn",
                 "at": turn.created_at,
@@ -645,6 +818,7 @@ class Store:
                 "index": turn.index,
                 "kind": turn.kind,
                 "policy_version": turn.policy_version,
+                "owner": turn.owner,
                 "request_last_message": _content_text(last)[:500] if last else None,
                 "response_text": turn.response_text,
                 "tool_calls": turn.tool_calls or None,
@@ -653,15 +827,14 @@ class Store:
             },
         )
 
-    def _log_next_state(self, session_id: str, turn_id: int, next_state: NextState) -> None:
-        turn = self.get_turn(turn_id)
+    def _log_next_state(self, turn: Turn, next_state: NextState) -> None:
         self._append_log(
-            turn.policy_version if turn else 0,
+            turn.policy_version, turn.id,
             {
                 "event": "next_state",
                 "at": next_state.at or time.time(),
-                "session_id": session_id,
-                "index": turn.index if turn else None,
+                "session_id": turn.session_id,
+                "index": turn.index,
                 "role": next_state.role,
                 "content": next_state.content[:2000],
             },
@@ -689,6 +862,8 @@ class _SQLite:
         self.db.execute("BEGIN IMMEDIATE")  # two processes opening an old file add each column once
         try:
             add_missing_columns(self.db.execute, schema)
+            for statement in LATE_INDEXES.strip().splitlines():
+                self.db.execute(statement)
             self.db.execute("COMMIT")
         except BaseException:
             self.db.execute("ROLLBACK")
@@ -745,6 +920,7 @@ class _Postgres:
                                    real="DOUBLE PRECISION")
             self.db.execute(schema)
             add_missing_columns(self.db.execute, schema)
+            self.db.execute(LATE_INDEXES)
 
     def _connect(self) -> Any:
         try:
@@ -830,6 +1006,47 @@ def add_missing_columns(execute: Callable[[str], Any], schema: str) -> list[str]
     return statements
 
 
+_LOG_TEXT_FIELDS = frozenset({"request_last_message", "response_text", "tool_calls", "content", "raw", "hints",
+                              "selected_hint", "reason"})
+
+
+def _redact_strings(value: Any, kinds: tuple[str, ...]) -> Any:
+    if isinstance(value, str):
+        return redact(value, kinds)
+    if isinstance(value, list):
+        return [_redact_strings(v, kinds) for v in value]
+    if isinstance(value, dict):
+        return {k: _redact_strings(v, kinds) for k, v in value.items()}
+    return value
+
+
+def _line_of(line: bytes, session_ids: set[str]) -> bool:
+    """Whether a log line belongs to one of the sessions (a torn or foreign line is kept)."""
+    if b'"session_id"' not in line:
+        return False
+    try:
+        return json.loads(line).get("session_id") in session_ids
+    except (ValueError, AttributeError):
+        return False
+
+
+def private_dir(path: Path) -> Path:
+    """`path`, created if needed, readable by its owner only (0700): what it holds is people's conversations."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def _chunks(values: list, size: int = 500) -> Iterator[list]:
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
+
+
+def _marks(values: list) -> str:
+    return ",".join("?" * len(values))
+
+
 def _content_text(message: Message) -> str:
     content = message.get("content")
     if isinstance(content, str):
@@ -841,7 +1058,7 @@ def _content_text(message: Message) -> str:
 
 def _turn_from_row(row: tuple) -> Turn:
     (tid, session_id, idx, kind, version, prompt_messages, prompt_ids, response_ids, logprobs,
-     text, tool_calls, sampling, finish, created, next_state, closed, continuation) = row
+     text, tool_calls, sampling, finish, created, next_state, closed, continuation, owner) = row
     return Turn(
         id=tid,
         session_id=session_id,
@@ -860,4 +1077,5 @@ def _turn_from_row(row: tuple) -> Turn:
         next_state=NextState.from_dict(json.loads(next_state)) if next_state else None,
         closed=bool(closed),
         continuation_hash=continuation,
+        owner=owner,
     )

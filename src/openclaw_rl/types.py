@@ -125,6 +125,7 @@ class Turn:
     next_state: NextState | None = None
     closed: bool = False  # no next state will come (session ended first)
     continuation_hash: str | None = None  # of prompt + the response as the client saw it (serve/sessions.py)
+    owner: str | None = None  # the user whose session it is (users.py)
 
     def public_dict(self) -> dict[str, Any]:
         """The view `GET /v1/sessions/{id}` shows (no token ids or log-probs)."""
@@ -153,8 +154,9 @@ class Session:
     id: str
     created_at: float
     closed_at: float | None
-    source: str  # how the id was chosen: header | user | inferred | new
+    source: str  # how the id was chosen: header | response | inferred | new
     turn_count: int = 0
+    owner: str | None = None  # the user it belongs to (users.py); None: stored before there were users
 
 
 VerdictStatus = Literal["ok", "no_verdict"]

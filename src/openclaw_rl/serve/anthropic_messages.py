@@ -53,11 +53,11 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Lenient, check_stops
 from openclaw_rl.serve.server import Server
-from openclaw_rl.types import Message, SamplingParams, TurnKind
+from openclaw_rl.types import Message, SamplingParams
 
 # -- the request ------------------------------------------------------------------------
 
@@ -274,21 +274,20 @@ def chat_tools(body: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, s
     return tools, body.tool_choice.chat() if body.tool_choice else None
 
 
-def messages_spec(body: MessagesRequest, kind: TurnKind, done: bool, session_header: str | None) -> TurnSpec:
+def messages_spec(body: MessagesRequest, caller: Caller) -> TurnSpec:
     params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                             stop=tuple(body.stop_sequences or ()))
     tools, tool_choice = chat_tools(body)
     return TurnSpec(api="messages", messages=chat_messages(body), params=params, tools=tools, tool_choice=tool_choice,
-                    kind=kind, done=done, session_header=session_header,
-                    user=body.metadata.user_id if body.metadata else None)
+                    kind=caller.kind, done=caller.done, session_header=caller.session_header,
+                    end_user=body.metadata.user_id if body.metadata else None, caller=caller.user)
 
 
 # -- the endpoints ----------------------------------------------------------------------
 
 
-async def create_message(server: Server, body: MessagesRequest, kind: TurnKind, done: bool,
-                         session_header: str | None) -> Response:
-    opened = await open_turns(server, messages_spec(body, kind, done, session_header))
+async def create_message(server: Server, body: MessagesRequest, caller: Caller) -> Response:
+    opened = await open_turns(server, messages_spec(body, caller))
     view = _MessageView(server, opened)
     if body.stream:
         return StreamingResponse(view.sse(), media_type="text/event-stream", headers=opened.headers)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import time
@@ -41,9 +40,11 @@ from openclaw_rl.serve.schema import (
     error_response,
     validation_message,
 )
+from openclaw_rl.serve.completion import Caller
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.store import StoreError
-from openclaw_rl.types import NextState, TurnKind
+from openclaw_rl.types import NextState, Session
+from openclaw_rl.users import LOCAL, User
 
 log = logging.getLogger(__name__)
 
@@ -113,20 +114,36 @@ def _status_routes(app: FastAPI, server: Server) -> None:
 
 
 
+def caller_of(request: Request) -> User:
+    """The user the guard authenticated this request as."""
+    return request.scope["state"]["user"]
+
+
+async def owned_session(server: Server, user: User, session_id: str) -> Session:
+    """The session, if `user` may see it; 404 otherwise, the same answer as for no session at
+    all, so that nobody learns which ids other users have."""
+    found = await run_in_threadpool(server.store.get_session, session_id)
+    if found is None or not user.may_see(found.owner):
+        raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
+    return found
+
+
 def _session_routes(app: FastAPI, server: Server) -> None:
+    """Sessions, each visible to its owner (and admins) only."""
     @app.get("/v1/sessions")
-    async def sessions(limit: int = Query(100, ge=1, le=1000), offset: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
-        found = await run_in_threadpool(server.store.list_sessions, limit, offset)
+    async def sessions(request: Request, limit: int = Query(100, ge=1, le=1000),
+                       offset: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
+        user = caller_of(request)
+        found = await run_in_threadpool(server.store.list_sessions, limit, offset, None if user.admin else user.name)
         return {"object": "list", "data": [
-            {"id": s.id, "created_at": s.created_at, "closed_at": s.closed_at, "source": s.source, "turns": s.turn_count}
+            {"id": s.id, "created_at": s.created_at, "closed_at": s.closed_at, "source": s.source, "turns": s.turn_count,
+             "owner": s.owner}
             for s in found
         ]}
 
     @app.get("/v1/sessions/{session_id}")
-    async def session(session_id: str) -> dict[str, Any]:
-        found = await run_in_threadpool(server.store.get_session, session_id)
-        if found is None:
-            raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
+    async def session(request: Request, session_id: str) -> dict[str, Any]:
+        found = await owned_session(server, caller_of(request), session_id)
         turns = await run_in_threadpool(server.store.turns, session_id)
         verdicts = await run_in_threadpool(server.store.verdicts, [t.id for t in turns])
         views = []
@@ -136,10 +153,11 @@ def _session_routes(app: FastAPI, server: Server) -> None:
                 view["verdict"] = verdicts[turn.id].public_dict()
             views.append(view)
         return {"id": found.id, "created_at": found.created_at, "closed_at": found.closed_at,
-                "source": found.source, "turns": views}
+                "source": found.source, "owner": found.owner, "turns": views}
 
     @app.post("/v1/sessions/{session_id}/feedback", openapi_extra=_body_doc(FeedbackRequest))
     async def feedback(session_id: str, request: Request) -> dict[str, Any]:
+        await owned_session(server, caller_of(request), session_id)
         body = FeedbackRequest.model_validate(await _json_body(request))
         turn = await run_in_threadpool(server.store.last_main_turn, session_id)
         if turn is None or turn.next_state is not None or turn.closed:
@@ -155,12 +173,29 @@ def _session_routes(app: FastAPI, server: Server) -> None:
         return {"session_id": session_id, "turn_index": turn.index, "next_state": {"role": "feedback", "content": body.text}}
 
     @app.post("/v1/sessions/{session_id}/end")
-    async def end(session_id: str) -> dict[str, Any]:
+    async def end(request: Request, session_id: str) -> dict[str, Any]:
+        await owned_session(server, caller_of(request), session_id)
         try:
             closed = await run_in_threadpool(server.store.close_session, session_id)
         except StoreError as error:
             raise ApiError(404, str(error), param="session_id", code="session_not_found") from error
         return {"id": closed.id, "closed_at": closed.closed_at}
+
+    @app.delete("/v1/sessions/{session_id}")
+    async def delete(request: Request, session_id: str) -> dict[str, Any]:
+        """Forget a session: its turns, next states, verdicts, samples and log lines."""
+        await owned_session(server, caller_of(request), session_id)
+        deleted = await run_in_threadpool(server.store.delete_sessions, [session_id])
+        return {"id": session_id, "object": "session.deleted", "deleted": True, **deleted}
+
+    @app.delete("/v1/users/{name}/data")
+    async def delete_user_data(request: Request, name: str) -> dict[str, Any]:
+        """Forget every session of a user (their own, or anyone's for an admin)."""
+        user = caller_of(request)
+        if not (user.admin or user.name == name):
+            raise ApiError(404, f"no user {name!r}", param="name", code="user_not_found")
+        deleted = await run_in_threadpool(lambda: server.store.delete_sessions(owner=name))
+        return {"user": name, "object": "user_data.deleted", "deleted": True, **deleted}
 
 
 
@@ -173,22 +208,22 @@ def _generation_routes(app: FastAPI, server: Server) -> None:
     @app.post("/v1/responses", openapi_extra=_body_doc(ResponsesRequest))
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
-        return await create_response(server, body, *turn_headers(request))
+        return await create_response(server, body, caller(request))
 
     @app.get("/v1/responses/{response_id}")
-    async def response(response_id: str) -> dict[str, Any]:
-        return await stored_response(server, response_id)
+    async def response(request: Request, response_id: str) -> dict[str, Any]:
+        return await stored_response(server, response_id, caller_of(request))
 
     @app.post("/v1/completions", openapi_extra=_body_doc(CompletionRequest))
     async def completions(request: Request) -> Response:
         body = await parse_body(request, CompletionRequest)
-        return await completion(server, body, *turn_headers(request))
+        return await completion(server, body, caller(request))
 
     @app.post("/v1/messages", openapi_extra=_body_doc(MessagesRequest))
     async def messages(request: Request) -> Response:
         try:  # answered in Anthropic's error shape, which keeps the OpenAI fields
             body = await parse_body(request, MessagesRequest)
-            return await create_message(server, body, *turn_headers(request))
+            return await create_message(server, body, caller(request))
         except ApiError as error:
             return anthropic_error(error)
 
@@ -226,8 +261,8 @@ def _publish_body_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
 # -- the request path ------------------------------------------------------------------
 
 
-def turn_headers(request: Request) -> tuple[TurnKind, bool, str | None]:
-    """(turn kind, close the session after it, session id) from the optional openclaw headers."""
+def caller(request: Request) -> Caller:
+    """Who asks, and what the optional openclaw headers say: turn kind, close the session after it, session id."""
     kind = request.headers.get("x-turn-type", "main").strip().lower()
     if kind not in ("main", "side"):
         raise ApiError(400, f"X-Turn-Type must be 'main' or 'side', got {kind[:40]!r}", param="X-Turn-Type")
@@ -235,7 +270,7 @@ def turn_headers(request: Request) -> tuple[TurnKind, bool, str | None]:
     session_id = request.headers.get("x-session-id") or None
     if session_id is not None:
         check_identifier(session_id, "X-Session-Id")
-    return kind, done, session_id  # type: ignore[return-value]
+    return Caller(caller_of(request), kind, done, session_id)  # type: ignore[arg-type]
 
 
 def check_identifier(value: str, name: str) -> str:
@@ -257,8 +292,7 @@ async def parse_body(request: Request, model: type[BaseModel]) -> Any:
 
 async def _chat(server: Server, request: Request) -> Response:
     body = await parse_body(request, ChatCompletionRequest)
-    kind, done, session_id = turn_headers(request)
-    return await chat_completion(server, body, chat_spec(server, body, kind, done, session_id))
+    return await chat_completion(server, body, chat_spec(server, body, caller(request)))
 
 
 # -- middleware and errors -------------------------------------------------------------
@@ -315,7 +349,8 @@ def _install_middleware(app: FastAPI, server: Server) -> None:
 
 
 class _Guard:
-    """Pure ASGI middleware in front of every route: API key, body size, metrics.
+    """Pure ASGI middleware in front of every route: who asks (users.py), their limits
+    (serve/limits.py), body size, metrics. The user goes to the route in `scope["state"]`.
 
     The body is read here in chunks and refused with 413 the moment it passes
     `max_body_bytes`, declared or chunked, so a client can never make the server hold
@@ -340,34 +375,55 @@ class _Guard:
                     message = {**message, "headers": [*message.get("headers", ()), (b"x-policy-version", version)]}
             await send(message)
 
+        user, rejection = self._identify(scope)
+        generation = scope["method"] == "POST" and scope["path"] in _GENERATION
+        if rejection is None and user is not None and scope["path"] != "/healthz":
+            rejection = self._limit(user, scope, generation)
+        else:
+            generation = False  # nothing was counted open
         try:
-            rejection = self._refusal(scope)
             if rejection is None and scope["method"] in ("POST", "PUT", "PATCH"):
                 body, rejection = await self._read_body(receive)
                 receive = _replay(body, receive)
             if rejection is not None:
                 await rejection(scope, receive, send_with_headers)
             else:
+                scope.setdefault("state", {})["user"] = user
                 await self.app(scope, receive, send_with_headers)
         finally:
+            if generation and user is not None:
+                self.server.limits.close_stream(user.name)
             metrics, endpoint = self.server.metrics, _endpoint_label(scope["path"])
             metrics.requests.labels(endpoint, str(status[0])).inc()
             metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
-    def _refusal(self, scope: dict) -> JSONResponse | None:
-        key, limit = self.server.config.api_key, self.server.config.max_body_bytes
+    def _identify(self, scope: dict) -> tuple[User | None, JSONResponse | None]:
+        """(the user, None), or (None, the 401 or 413 answer). No key configured: the local admin."""
+        users, limit = self.server.users, self.server.config.max_body_bytes
         headers = Headers(scope=scope)
-        if key and scope["path"] != "/healthz":
+        user: User | None = LOCAL
+        if users.keys_configured:
             given = headers.get("authorization", "")
-            given = given[len("Bearer "):] if given.startswith("Bearer ") else headers.get("x-api-key", "")
-            if not hmac.compare_digest(given.encode(), key.encode()):
-                return error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` "
-                                           "(or `x-api-key: KEY`)", code="invalid_api_key")
+            given = given[len("Bearer "):].strip() if given.startswith("Bearer ") else headers.get("x-api-key", "")
+            user = users.authenticate(given)
+            if user is None and scope["path"] != "/healthz":
+                return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
+                                                 "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`",
+                                            code="invalid_api_key")
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            return error_response(413, f"the request body is {declared} bytes; the limit is {limit} bytes "
-                                       "(max_body_bytes)", code="body_too_large")
-        return None
+            return None, error_response(413, f"the request body is {declared} bytes; the limit is {limit} bytes "
+                                             "(max_body_bytes)", code="body_too_large")
+        return user, None
+
+    def _limit(self, user: User, scope: dict, generation: bool) -> JSONResponse | None:
+        feedback = scope["method"] == "POST" and scope["path"].endswith("/feedback")
+        refused = self.server.limits.refusal(user.name, feedback, generation)
+        if refused is None:
+            return None
+        message, retry_after_s = refused
+        return error_response(429, f"{message}; retry in {retry_after_s} s", code="rate_limit_exceeded",
+                              kind="rate_limit_error", headers={"Retry-After": str(retry_after_s)})
 
     async def _read_body(self, receive: Callable) -> tuple[bytes, JSONResponse | None]:
         limit = self.server.config.max_body_bytes
@@ -403,6 +459,8 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 
 def _endpoint_label(path: str) -> str:
+    if path.startswith("/v1/users/"):
+        return "/v1/users/{name}/data"
     if path.startswith("/v1/sessions/"):
         return "/v1/sessions/{id}" + ("/feedback" if path.endswith("/feedback") else "/end" if path.endswith("/end") else "")
     if path.startswith("/v1/responses/"):
@@ -410,5 +468,6 @@ def _endpoint_label(path: str) -> str:
     return path if path in _ENDPOINTS else "other"
 
 
+_GENERATION = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions"})
 _ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions", "/v1/models",
               "/v1/status", "/v1/sessions", "/healthz", "/metrics")

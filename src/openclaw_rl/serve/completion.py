@@ -24,6 +24,17 @@ from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, continuation_hash, response_message
 from openclaw_rl.serve.textstream import TextAssembler
 from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind
+from openclaw_rl.users import LOCAL, User
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request (users.py) and what its optional openclaw headers ask."""
+
+    user: User = LOCAL
+    kind: TurnKind = "main"
+    done: bool = False  # X-Session-Done: close the session after this turn
+    session_header: str | None = None  # X-Session-Id
 
 
 @dataclass(frozen=True)
@@ -39,7 +50,8 @@ class TurnSpec:
     kind: TurnKind = "main"
     done: bool = False  # close the session after this turn
     session_header: str | None = None
-    user: str | None = None  # the end user: scopes session inference
+    end_user: str | None = None  # what the client calls its end user (OpenAI `user`): scopes session inference
+    caller: User = LOCAL  # the user the request authenticated as: owns the session, sees only their own
     prompt_ids: list[int] | None = None  # token-in clients; else rendered from `messages`
     previous: SessionRef | None = None  # a session named by the request body (previous_response_id)
 
@@ -102,8 +114,8 @@ class TurnInProgress:
         self.content, self.tool_calls, self.generation = content, tool_calls, generation
         spec, store = self.spec, self.server.store
         sampling = {**self.params.to_dict(), "tools": spec.tools, "tool_choice": spec.tool_choice, "api": spec.api,
-                    "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.user}
-        hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.user or "")
+                    "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.end_user}
+        hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.end_user or "")
                   if spec.kind == "main" else None)
         self.turn = await run_in_threadpool(
             lambda: store.record_turn(
@@ -111,7 +123,7 @@ class TurnInProgress:
                 prompt_messages=spec.messages, prompt_token_ids=self.prompt_ids,
                 response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
                 response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
-                continuation_hash=hashed,
+                continuation_hash=hashed, owner=spec.caller.name, source=self.ref.source,
             )
         )
         metrics = self.server.metrics

@@ -10,15 +10,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import ChatCompletionRequest
 from openclaw_rl.serve.server import Server
-from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
+from openclaw_rl.types import SamplingParams, TokenStep
 
 
-def chat_spec(server: Server, body: ChatCompletionRequest, kind: TurnKind, done: bool,
-              session_header: str | None) -> TurnSpec:
+def chat_spec(server: Server, body: ChatCompletionRequest, caller: Caller) -> TurnSpec:
     params = SamplingParams(
         max_new_tokens=body.max_completion_tokens or body.max_tokens or server.config.default_max_tokens,
         temperature=body.temperature, top_p=body.top_p, stop=body.stop_sequences, seed=body.seed,
@@ -28,7 +27,8 @@ def chat_spec(server: Server, body: ChatCompletionRequest, kind: TurnKind, done:
         api="chat", messages=[m.model_dump(exclude_none=True) for m in body.messages], params=params,
         tools=[t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None,
         tool_choice=body.tool_choice.model_dump() if isinstance(body.tool_choice, BaseModel) else body.tool_choice,
-        n=body.n, kind=kind, done=done, session_header=session_header, user=body.user,
+        n=body.n, kind=caller.kind, done=caller.done, session_header=caller.session_header, end_user=body.user,
+        caller=caller.user,
     )
 
 

@@ -23,7 +23,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Field, field_validator
 
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.completion import TurnSpec
+from openclaw_rl.serve.completion import Caller, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import (
     MAX_CHOICES,
@@ -39,7 +39,7 @@ from openclaw_rl.serve.schema import (
     stop_tuple,
 )
 from openclaw_rl.serve.server import Server
-from openclaw_rl.types import SamplingParams, TokenStep, TurnKind
+from openclaw_rl.types import SamplingParams, TokenStep
 
 MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
 
@@ -81,14 +81,14 @@ class CompletionRequest(_Lenient):
         return None
 
 
-async def completion(server: Server, body: CompletionRequest, kind: TurnKind, done: bool,
-                     session_header: str | None) -> Response:
+async def completion(server: Server, body: CompletionRequest, caller: Caller) -> Response:
     prompt_ids = await run_in_threadpool(_prompt_ids, server, body.prompt)
     text = body.prompt if isinstance(body.prompt, str) else server.tokenizer.decode(prompt_ids)
     params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
                             stop=stop_tuple(body.stop), seed=body.seed, top_logprobs=body.logprobs or 0)
     spec = TurnSpec(api="completions", messages=[{"role": "user", "content": text}], params=params, n=body.n,
-                    kind=kind, done=done, session_header=session_header, user=body.user, prompt_ids=prompt_ids)
+                    kind=caller.kind, done=caller.done, session_header=caller.session_header, end_user=body.user,
+                    caller=caller.user, prompt_ids=prompt_ids)
     opened = await open_turns(server, spec)
     view = _CompletionView(server, body, opened, text)
     if body.stream:

@@ -47,12 +47,13 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Temperature, TopP, UserId, _Lenient
 from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef
-from openclaw_rl.types import Message, SamplingParams, TurnKind
+from openclaw_rl.types import Message, SamplingParams
+from openclaw_rl.users import User
 
 TEXT_PARTS = ("input_text", "output_text")
 ITEM_TYPES = ("message", "function_call", "function_call_output")
@@ -278,21 +279,20 @@ def _input_messages(body: ResponsesRequest) -> list[Message]:
     return items_to_messages(body.input)
 
 
-async def _continued(server: Server, body: ResponsesRequest,
-                     session_header: str | None) -> tuple[SessionRef | None, list[Message]]:
+async def _continued(server: Server, body: ResponsesRequest, caller: Caller) -> tuple[SessionRef | None, list[Message]]:
     """(the session and turn `previous_response_id` names, the history it stands for)."""
     response_id = body.previous_response_id
     if response_id is None:
         return None, []
     found = await run_in_threadpool(server.store.get_response, response_id)
     turn = await run_in_threadpool(server.store.get_turn, found[1]) if found and found[1] is not None else None
-    if found is None or turn is None:
+    if found is None or turn is None or not caller.user.may_see(turn.owner):
         raise ApiError(404, f"previous_response_id {response_id!r} names no stored response; send the id of a "
                        "response created with store=true, or resend the whole conversation as input",
                        param="previous_response_id", code="previous_response_not_found")
     session_id, _, previous = found
-    if session_header and session_header != session_id:
-        raise ApiError(400, f"X-Session-Id is {session_header!r} but previous_response_id belongs to session "
+    if caller.session_header and caller.session_header != session_id:
+        raise ApiError(400, f"X-Session-Id is {caller.session_header!r} but previous_response_id belongs to session "
                        f"{session_id!r}; send one of them", param="previous_response_id")
     prompt = turn.prompt_messages
     instructions = previous.get("instructions")
@@ -302,29 +302,28 @@ async def _continued(server: Server, body: ResponsesRequest,
     return SessionRef(session_id, "response", turn), [*prompt, *output]
 
 
-async def responses_spec(server: Server, body: ResponsesRequest, kind: TurnKind, done: bool,
-                         session_header: str | None) -> TurnSpec:
+async def responses_spec(server: Server, body: ResponsesRequest, caller: Caller) -> TurnSpec:
     context = server.engine.max_context
     if body.max_output_tokens is not None and body.max_output_tokens > context:
         raise ApiError(400, f"max_output_tokens is {body.max_output_tokens} but the model's context is {context} "
                        "tokens; ask for at most that many", param="max_output_tokens")
-    previous, history = await _continued(server, body, session_header)
+    previous, history = await _continued(server, body, caller)
     lead = [{"role": "system", "content": body.instructions}] if body.instructions else []
     params = SamplingParams(max_new_tokens=body.max_output_tokens or server.config.default_max_tokens,
                             temperature=body.temperature, top_p=body.top_p)
     return TurnSpec(
         api="responses", messages=[*lead, *history, *_input_messages(body)], params=params,
         tools=[t.chat_tool() for t in body.tools] if body.tools else None, tool_choice=body.chat_tool_choice,
-        kind=kind, done=done, session_header=session_header, user=body.user, previous=previous,
+        kind=caller.kind, done=caller.done, session_header=caller.session_header, end_user=body.user,
+        caller=caller.user, previous=previous,
     )
 
 
 # -- the endpoints -----------------------------------------------------------------------
 
 
-async def create_response(server: Server, body: ResponsesRequest, kind: TurnKind, done: bool,
-                          session_header: str | None) -> Response:
-    spec = await responses_spec(server, body, kind, done, session_header)
+async def create_response(server: Server, body: ResponsesRequest, caller: Caller) -> Response:
+    spec = await responses_spec(server, body, caller)
     try:
         opened = await open_turns(server, spec)
     except ApiError as error:  # the pipeline names chat's field; this API calls the prompt `input`
@@ -338,9 +337,10 @@ async def create_response(server: Server, body: ResponsesRequest, kind: TurnKind
     return JSONResponse(await view.finish(message_opened=False), headers=opened.headers)
 
 
-async def stored_response(server: Server, response_id: str) -> dict[str, Any]:
+async def stored_response(server: Server, response_id: str, user: User) -> dict[str, Any]:
     found = await run_in_threadpool(server.store.get_response, response_id)
-    if found is None:
+    session = await run_in_threadpool(server.store.get_session, found[0]) if found else None
+    if found is None or session is None or not user.may_see(session.owner):
         raise ApiError(404, f"no stored response {response_id!r} (responses created with store=false are not kept)",
                        param="response_id", code="response_not_found")
     return found[2]

@@ -170,8 +170,11 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     params = replace(spec.params, max_new_tokens=min(spec.params.max_new_tokens, context - len(prompt_ids)))
     store = server.store
     ref = spec.previous or await run_in_threadpool(
-        resolve_session, store, spec.messages, spec.session_header, spec.user)
-    await run_in_threadpool(store.ensure_session, ref.id, ref.source)
+        resolve_session, store, spec.messages, spec.session_header, spec.end_user, spec.caller.name)
+    session = await run_in_threadpool(store.ensure_session, ref.id, ref.source, spec.caller.name)
+    if not spec.caller.may_see(session.owner):  # an id another user chose first: not confirmed, not touched
+        raise ApiError(404, f"X-Session-Id {ref.id!r} cannot be used; choose another id (a random one, such as a "
+                       "UUID, never collides)", param="X-Session-Id", code="session_not_found")
     if spec.kind == "main":
         await run_in_threadpool(_record_next_state, server, ref, spec)
     group = uuid.uuid4().hex
@@ -211,7 +214,7 @@ def _record_next_state(server: Server, ref: SessionRef, spec: TurnSpec) -> None:
     if previous is None:
         return
     state = (_next_state_of_ids(server, previous, spec.prompt_ids) if spec.prompt_ids is not None
-             else next_state_of(previous, spec.messages, spec.user or ""))
+             else next_state_of(previous, spec.messages, spec.end_user or ""))
     if state is None:
         return
     try:

@@ -1,4 +1,4 @@
-"""What every route of the serving app reads: the engine, the store, the config, metrics.
+"""What every route of the serving app reads: the engine, the store, the config, metrics, users.
 
 Its own module so that the API modules (chat, Responses, Messages, completions) and the
 request path can name it without importing the app that imports them.
@@ -13,8 +13,10 @@ from typing import Any
 
 from openclaw_rl.config import ServeConfig
 from openclaw_rl.engine.base import Engine
+from openclaw_rl.serve.limits import UserLimits
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store
+from openclaw_rl.users import Users
 
 
 @dataclass
@@ -25,6 +27,16 @@ class Server:
     config: ServeConfig
     model_name: str
     metrics: Metrics
+    users: Users = None  # type: ignore[assignment]  # default: the data dir's users and config.api_key
+    limits: UserLimits = None  # type: ignore[assignment]  # default: the config's per-user limits
+
+    def __post_init__(self) -> None:
+        if self.users is None:
+            self.users = Users(self.store.data_dir, self.config.api_key)
+        if self.limits is None:
+            config = self.config
+            self.limits = UserLimits.of(config.user_requests_per_minute, config.user_feedback_per_minute,
+                                        config.user_max_streams)
 
 
 Background = Callable[[asyncio.Event], Awaitable[None]]  # a loop run beside the app until the event is set

@@ -15,6 +15,9 @@ continued.)
 The OpenAI `user` field is an end user, not a conversation: one person has many. It
 only *scopes* the inference (it is hashed in, so two users' identical histories never
 match each other); a request with no recorded prefix always starts a new session.
+The user a request authenticated as (users.py) scopes it absolutely: only that user's
+own turns are ever candidates, so no history, however identical, continues another
+user's session.
 
 The continued turn, not merely the session's last turn, receives the next state: with
 `n > 1` several choices of one request wait in the same session, and the one the client
@@ -78,12 +81,14 @@ def continuation_hash(prompt_messages: list[Message], response: Message, scope: 
     return history_hash([*prompt_messages, response], scope)
 
 
-def resolve_session(store: Store, messages: list[Message], header_id: str | None, user: str | None) -> SessionRef:
-    """The session of a request and the main turn it continues (longest resent prefix)."""
-    scope = user or ""
+def resolve_session(store: Store, messages: list[Message], header_id: str | None, end_user: str | None,
+                    owner: str) -> SessionRef:
+    """The session of a request and the main turn it continues (longest resent prefix among
+    `owner`'s own turns: inference never crosses users, admins included)."""
+    scope = end_user or ""
     prefixes = [history_hash(messages[: k + 1], scope) for k, m in enumerate(messages) if m.get("role") == "assistant"]
     rank = {h: i for i, h in enumerate(prefixes)}
-    matches = [t for _, t in store.sessions_continued_by(prefixes) if t.continuation_hash in rank]
+    matches = [t for _, t in store.sessions_continued_by(prefixes, owner) if t.continuation_hash in rank]
     if header_id:
         matches = [t for t in matches if t.session_id == header_id]
     # Longest prefix first; then a turn still waiting for its next state; then newest.

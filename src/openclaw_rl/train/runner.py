@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ async def run_trainer(
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.batch_size, trainer.policy_version,
                 config.max_staleness, trainer.train_step + 1, 1 if flushing else None, method.assemble,
+                per_user_cap(config),
             )
             if not samples:
                 if flushing:
@@ -101,3 +103,10 @@ async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout_s)
     except TimeoutError:
         pass
+
+
+def per_user_cap(config: TrainConfig) -> int | None:
+    """The most samples of one user a batch may hold (`max_user_share`); None: no cap."""
+    if config.max_user_share >= 1:
+        return None
+    return max(1, math.floor(config.max_user_share * config.batch_size))
