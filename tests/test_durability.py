@@ -88,6 +88,10 @@ def test_sigkill_mid_traffic_then_restart_keeps_every_committed_turn(tiny_model_
         proc.terminate()
         proc.wait(20)
     assert list((tmp_path / "logs").glob("turns-v*.jsonl"))
+    # every file the server wrote is its owner's only: conversations are private data
+    opened = {str(p.relative_to(tmp_path)): oct(p.stat().st_mode & 0o777) for p in [tmp_path, *tmp_path.rglob("*")]
+              if p.stat().st_mode & 0o077}
+    assert opened == {}
 
 
 def test_stored_ids_decode_to_text_and_logprobs_match_a_fresh_forward(live, tiny_model_dir):

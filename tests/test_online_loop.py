@@ -121,6 +121,7 @@ def test_separate_trainer_process_hands_weights_to_a_serve_only_process(trained,
     version = store.policy_version()
     store.close()
     server = LiveServer(tiny_model_dir, trained["data_dir"])  # train off: watches the weights channel
+    started = time.time()
     try:
         proc = subprocess.run(
             [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(trained["data_dir"]),
@@ -134,6 +135,10 @@ def test_separate_trainer_process_hands_weights_to_a_serve_only_process(trained,
         assert server.server.engine.policy_version == version + 1
     finally:
         server.stop()
+    published = trained["data_dir"] / "weights" / f"v{version + 1:06d}"
+    written = [published, *published.rglob("*"), *(trained["data_dir"] / "tensorboard").rglob("*")]
+    assert written and {str(p): oct(p.stat().st_mode & 0o777) for p in written
+                        if p.stat().st_mode & 0o077 and p.stat().st_mtime > started} == {}
     out = tmp_path / "exported"
     proc = subprocess.run([sys.executable, "-m", "openclaw_rl.cli", "export", "--data-dir", str(trained["data_dir"]),
                            "--out", str(out)], capture_output=True, text=True, timeout=300)

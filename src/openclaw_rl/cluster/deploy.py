@@ -193,6 +193,10 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
     """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
+    from openclaw_rl.compose import check_exposure
+    from openclaw_rl.users import Users
+
+    check_exposure(serve, Users(serve.data_dir, serve.api_key))  # the gateway's --host; replicas need the same keys
     ray = _ray()
     connect(cluster.ray, actors=len(actor_roles(serve, judge, cluster)) - 1)  # the gateway takes no CPU
     started = time.monotonic()
