@@ -484,3 +484,9 @@ def test_an_existing_open_data_dir_is_made_private(tmp_path):
     os.chmod(data, 0o755)
     Store(data).close()
     assert stat.S_IMODE(data.stat().st_mode) == 0o700
+
+
+def test_a_server_without_keys_has_one_user_and_limits_nobody(scripted_server):
+    server = scripted_server(["ok"], user_requests_per_minute=1, user_max_streams=1)
+    for _ in range(3):
+        assert httpx.get(f"{server.base_url}/v1/sessions").status_code == 200

@@ -8,6 +8,10 @@ above what one person typing ever sends; they stop a script, or a leaked key, fr
 crowding out everyone else. Limits are per process: with several serving replicas each
 counts its own requests.
 
+A server with no key configured has one user (the local admin) and applies none of them:
+there is nobody to protect, and drivers such as `agent --parallel 8 --group-size 8` may
+legitimately run more generations at once than any person would.
+
 The share of a training batch one user's samples may fill is the trainer's
 (`--max-user-share`, store.claim_samples), since only the trainer sees batches.
 """
