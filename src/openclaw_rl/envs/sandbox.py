@@ -6,8 +6,9 @@
 
 Every command gets fresh namespaces (mount, pid, net, ipc, uts, user, cgroup) from
 `bwrap`, sees the sandbox directory read-write at `/work` (its cwd) and little else, and
-runs under rlimits; when it returns or times out, its pid namespace dies, so nothing it
-started outlives it. Between commands only files in the directory persist.
+runs under rlimits per process and the episode's totals (memory, processes, disk: see
+envs/budget.py); when it returns, times out or passes a total, its pid namespace dies, so
+nothing it started outlives it. Between commands only files in the directory persist.
 
 (Over 400 lines: the bubblewrap command line, the rlimits and the process-group
 handling are one security boundary, reviewed together.)
@@ -23,10 +24,12 @@ Decisions and why:
   host keeps its own installs and their configuration; a generated `/etc` (a passwd/group
   naming the user `agent`, hosts, nsswitch) plus the harmless system pieces programs need
   (`/etc/alternatives`, through which Debian's `awk`, `vi`, ... resolve, and
-  `/etc/ld.so.cache`); fresh `/proc` and `/dev`; a size-capped tmpfs `/tmp`; and `/work`.
-  The host's `/root`, `/home`, `/work/main` (the project, its venv and data), `/etc/shadow`,
-  `/tmp` and `/var` simply do not exist inside. `/` is remounted read-only, so the only
-  writable places are `/work` and `/tmp`.
+  `/etc/ld.so.cache`); fresh `/proc` and `/dev`; `/work`; and `/tmp` and `/dev/shm`, which
+  like `/work` are directories of the sandbox's own (emptied after each command), so all
+  three share its disk quota. The host's `/root`, `/home`, `/work/main` (the project, its
+  venv and data), `/etc/shadow`, `/tmp` and `/var` simply do not exist inside. `/`,
+  `/usr/local` and `/dev` are remounted read-only (bwrap makes them tmpfs, writable and as
+  large as half the RAM), so the only writable places are `/work`, `/tmp` and `/dev/shm`.
 - **Python inside is the system's `/usr/bin/python3`** (Debian 12 ships it; `python` is
   symlinked to it). The project's venv is never bound: model-written code must not import
   or read our code, our weights or our data. Only where the system has no python3 do we
@@ -40,6 +43,13 @@ Decisions and why:
   sandbox's fork bomb is capped at `Limits.processes` without counting the host's own
   processes. Wall-clock time is enforced by the host, which SIGKILLs bwrap's process group;
   `--die-with-parent` and the pid namespace take everything inside with it.
+- **Totals per episode** (`Limits.total_memory_mb`, `processes`, `disk_mb`), because rlimits
+  alone let 64 processes of 512 MB each take more than the host has: a cgroup per sandbox
+  (v2, or v1 where that is what the machine has) caps memory and processes, and the
+  sandbox directory is a tmpfs with size= (so the quota holds across processes and
+  commands); without cgroups or without mounting, host-side watches kill a command past a
+  total. `Sandbox.enforcement` says which is in force; a result that ran into a total says
+  which, its value and what happened in `RunResult.exceeded` (and in `text()`).
 - **Host user**: the kernel never applies RLIMIT_NPROC to host root (uid 0), and a user
   namespace mapped onto root would count as root. So when we are root, bwrap itself runs
   as an unprivileged host uid drawn at random per sandbox from a high unused range
@@ -56,8 +66,13 @@ Decisions and why:
   sandbox directory, because a command may have planted such a link for us to follow.
 
 Known limits: there is no seccomp filter (the kernel's attack surface is the full syscall
-set of an unprivileged user), and no disk quota on `/work` beyond RLIMIT_FSIZE per file
-(the tmpfs `/tmp` is capped). A `Sandbox` is not thread-safe: one episode, one thread.
+set of an unprivileged user). Under cgroups a file in `/work` lives in RAM and counts
+against the memory total as well as the disk quota. Where the machine allows neither
+cgroups nor mounts, the totals are held by polling watches, which can overshoot by what a
+command allocates or writes in one poll (measured here: up to ~70 MB of each) and
+do not see memfds or unlinked open files (envs/budget.py). CPU time is limited per process
+(RLIMIT_CPU) and per command (wall clock), not per episode. A `Sandbox` is not
+thread-safe: one episode, one thread (`close` from another thread is the exception).
 """
 
 from __future__ import annotations
@@ -80,13 +95,23 @@ from pathlib import Path, PurePosixPath
 from types import TracebackType
 
 from openclaw_rl.envs.base import EnvError
+from openclaw_rl.envs.budget import (
+    MEMORY_POLL_S,
+    NAME_PREFIX,
+    Enforcement,
+    EpisodeBudget,
+    Totals,
+    detect_enforcement,
+)
 
 __all__ = [
+    "Enforcement",
     "Limits",
     "RunResult",
     "Sandbox",
     "SandboxPathError",
     "SandboxUnavailableError",
+    "detect_enforcement",
     "sandbox_available",
 ]
 
@@ -95,7 +120,7 @@ logger = logging.getLogger(__name__)
 SANDBOX_WORKDIR = "/work"  # where the sandbox directory appears inside, and every command's cwd
 _INSIDE_UID = 1000  # the user `agent` inside
 _HOST_UID_RANGE = (1_100_000, 1_900_000)  # when we are root: host uids for bwrap, unused by any distribution
-_TMP_SIZE_BYTES = 64 * 1024 * 1024  # the tmpfs /tmp inside: it lives in RAM
+_SCRATCH_DIRS = {"tmp": "/tmp", "shm": "/dev/shm"}  # host dir in the sandbox's base -> inside; emptied after each command
 _KILL_GRACE_S = 2.0  # after a kill, how long we keep draining pipes before giving up on them
 _SYSTEM_ETC = ("alternatives", "ld.so.cache")  # harmless host /etc entries programs need
 
@@ -110,21 +135,32 @@ class SandboxPathError(ValueError):
 
 @dataclass(frozen=True)
 class Limits:
+    """Per process (rlimits) and per episode (totals, see envs/budget.py). The defaults let a
+    24 GB host run a dozen episodes at their worst and still have room for itself."""
+
     cpu_s: int = 10  # RLIMIT_CPU per process of a command
     memory_mb: int = 512  # RLIMIT_AS per process
     wall_s: float = 20.0  # wall-clock timeout per command; the whole sandbox is killed
-    processes: int = 64  # RLIMIT_NPROC, counted within the sandbox's user namespace
+    processes: int = 64  # processes and threads of the episode at once (pids.max, and RLIMIT_NPROC per command)
     file_mb: int = 64  # RLIMIT_FSIZE: the largest file a command may write
     max_output_chars: int = 8000  # per stream; beyond this the middle is cut, with a note
+    total_memory_mb: int = 1024  # all processes of the episode together; past it the command is killed
+    disk_mb: int = 256  # /work, /tmp and /dev/shm together, across commands
 
     def __post_init__(self) -> None:
-        for name in ("cpu_s", "memory_mb", "wall_s", "processes", "file_mb", "max_output_chars"):
+        names = ("cpu_s", "memory_mb", "wall_s", "processes", "file_mb", "max_output_chars", "total_memory_mb", "disk_mb")
+        for name in names:
             value = getattr(self, name)
             if not value > 0:
                 raise ValueError(f"Limits.{name} must be positive, got {value!r}")
         if self.processes < 4:
             # bwrap's init, prlimit's exec of bash and one child already count.
             raise ValueError(f"Limits.processes must be at least 4 for a shell to run, got {self.processes}")
+        if self.total_memory_mb < 32:
+            raise ValueError(f"Limits.total_memory_mb must be at least 32 for bash and python3 to start, got {self.total_memory_mb}")
+
+    def totals(self) -> Totals:
+        return Totals(memory_mb=self.total_memory_mb, processes=self.processes, disk_mb=self.disk_mb)
 
 
 @dataclass(frozen=True)
@@ -134,14 +170,17 @@ class RunResult:
     exit_code: int  # as a shell reports it: 128 + N when killed by signal N
     timed_out: bool
     duration_s: float = 0.0
+    exceeded: str = ""  # which episode total the command ran into and its value, when it did
 
     def text(self) -> str:
-        """What an agent sees: stdout, stderr, and a line for a non-zero exit or a timeout."""
+        """What an agent sees: stdout, stderr, and lines for a non-zero exit, a timeout or a total reached."""
         parts = [stream.rstrip("\n") for stream in (self.stdout, self.stderr) if stream.strip()]
         if self.timed_out:
             parts.append(f"[timed out after {self.duration_s:.1f} s: the command and everything it started were killed]")
         elif self.exit_code != 0:
             parts.append(f"[exit code {self.exit_code}]")
+        if self.exceeded:
+            parts.append(f"[{self.exceeded}]")
         return "\n".join(parts) if parts else "(no output)"
 
 
@@ -183,7 +222,7 @@ class _BoundedCapture:
 
 @functools.cache
 def _bwrap_options() -> frozenset[str]:
-    """The options this bwrap understands (older releases lack --disable-userns, --size)."""
+    """The options this bwrap understands (older releases lack --disable-userns)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return frozenset()
@@ -233,7 +272,7 @@ def sandbox_available() -> tuple[bool, str]:
                 f"{result.text()}"
             )
         _probe_ok = True
-    return True, f"bubblewrap at {shutil.which('bwrap')}"
+    return True, f"bubblewrap at {shutil.which('bwrap')}; episode totals enforced by {detect_enforcement()}"
 
 
 def _chown_tree(path: Path, uid: int | None) -> None:
@@ -272,10 +311,17 @@ def _open_no_symlink(host_path: Path, flags: int, path: str) -> int:
         raise
 
 
+def _release(budget: EpisodeBudget, base: str) -> None:
+    """A sandbox's end: nothing of it left running, its cgroup and mount gone, then its files."""
+    budget.close()
+    _remove_tree(base)
+
+
 class Sandbox:
     """A throwaway directory in which shell commands and Python run isolated; see the module docstring."""
 
     root: Path  # host path of the sandbox's working directory (/work inside)
+    enforcement: Enforcement  # which mechanism holds each of the episode's totals
 
     def __init__(
         self, limits: Limits = Limits(), files: dict[str, str] | None = None, *, _skip_probe: bool = False
@@ -290,14 +336,23 @@ class Sandbox:
         self._host_uid: int | None = random.randrange(*_HOST_UID_RANGE) if os.geteuid() == 0 else None
         self._process: subprocess.Popen[bytes] | None = None
         self._closed = False
-        base = Path(tempfile.mkdtemp(prefix="openclaw-sandbox-"))
-        self._finalizer = weakref.finalize(self, _remove_tree, str(base))
+        base = Path(tempfile.mkdtemp(prefix=f"{NAME_PREFIX}{os.getpid()}-"))  # the pid lets a later process sweep leftovers
+        try:
+            self._budget = EpisodeBudget(base, limits.totals(), self._host_uid)  # may mount a tmpfs on `base`
+        except OSError as error:
+            base.rmdir()
+            raise SandboxUnavailableError(
+                f"could not set up the episode's totals ({detect_enforcement()}): {error}"
+            ) from error
+        self.enforcement = self._budget.enforcement
+        self._finalizer = weakref.finalize(self, _release, self._budget, str(base))
         self._base = base
         self.root = base / "work"
         self._etc = base / "etc"
         base.chmod(0o711)  # the host uid must traverse it to bind /work; nobody may list it
-        self.root.mkdir(mode=0o755)
-        _chown_tree(self.root, self._host_uid)
+        for directory in [self.root, *(base / name for name in _SCRATCH_DIRS)]:
+            directory.mkdir(mode=0o755)
+            _chown_tree(directory, self._host_uid)
         self._write_etc()
         for path, text in (files or {}).items():
             self.write(path, text)
@@ -320,7 +375,7 @@ class Sandbox:
             raise ValueError(f"timeout_s must be positive, got {timeout_s!r}")
         user_kwargs = {} if self._host_uid is None else {"user": self._host_uid, "group": self._host_uid, "extra_groups": []}
         started = time.monotonic()
-        process = subprocess.Popen(
+        process = self._budget.launch(
             self._bwrap_argv() + self._prlimit_argv() + argv,
             stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -332,12 +387,16 @@ class Sandbox:
             **user_kwargs,
         )
         self._process = process
+        exceeded = ""
         try:
-            stdout, stderr, timed_out = self._communicate(process, stdin, started + timeout_s)
+            stdout, stderr, timed_out, exceeded = self._communicate(process, stdin, started + timeout_s)
         finally:
             self._kill(process)
             process.wait()
             self._process = None
+            if not self._closed:
+                exceeded = "; ".join(note for note in (exceeded, self._budget.end_command()) if note)
+                self._empty_scratch()
         exit_code = process.returncode if process.returncode >= 0 else 128 - process.returncode
         max_chars = self.limits.max_output_chars
         return RunResult(
@@ -346,12 +405,24 @@ class Sandbox:
             exit_code=exit_code,
             timed_out=timed_out,
             duration_s=time.monotonic() - started,
+            exceeded=exceeded,
         )
+
+    def _empty_scratch(self) -> None:
+        """/tmp and /dev/shm start empty for every command (only /work persists)."""
+        for name in _SCRATCH_DIRS:
+            os.chmod(self._base / name, 0o755)  # a command may have chmod-ed it away from a non-root host
+            for entry in os.scandir(self._base / name):
+                if entry.is_dir(follow_symlinks=False):
+                    _remove_tree(entry.path)
+                else:
+                    os.unlink(entry.path)
 
     def _communicate(
         self, process: subprocess.Popen[bytes], stdin: str | None, deadline: float
-    ) -> tuple[_BoundedCapture, _BoundedCapture, bool]:
-        """Feed stdin and drain stdout/stderr until both close or the deadline passes."""
+    ) -> tuple[_BoundedCapture, _BoundedCapture, bool, str]:
+        """Feed stdin and drain stdout/stderr until the command ends, the deadline passes or it
+        exceeds an episode total: (stdout, stderr, timed out, which total it exceeded or "")."""
         keep_bytes = 4 * self.limits.max_output_chars  # enough for max_output_chars of UTF-8
         captures = {"stdout": _BoundedCapture(keep_bytes), "stderr": _BoundedCapture(keep_bytes)}
         selector = selectors.DefaultSelector()
@@ -365,24 +436,30 @@ class Sandbox:
                 selector.register(process.stdin, selectors.EVENT_WRITE, None)
             else:
                 process.stdin.close()
-        timed_out = False
+        timed_out, exceeded, killed = False, "", False
         open_readers = 2
-        while open_readers:
+        while open_readers or not (killed or process.poll() is not None):
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if timed_out:
+            if remaining <= 0 or (not killed and (exceeded := self._budget.check() or "")):
+                if killed:
                     break  # killed, and still no EOF after the grace period: give up on the pipes
-                timed_out = True
+                if exceeded:
+                    ended = process.poll() is not None  # between two polls
+                    exceeded += "; the command had ended" if ended else "; the command and everything it started were killed"
+                timed_out, killed = not exceeded, True
                 self._kill(process)
+                self._budget.kill_all()
                 deadline = time.monotonic() + _KILL_GRACE_S
                 continue
-            for key, _ in selector.select(timeout=remaining):
+            if not open_readers:  # it closed its output but runs on: wait for it, still watching the totals
+                try:
+                    process.wait(timeout=min(remaining, MEMORY_POLL_S))
+                except subprocess.TimeoutExpired:
+                    pass
+                continue
+            for key, _ in selector.select(timeout=min(remaining, MEMORY_POLL_S)):
                 if key.data is None:  # stdin is writable
-                    try:
-                        written = os.write(key.fd, pending[:65536])
-                    except BrokenPipeError:
-                        written = len(pending)  # the command stopped reading; the rest is moot
-                    pending = pending[written:]
+                    pending = self._feed(key, pending)
                     if not pending:
                         selector.unregister(key.fileobj)
                         key.fileobj.close()  # type: ignore[union-attr]
@@ -397,12 +474,16 @@ class Sandbox:
         for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None and not stream.closed:
                 stream.close()
-        if not timed_out:
-            try:
-                process.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:  # closed its output but kept running
-                timed_out = True
-        return captures["stdout"], captures["stderr"], timed_out
+        return captures["stdout"], captures["stderr"], timed_out, exceeded
+
+    @staticmethod
+    def _feed(key: selectors.SelectorKey, pending: memoryview) -> memoryview:
+        """Write what stdin takes of `pending`; what is left."""
+        try:
+            written = os.write(key.fd, pending[:65536])
+        except BrokenPipeError:
+            written = len(pending)  # the command stopped reading; the rest is moot
+        return pending[written:]
 
     @staticmethod
     def _kill(process: subprocess.Popen[bytes]) -> None:
@@ -418,7 +499,7 @@ class Sandbox:
     def _prlimit_argv(self) -> list[str]:
         limits = self.limits
         memory_bytes = limits.memory_mb * 1024 * 1024
-        file_bytes = limits.file_mb * 1024 * 1024
+        file_bytes = self._budget.file_size_cap(limits.file_mb * 1024 * 1024)
         return [
             "prlimit",
             f"--cpu={limits.cpu_s}:{limits.cpu_s + 1}",  # SIGXCPU first, so the shell can say why
@@ -465,11 +546,11 @@ class Sandbox:
         for name in _SYSTEM_ETC:
             argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
         argv += ["--proc", "/proc", "--dev", "/dev"]
-        if "--size" in options:
-            argv += ["--size", str(_TMP_SIZE_BYTES)]
-        argv += ["--tmpfs", "/tmp"]
+        for name, inside in _SCRATCH_DIRS.items():  # in the sandbox's directory, so inside the disk quota
+            argv += ["--bind", str(self._base / name), inside]
         argv += ["--bind", str(self.root), SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR]
-        argv += ["--remount-ro", "/", "--"]
+        # bwrap's own tmpfs (/, /usr/local, /dev) would be writable and as large as half the RAM.
+        argv += ["--remount-ro", "/usr/local", "--remount-ro", "/dev", "--remount-ro", "/", "--"]
         return argv
 
     def _write_etc(self) -> None:
@@ -531,8 +612,10 @@ class Sandbox:
             directory.mkdir()
             _chown_tree(directory, self._host_uid)
         self._host_path(path)  # check again now the parents exist
+        data = text.encode("utf-8")
+        self._budget.check_room(len(data))
         with open(_open_no_symlink(host_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, path), "wb") as handle:
-            handle.write(text.encode("utf-8"))
+            handle.write(data)
         _chown_tree(host_path, self._host_uid)
 
     # ---- lifetime ----------------------------------------------------------------------
