@@ -384,6 +384,7 @@ class Sandbox:
             close_fds=True,
             cwd=self._base,
             env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            umask=0o022,  # the usual one inside, whatever the host process runs with (the CLI: 077)
             **user_kwargs,
         )
         self._process = process
