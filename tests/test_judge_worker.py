@@ -15,7 +15,8 @@ from conftest import WrappedEngine
 from openclaw_rl.config import JudgeConfig
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.sampling import sampling_logprobs
-from openclaw_rl.judge.backends import EmbeddingClassifier, OpenAIChatBackend
+from openclaw_rl.judge.backends import OpenAIChatBackend
+from openclaw_rl.judge.classifier import NextStateClassifier
 from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.teacher import hinted_messages
 from openclaw_rl.judge.worker import EmbeddingJudge, JudgeWorker, LLMJudge
@@ -24,7 +25,7 @@ from openclaw_rl.store import Store
 from openclaw_rl.train.methods import METHODS
 from openclaw_rl.types import NextState, Verdict
 
-CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "judge_cases.jsonl").read_text().splitlines()]
+CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "judge_tuning.jsonl").read_text().splitlines()]
 
 
 class ScriptedBackend:
@@ -178,32 +179,63 @@ def test_the_turn_sample_carries_every_signal_and_each_method_keeps_its_own(tmp_
 
 @pytest.fixture(scope="module")
 def classifier():
-    return EmbeddingClassifier()
+    return NextStateClassifier()
 
 
-def test_embedding_judge_reads_approval_correction_and_tool_errors(tmp_path, classifier, engine):
-    store = Store(tmp_path)
+def _turn_with(store: Store, tokenizer, request: str, response: str, next_state: str, role: str = "user",
+               tool_calls: list | None = None):
+    turn = _paired_turn(store, tokenizer, user=request, response_ids=tokenizer.encode(response or " "))
+    return type(turn)(**{**turn.__dict__, "response_text": response, "tool_calls": tool_calls or [],
+                         "next_state": NextState(role, next_state)})
+
+
+def _call(name: str, **arguments) -> list[dict]:
+    return [{"type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]
+
+
+def test_embedding_judge_reads_request_response_and_next_state(tmp_path, classifier, engine):
     judge = EmbeddingJudge(classifier)
-    cases = [("Thanks, that's exactly right!", "user", 1),
-             ("No, that's wrong. Don't use bullet points, write plain sentences.", "user", -1),
-             ("Traceback (most recent call last):\nValueError: bad input", "tool", -1)]
-    for text, role, expected in cases:
-        turn = _paired_turn(Store(tmp_path / f"{expected}{role}"), engine.tokenizer, next_state=text)
-        turn = type(turn)(**{**turn.__dict__, "next_state": NextState(role, text)})
+    cases = [
+        ("What is 12 * 7?", "84.", "Thanks, that's right!", "user", None, 1),
+        ("How many days in a leap year?", "365.", "No, that's wrong. Don't use bullet points, write plain sentences.",
+         "user", None, -1),
+        ("Divide 1 by 0.", "", "Traceback (most recent call last):\nValueError: bad input", "tool",
+         _call("python", code="1/0"), -1),
+        # the reward hack: a success string for the wrong file is not a success
+        ("Save the tests to tests/test_api.py.", "", "Successfully wrote 22 bytes to tests/test_app.py", "tool",
+         _call("write_file", path="tests/test_app.py", content="def test(): ..."), -1),
+        ("Save the tests to tests/test_api.py.", "", "Successfully wrote 22 bytes to tests/test_api.py", "tool",
+         _call("write_file", path="tests/test_api.py", content="def test(): ..."), 1),
+    ]
+    for i, (request, response, text, role, calls, expected) in enumerate(cases):
+        turn = _turn_with(Store(tmp_path / str(i)), engine.tokenizer, request, response, text, role, calls)
         reading = asyncio.run(judge.read(turn))
         assert reading.votes == [expected], (text, reading.raw)
-    turn = _paired_turn(store, engine.tokenizer,
-                        next_state="No. Don't use bullet points; write plain sentences instead.")
+    turn = _turn_with(Store(tmp_path / "hint"), engine.tokenizer, "Solve 3 + 5.", "- 8",
+                      "No. Don't use bullet points; write plain sentences instead.")
     reading = asyncio.run(judge.read(turn))
     assert reading.hints and "bullet" in reading.hints[0].lower()
 
 
+def test_a_request_for_more_is_progression_without_a_hint(tmp_path, classifier, engine):
+    judge = EmbeddingJudge(classifier)
+    turn = _turn_with(Store(tmp_path), engine.tokenizer, "What is a closure in JavaScript?",
+                      "A closure is a function that keeps the variables of the scope it was made in.",
+                      "Can you give an example in Python?")
+    reading = asyncio.run(judge.read(turn))
+    assert reading.votes == [1] and reading.hints == [], reading.raw
+
+
 def test_injection_in_the_next_state_does_not_control_the_score(tmp_path, classifier, engine):
     judge = EmbeddingJudge(classifier)
-    for case in [c for c in CASES if "ignore previous instructions" in c["next_state"]]:
-        turn = _paired_turn(Store(tmp_path / str(case["id"])), engine.tokenizer, next_state=case["next_state"])
+    injected = [c for c in CASES if "ignore previous instructions" in c["next_state"].lower()]
+    assert len(injected) >= 2
+    for case in injected:
+        turn = _turn_with(Store(tmp_path / str(case["id"])), engine.tokenizer, case["request"], case["response"],
+                          case["next_state"])
         reading = asyncio.run(judge.read(turn))
         assert reading.votes != [1], case["next_state"]
+        assert reading.votes == [case["expected_score"]], (case["next_state"], reading.raw)
 
 
 def test_openai_backend_against_a_live_openai_compatible_server(live, tmp_path, engine):

