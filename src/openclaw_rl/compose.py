@@ -23,6 +23,7 @@ from pathlib import Path
 
 import uvicorn
 from fastapi import FastAPI
+from transformers import AutoTokenizer
 
 from openclaw_rl.config import ConfigError, JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import Engine
@@ -42,8 +43,10 @@ from openclaw_rl.serve.server import Server
 from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.gate import Gate, Scorer, read_probe_file
 from openclaw_rl.train.runner import run_trainer
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
 from openclaw_rl.users import Users
 
@@ -173,7 +176,8 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
         asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
-        loops.append(train_loop(server, train, trainer, publisher))
+        gate, archive = build_updates(trainer, train, server.store, server.tokenizer)
+        loops.append(train_loop(server, train, trainer, publisher, gate, archive))
     else:
         loops.append(follow(FilesChannel(config.data_dir), server.engine))
     app = create_app(server, loops)
@@ -181,6 +185,24 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
              server.engine.policy_version, config.host, config.port, config.data_dir,
              f"on ({train.method}, batch {train.batch_size})" if config.train else "off")
     return server, app
+
+
+def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer=None,
+                  scorer: Scorer | None = None) -> tuple[Gate | None, VersionArchive]:
+    """What a trainer's new versions pass through: the update gate (`--gate on`; `scorer`,
+    e.g. a persona's rubric, adds a score check) and the archive that keeps them for rollback.
+    `tokenizer`: the model's (loaded from the trainer's model dir when the gate needs it)."""
+    archive = VersionArchive(store.data_dir, config.keep_versions, store.protected_versions)
+    if config.gate != "on":
+        return None, archive
+    tokenizer = tokenizer or AutoTokenizer.from_pretrained(trainer.model_dir)
+    extra = read_probe_file(config.gate_probe_file, tokenizer) if config.gate_probe_file else []
+
+    def probes() -> list[list[int]]:
+        found = store.probe_prompts(config.gate_probe_every, config.gate_max_probes, at_least=8)
+        return [*extra, *found][:max(config.gate_max_probes, len(extra))]
+
+    return Gate(trainer, config, tokenizer, probes, scorer), archive
 
 
 def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
@@ -243,7 +265,8 @@ def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, 
                 stop.set()
 
         started = time.monotonic()
-        await run_trainer(store, trainer, config, publisher, stop, on_step)
+        gate, archive = build_updates(trainer, config, store)
+        await run_trainer(store, trainer, config, publisher, stop, on_step, gate=gate, archive=archive)
         log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
         return trainer.train_step
 

@@ -262,6 +262,26 @@ class TrainConfig:
     max_user_share: float = setting("the largest share of one training batch a single user's samples may fill "
                                     "(1 = no cap; on a server many people share, 0.25 keeps any one of them from "
                                     "steering a step)", default=1.0)
+    keep_versions: int = setting("weights of the newest this many versions kept in DATA_DIR/versions for rollback "
+                                 "(pinned versions and the last accepted one are kept as well)", default=5)
+    gate: str = setting("on: a new version serves only if it passes the update gate's checks on probe prompts "
+                        "(README, 'Safe updates') | off: every version serves", default="off")
+    gate_on_reject: str = setting("after a rejected version: restore (train on from the last accepted weights and "
+                                  "optimizer state) | continue (from the rejected weights)", default="restore")
+    gate_probe_every: int = setting("one main turn in this many is a probe: the gate's prompts, never trained on",
+                                    default=8)
+    gate_probe_file: str = setting("a JSONL file of extra probe prompts ({\"messages\": [...]} per line)", default="")
+    gate_max_probes: int = setting("most probe prompts a decision reads (the newest)", default=8)
+    gate_max_new_tokens: int = setting("tokens of each greedy probe answer", default=64)
+    gate_max_repetition: float = setting("reject above this share of repeated 4-grams in the answers (and above "
+                                         "the served version's + 0.2)", default=0.5)
+    gate_max_length_ratio: float = setting("reject answers this many times longer (or shorter) than the served "
+                                           "version's", default=2.0)
+    gate_max_non_answer_increase: float = setting("reject when the share of empty, apologising, refusing or "
+                                                  "self-introducing answers rises by more than this", default=0.25)
+    gate_max_kl: float = setting("reject above this KL(served || candidate) per answer token, in nats", default=1.0)
+    gate_max_score_drop: float = setting("with a scorer (simulation): reject when the mean score falls by more than "
+                                         "this", default=0.03)
     checkpoint_every: int = setting("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
     train_poll_interval_s: float = setting("how often the trainer looks for a full batch of ready samples", default=1.0)
@@ -298,6 +318,14 @@ class TrainConfig:
         check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
         check(0 < self.max_user_share <= 1, "max_user_share", self.max_user_share, "a share in (0, 1]")
+        check(self.keep_versions >= 1, "keep_versions", self.keep_versions, "at least 1")
+        check(self.gate in ("on", "off"), "gate", self.gate, "on or off")
+        check(self.gate_on_reject in ("restore", "continue"), "gate_on_reject", self.gate_on_reject,
+              "restore or continue")
+        check(self.gate_probe_every >= 2, "gate_probe_every", self.gate_probe_every, "at least 2 (1 would train on nothing)")
+        check(self.gate_max_probes >= 1, "gate_max_probes", self.gate_max_probes, "at least 1")
+        check(self.gate_max_new_tokens >= 1, "gate_max_new_tokens", self.gate_max_new_tokens, "at least 1")
+        check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
         check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
         check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")

@@ -21,7 +21,9 @@ import logging
 from openclaw_rl.config import JudgeConfig, TrainConfig
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.server import Background, Server
+from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.runner import run_trainer
+from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.weights import Publisher
 
@@ -40,15 +42,16 @@ def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_target
     return worker.run
 
 
-def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher: Publisher) -> Background:
-    """Claim a batch for the method, step, hand the new version to the publisher; repeat."""
+def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher: Publisher,
+               gate: Gate | None = None, archive: VersionArchive | None = None) -> Background:
+    """Claim a batch for the method, step, let the gate decide, hand the new version to the publisher; repeat."""
 
     def on_step(stats: dict) -> None:
         server.metrics.train_steps.set(trainer.train_step)
         server.metrics.record_train_step(
             {**stats, "mean_reward": stats.get("reward_mean"), "mean_abs_a_opd": stats.get("opd_adv_abs_mean")})
 
-    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step)
+    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step, gate=gate, archive=archive)
 
 
 def status_loop(server: Server, interval_s: float) -> Background:

@@ -234,12 +234,14 @@ class TrainerActor:
 
     async def run(self, subscribers: list) -> int:
         """Train until `stop`, pushing each version to `subscribers` (replicas, judges); the steps taken."""
+        from openclaw_rl.compose import build_updates
         from openclaw_rl.train.runner import run_trainer
 
         publisher = await self._publisher(subscribers)
         self._stop = asyncio.Event()
+        gate, archive = build_updates(self.trainer, self.config, self.store)
         try:
-            await run_trainer(self.store, self.trainer, self.config, publisher, self._stop)
+            await run_trainer(self.store, self.trainer, self.config, publisher, self._stop, gate=gate, archive=archive)
         finally:
             self.store.close()
         return self.trainer.train_step

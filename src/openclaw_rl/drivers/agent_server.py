@@ -24,7 +24,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from openclaw_rl.compose import build_judge, build_server, load_trainer
+from openclaw_rl.compose import build_judge, build_server, build_updates, load_trainer
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.drivers.rollout import Episode
 from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
@@ -103,7 +103,9 @@ class AgentServer:
         if train is not None:
             trainer = load_trainer(server.engine.model_dir, Path(data_dir), train, resume=False)
             publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine)])
-            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop, flush=self._flush))
+            gate, archive = build_updates(trainer, train, server.store, server.tokenizer)
+            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop, flush=self._flush,
+                                                  gate=gate, archive=archive))
         self.server = server
         self.store: Store = server.store
         self.model_name: str = server.model_name

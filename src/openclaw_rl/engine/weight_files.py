@@ -55,8 +55,9 @@ def version_dir(root: str | Path, version: int) -> Path:
 
 
 def write_version(root: str | Path, version: int, weights: dict[str, torch.Tensor] | LoraAdapter, *,
-                  keep: int, parent: int | None = None) -> StoredWeights:
-    """Write `weights` as version `version` under `root`, point LATEST at it, keep the newest `keep`."""
+                  keep: int, parent: int | None = None, protect: frozenset[int] = frozenset()) -> StoredWeights:
+    """Write `weights` as version `version` under `root`, point LATEST at it, keep the newest
+    `keep` and the versions in `protect`."""
     if version < 0:
         raise ValueError(f"policy version must be >= 0, got {version}")
     if keep < 1:
@@ -82,7 +83,7 @@ def write_version(root: str | Path, version: int, weights: dict[str, torch.Tenso
     os.replace(tmp, target)
     fsync_dir(root)  # the version is durable before LATEST can name it
     write_atomic(root / LATEST, f"{version}\n")
-    _prune(root, keep)
+    _prune(root, keep, protect)
     return StoredWeights(target, version, isinstance(weights, LoraAdapter))
 
 
@@ -157,11 +158,18 @@ def _versions(root: Path) -> dict[int, Path]:
     return found
 
 
-def _prune(root: Path, keep: int) -> None:
-    """Drop all but the newest `keep` versions, and what writes that were killed left behind."""
+def kept_versions(root: str | Path) -> list[int]:
+    """The versions whose weights are on disk under `root`, oldest first."""
+    return sorted(_versions(Path(root)))
+
+
+def _prune(root: Path, keep: int, protect: frozenset[int] = frozenset()) -> None:
+    """Drop all but the newest `keep` versions and those in `protect`, and what writes that
+    were killed left behind."""
     versions = _versions(root)
     for version in sorted(versions)[:-keep]:
-        _remove(versions[version])
+        if version not in protect:
+            _remove(versions[version])
     for leftover in root.glob(".v*.tmp-*"):
         if not leftover.name.endswith(f".tmp-{os.getpid()}"):
             _remove(leftover)

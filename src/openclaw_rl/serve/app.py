@@ -37,6 +37,8 @@ from openclaw_rl.serve.schema import (
     ApiError,
     ChatCompletionRequest,
     FeedbackRequest,
+    PinRequest,
+    RollbackRequest,
     error_response,
     validation_message,
 )
@@ -58,9 +60,10 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     _install_middleware(app, server)
     _status_routes(app, server)
     _session_routes(app, server)
+    _policy_routes(app, server)
     _generation_routes(app, server)
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
-                                ResponsesRequest, FeedbackRequest])
+                                ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest])
     return app
 
 
@@ -197,6 +200,58 @@ def _session_routes(app: FastAPI, server: Server) -> None:
         deleted = await run_in_threadpool(lambda: server.store.delete_sessions(owner=name))
         return {"user": name, "object": "user_data.deleted", "deleted": True, **deleted}
 
+
+
+def _policy_routes(app: FastAPI, server: Server) -> None:
+    """The version history, rollback and pinning (train/runner.py carries rollbacks out)."""
+    @app.get("/v1/policy/versions")
+    async def versions(request: Request, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
+        user = caller_of(request)
+        found = await run_in_threadpool(server.store.versions, limit)
+        if not user.admin:  # who taught a version is the admins' business; the counts are everyone's
+            for record in found:
+                if record["samples"]:
+                    record["samples"] = {"count": record["samples"]["count"]}
+        served = server.engine.policy_version
+        return {"object": "list", "served": served,
+                "data": [{**record, "serving": record["version"] == served} for record in found]}
+
+    @app.post("/v1/policy/rollback", openapi_extra=_body_doc(RollbackRequest))
+    async def rollback(request: Request) -> dict[str, Any]:
+        _admin_only(request, "roll back")
+        body = await parse_body(request, RollbackRequest)
+        target = await run_in_threadpool(server.store.version, body.to)
+        if target is None or not target["weights"]:
+            raise ApiError(404, f"version {body.to} has no kept weights (GET /v1/policy/versions lists each "
+                           "version's `weights`; pin versions to keep them)", param="to", code="version_not_kept")
+        request_id = await run_in_threadpool(server.store.request_rollback, body.to, caller_of(request).name)
+        deadline = time.monotonic() + server.config.request_timeout_s
+        while (done := await run_in_threadpool(server.store.request, request_id))["status"] == "pending":
+            if time.monotonic() > deadline:
+                raise ApiError(504, f"no trainer carried out the rollback to v{body.to} within "
+                               f"{server.config.request_timeout_s:g} s: is one running (serve with training, or "
+                               "`openclaw-rl train` on this data dir)? It stays queued", kind="server_error")
+            await asyncio.sleep(0.2)
+        if done["status"] == "failed":
+            raise ApiError(409, done["message"], param="to", code="rollback_failed")
+        return {"object": "policy.rollback", "version": done["result"], "weights_of": body.to,
+                "message": done["message"]}
+
+    @app.post("/v1/policy/pin", openapi_extra=_body_doc(PinRequest))
+    async def pin(request: Request) -> dict[str, Any]:
+        _admin_only(request, "pin versions")
+        body = await parse_body(request, PinRequest)
+        try:
+            await run_in_threadpool(server.store.pin_version, body.version, body.pinned)
+        except StoreError as error:
+            raise ApiError(404, str(error), param="version", code="version_not_found") from error
+        return {"object": "policy.pin", "version": body.version, "pinned": body.pinned}
+
+
+def _admin_only(request: Request, what: str) -> None:
+    if not caller_of(request).admin:
+        raise ApiError(403, f"only an admin may {what} (openclaw-rl users add NAME --admin)", code="admin_only",
+                       kind="permission_error")
 
 
 def _generation_routes(app: FastAPI, server: Server) -> None:
@@ -461,6 +516,8 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 
 def _endpoint_label(path: str) -> str:
+    if path.startswith("/v1/policy/"):
+        return path if path in ("/v1/policy/versions", "/v1/policy/rollback", "/v1/policy/pin") else "other"
     if path.startswith("/v1/users/"):
         return "/v1/users/{name}/data"
     if path.startswith("/v1/sessions/"):

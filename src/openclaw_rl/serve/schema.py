@@ -197,3 +197,14 @@ class ChatCompletionRequest(_Lenient):
 
 class FeedbackRequest(_Lenient):
     text: str = Field(min_length=1)
+
+
+class RollbackRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    to: int = Field(ge=0, le=2**62, description="the version whose weights should serve again")
+
+
+class PinRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = Field(ge=0, le=2**62)
+    pinned: bool = True

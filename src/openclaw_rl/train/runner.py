@@ -1,8 +1,11 @@
 """The training loop that runs beside serving (or on its own against the same store).
 
+    carry out rollback requests (store.pending_requests)
     claim a full batch of fresh samples, assembled for the trainer's method
-    -> trainer.step (worker thread) -> publish v+1
-    -> announce v+1 in the store -> checkpoint every N steps -> TensorBoard, log, on_step
+    -> trainer.step (worker thread) -> the gate decides on v+1 (train/gate.py; optional)
+    -> accepted: publish v+1, archive its weights, record and announce it in the store
+       rejected: record why; back to the last accepted weights (or on from these)
+    -> checkpoint every N steps -> TensorBoard, log, on_step
 
 The model work runs in a worker thread so the event loop keeps serving meanwhile.
 Each new version goes to one object, the `Publisher` (train/weights.py), whose channels
@@ -25,7 +28,9 @@ from dataclasses import dataclass, field
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.store import Store
 from openclaw_rl.train import checkpoint
+from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import Publisher
 
 log = logging.getLogger(__name__)
@@ -48,23 +53,30 @@ async def run_trainer(
     stop: asyncio.Event,
     on_step: Callable[[dict[str, float]], None] | None = None,
     flush: Flush | None = None,
+    gate: Gate | None = None,
+    archive: VersionArchive | None = None,
 ) -> None:
     """Train until `stop` is set. Claims samples as the trainer's method assembles them from
     the store's per-turn samples (a turn it cannot learn from is skipped with the reason)
     and trains them with that method's loss.
-    Every new version goes to `publisher`. `flush`: see Flush."""
+    Every new version the `gate` accepts (all, without one) goes to `publisher` and, with an
+    `archive`, is kept for rollback. `flush`: see Flush."""
     from torch.utils.tensorboard import SummaryWriter
 
     data_dir = store.data_dir
     method = trainer.method
     writer = SummaryWriter(str(data_dir / "tensorboard"))
     saved_step = trainer.train_step
+    assemble = _without_probes(method.assemble, config) if gate is not None else method.assemble
+    if archive is not None and not archive.has(trainer.policy_version):  # the start is restorable too
+        await asyncio.to_thread(_archive_start, store, trainer, archive)
     try:
         while not stop.is_set():
+            await _carry_out_requests(store, trainer, publisher, archive, gate)
             flushing = flush is not None and flush.requested.is_set()
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.batch_size, trainer.policy_version,
-                config.max_staleness, trainer.train_step + 1, 1 if flushing else None, method.assemble,
+                config.max_staleness, trainer.train_step + 1, 1 if flushing else None, assemble,
                 per_user_cap(config),
             )
             if not samples:
@@ -75,9 +87,11 @@ async def run_trainer(
             version = trainer.policy_version
             stats = await asyncio.to_thread(trainer.step, samples)
             stats["dropped_stale"] = float(len(dropped))
+            served = trainer.policy_version
             if trainer.policy_version != version:
-                await publisher.publish(trainer.policy_version, parent=trainer.parent_version)
-            await asyncio.to_thread(store.set_policy_version, trainer.policy_version, trainer.train_step)
+                served = await _new_version(store, trainer, config, publisher, gate, archive,
+                                            [s.turn_id for s in samples], stats)
+            await asyncio.to_thread(store.set_policy_version, served, trainer.train_step)
             if trainer.train_step % config.checkpoint_every == 0:
                 await asyncio.to_thread(checkpoint.save, data_dir, trainer)
                 saved_step = trainer.train_step
@@ -103,6 +117,90 @@ async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
         await asyncio.wait_for(stop.wait(), timeout_s)
     except TimeoutError:
         pass
+
+
+async def _new_version(store: Store, trainer: Trainer, config: TrainConfig, publisher: Publisher, gate: Gate | None,
+                       archive: VersionArchive | None, turn_ids: list[int], stats: dict[str, float]) -> int:
+    """Gate, publish, archive and record the version the trainer just made; returns the version served."""
+    version, parent = trainer.policy_version, trainer.parent_version
+    decision = await asyncio.to_thread(gate.decide) if gate is not None else None
+    record = {"parent": parent, "train_step": trainer.train_step, "turn_ids": turn_ids, "stats": stats}
+    if decision is not None and not decision.accepted:
+        await asyncio.to_thread(lambda: store.record_version(version, gate="rejected", reason=decision.reason,
+                                                             checks=decision.checks, **record))
+        assert gate is not None
+        log.warning("policy v%d rejected by the update gate, not served: %s", version, decision.reason)
+        if config.gate_on_reject == "restore":
+            gate.restore()
+            log.warning("back to the weights and optimizer state of v%d", trainer.policy_version)
+        return gate.snapshot.version
+    await publisher.publish(version, parent=parent)
+    await asyncio.to_thread(_archive_and_record, store, trainer, archive, version, parent, record,
+                            "accepted" if decision is not None else "ungated",
+                            decision.reason if decision is not None else None,
+                            decision.checks if decision is not None else None)
+    if gate is not None:
+        await asyncio.to_thread(gate.accept)
+    return version
+
+
+def _archive_and_record(store: Store, trainer: Trainer, archive: VersionArchive | None, version: int,
+                        parent: int | None, record: dict, gate: str, reason: str | None, checks: dict | None) -> None:
+    path = None
+    if archive is not None:
+        for pruned in archive.write(version, trainer, parent):
+            store.set_version_weights(pruned, None)
+        path = archive.path(version)
+    store.record_version(version, gate=gate, reason=reason, checks=checks, weights=path, **record)
+
+
+def _archive_start(store: Store, trainer: Trainer, archive: VersionArchive) -> None:
+    version = trainer.policy_version
+    if store.version(version) is not None:  # known already (resumed): only its weights are new
+        archive.write(version, trainer, trainer.parent_version)
+        store.set_version_weights(version, archive.path(version))
+        return
+    _archive_and_record(store, trainer, archive, version, trainer.parent_version,
+                        {"parent": trainer.parent_version, "train_step": trainer.train_step, "turn_ids": [],
+                         "stats": None}, "base" if version == 0 else "ungated", "the weights training started from", None)
+
+
+async def _carry_out_requests(store: Store, trainer: Trainer, publisher: Publisher, archive: VersionArchive | None,
+                              gate: Gate | None) -> None:
+    """Rollbacks asked for through the API (`POST /v1/policy/rollback`): the weights of V,
+    published as a new number (a number names one set of weights forever); training goes
+    on from them, with fresh optimizer moments."""
+    for request_id, kind, target in await asyncio.to_thread(store.pending_requests):
+        if archive is None or not archive.has(target):
+            kept = archive.versions() if archive is not None else []
+            await asyncio.to_thread(store.finish_request, request_id, None,
+                                    f"the weights of v{target} are not kept (kept: {kept}); pin a version "
+                                    "(POST /v1/policy/pin) to keep it", True)
+            continue
+        state = await asyncio.to_thread(archive.read, target)
+        await asyncio.to_thread(trainer.load_trainable_state_dict, state)
+        trainer.optimizer.state.clear()
+        number = max(await asyncio.to_thread(store.highest_policy_version), trainer.policy_version) + 1
+        trainer.renumber(number)
+        trainer.parent_version = target
+        await publisher.publish(number, parent=target)
+        await asyncio.to_thread(_archive_and_record, store, trainer, archive, number, target,
+                                {"parent": target, "train_step": trainer.train_step, "turn_ids": [], "stats": None},
+                                "rollback", f"rollback to v{target}", None)
+        if gate is not None:
+            await asyncio.to_thread(gate.accept)
+        await asyncio.to_thread(store.set_policy_version, number, trainer.train_step)
+        await asyncio.to_thread(store.finish_request, request_id, number, f"v{number} serves the weights of v{target}")
+        log.warning("rolled back: policy v%d serves the weights of v%d", number, target)
+
+
+def _without_probes(assemble: Callable, config: TrainConfig) -> Callable:
+    """The method's assembly, refusing the turns the gate keeps as probes."""
+    def assemble_unless_probe(sample):
+        if sample.turn_id % config.gate_probe_every == 0:
+            return f"a probe of the update gate (one turn in {config.gate_probe_every}): never trained on"
+        return assemble(sample) if assemble is not None else sample
+    return assemble_unless_probe
 
 
 def per_user_cap(config: TrainConfig) -> int | None:

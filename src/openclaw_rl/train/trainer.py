@@ -99,6 +99,7 @@ class Trainer:
         self.train_step = 0  # training steps taken (batches consumed)
         self.policy_version = initial_version  # version of the weights held now
         self.parent_version: int | None = None  # the version those weights came from (None: the base)
+        self._numbered = initial_version  # the highest number taken, by a version the gate rejected too
 
     # -- training ---------------------------------------------------------------------
 
@@ -134,7 +135,7 @@ class Trainer:
         self.train_step += 1
         if optimizer_steps:
             self.parent_version = self.policy_version
-            self.policy_version += 1
+            self.policy_version = self._numbered = max(self.policy_version, self._numbered) + 1
         seconds = time.perf_counter() - started
         tokens = float(sum(int(b["loss_mask"].sum()) for b in micro_batches))
         result = {key: sum(p.get(key, 0.0) for p in passes) / len(passes) for key in passes[0]}
@@ -231,6 +232,12 @@ class Trainer:
         if version <= self.policy_version:
             raise ValueError(f"a new number must be above the held v{self.policy_version}, got {version}")
         self.parent_version, self.policy_version = self.policy_version, version
+        self._numbered = max(self._numbered, version)
+
+    def return_to(self, version: int, parent: int | None) -> None:
+        """The weights held are version `version` again (the gate restored them); numbers taken
+        since stay taken, so the next step is numbered above them."""
+        self.policy_version, self.parent_version = version, parent
 
     # -- weights out and in -----------------------------------------------------------
 

@@ -1,0 +1,262 @@
+"""The update gate: a new version serves only if, on probe prompts, it is no worse than the
+version being served.
+
+    trainer.step -> candidate v -> Gate.decide(v)      (in the trainer's worker thread: serving never waits)
+        probes      prompts of real main turns reserved from training (turn id % probe_every == 0),
+                    then --gate-probe-file, then recent prompts, up to gate_max_probes
+        served      greedy answers of the last accepted weights (the snapshot), cached per probe set
+        candidate   greedy answers of the trainer's weights now
+        checks      repetition, length ratio, non-answers, KL(served || candidate) per token, a scorer
+    -> accepted: published; its weights become the snapshot, the new reference
+    -> rejected: published nowhere, the reason recorded (store.versions); the trainer returns to
+                 the snapshot's weights and optimizer state (gate_on_reject=restore) or goes on
+
+Decisions and why:
+
+- Judge-free checks first. The collapses we measured (docs/experiments.md) were visible
+  without any judge: answers that repeat one sentence to the token limit (repetition),
+  sums that never end (length), empty answers or a self-introduction instead of an answer
+  (non-answers), and a policy far from the one before (KL). Each check compares the
+  candidate with the served version on the same prompts, so a model that was always
+  verbose is not punished for it; each threshold is a setting.
+- Greedy decoding: the checks must not change from one run to the next by sampling noise.
+- KL is measured on the served version's own answers: the served model's top-k
+  log-probs (and the mass outside them) are kept from its pass, so the candidate needs one
+  teacher-forced pass, not the served model beside it. The grouped estimate
+  sum_topk p_s (log p_s - log p_c) + r_s log(r_s / r_c) (r: the mass outside the top-k)
+  is a lower bound of the full KL, exact as k grows.
+- The snapshot is kept in memory (weights and AdamW state): a rejection restores it
+  without reading a checkpoint. For the default model that is ~1.6 GB of CPU memory.
+- A scorer (`Scorer`) is optional: a function from (prompts, answers) to scores, e.g. the
+  persona's rubric in simulation. Without one the gate decides on the checks alone.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from openclaw_rl.chat import render_prompt
+
+if TYPE_CHECKING:
+    from openclaw_rl.config import TrainConfig
+    from openclaw_rl.train.trainer import Trainer
+
+log = logging.getLogger(__name__)
+
+Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each
+TOP_K = 32  # served log-probs kept per answer token for the KL estimate
+
+_NON_ANSWER = re.compile(
+    r"^\s*$|^\W*(i'?m sorry|i apologi[sz]e|sorry,? (but )?i|as an ai\b|i (can ?not|can't|am unable to|won't)\b"
+    r"|i am an? (ai|language model|assistant)|(hello|hi)[!,.]* i'?m (an? )?(ai|assistant|smollm|your))",
+    re.IGNORECASE)
+
+
+def repetition_rate(ids: Sequence[int], n: int = 4) -> float:
+    """The share of an answer's n-grams that repeat an earlier one (0: none, -> 1: one phrase looped)."""
+    grams = [tuple(ids[i:i + n]) for i in range(len(ids) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def is_non_answer(text: str) -> bool:
+    """Empty, an apology, a refusal or a self-introduction instead of an answer."""
+    return bool(_NON_ANSWER.match(text))
+
+
+def grouped_kl(served_top: torch.Tensor, served_ids: torch.Tensor, candidate: torch.Tensor) -> torch.Tensor:
+    """Per-token KL(served || candidate) from the served top-k log-probs (T, K), their token ids
+    (T, K) and the candidate's full log-probs (T, V): the top-k terms plus the mass outside."""
+    p_s = served_top.exp()  # (T, K)
+    c_top = candidate.gather(1, served_ids)  # (T, K)
+    inside = (p_s * (served_top - c_top)).sum(1)  # (T,)
+    rest_s = (1 - p_s.sum(1)).clamp_min(1e-8)
+    rest_c = (1 - c_top.exp().sum(1)).clamp_min(1e-8)
+    return (inside + rest_s * (rest_s.log() - rest_c.log())).clamp_min(0.0)  # (T,)
+
+
+@dataclass
+class Answers:
+    """Greedy answers to the probes, with what the checks read."""
+
+    ids: list[list[int]]
+    texts: list[str]
+    top_logprobs: list[torch.Tensor] = field(default_factory=list)  # served only: (T, K) per answer
+    top_ids: list[torch.Tensor] = field(default_factory=list)
+
+    def summary(self) -> dict[str, float]:
+        count = max(len(self.ids), 1)
+        return {"mean_tokens": sum(len(a) for a in self.ids) / count,
+                "repetition": sum(repetition_rate(a) for a in self.ids) / count,
+                "non_answers": sum(is_non_answer(t) for t in self.texts) / count}
+
+
+@dataclass(frozen=True)
+class Decision:
+    accepted: bool
+    reason: str
+    checks: dict[str, Any]
+
+
+def compare(served: dict[str, float], candidate: dict[str, float], kl: float, config: TrainConfig,
+            score_delta: float | None = None) -> Decision:
+    """Accept or reject on the checks; the reason names the first failed check, its values and its setting."""
+    checks = {"served": served, "candidate": candidate, "kl_per_token": kl, "score_delta": score_delta}
+    ratio = candidate["mean_tokens"] / max(served["mean_tokens"], 1.0)
+    checks["length_ratio"] = ratio
+    failures = []
+    limit = max(config.gate_max_repetition, served["repetition"] + 0.2)
+    if candidate["repetition"] > limit:
+        failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} (served {served['repetition']:.2f}, "
+                        f"gate_max_repetition {config.gate_max_repetition:g})")
+    if not 1 / config.gate_max_length_ratio <= ratio <= config.gate_max_length_ratio:
+        failures.append(f"answers {ratio:.2f}x as long as the served version's (gate_max_length_ratio "
+                        f"{config.gate_max_length_ratio:g})")
+    increase = candidate["non_answers"] - served["non_answers"]
+    if increase > config.gate_max_non_answer_increase:
+        failures.append(f"non-answers {candidate['non_answers']:.2f} vs {served['non_answers']:.2f} served "
+                        f"(gate_max_non_answer_increase {config.gate_max_non_answer_increase:g})")
+    if kl > config.gate_max_kl:
+        failures.append(f"KL from the served version {kl:.3f} nats/token > gate_max_kl {config.gate_max_kl:g}")
+    if score_delta is not None and score_delta < -config.gate_max_score_drop:
+        failures.append(f"score {score_delta:+.3f} below the served version's (gate_max_score_drop "
+                        f"{config.gate_max_score_drop:g})")
+    if failures:
+        return Decision(False, "; ".join(failures), checks)
+    return Decision(True, "passed every check", checks)
+
+
+@dataclass
+class Snapshot:
+    """The last accepted weights and optimizer state, in CPU memory."""
+
+    version: int
+    parent: int | None
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any]
+
+
+class Gate:
+    """Decides on each candidate version of one trainer (see the module docstring)."""
+
+    def __init__(self, trainer: Trainer, config: TrainConfig, tokenizer: Any,
+                 probes: Callable[[], list[list[int]]], scorer: Scorer | None = None) -> None:
+        self.trainer, self.config, self.tokenizer = trainer, config, tokenizer
+        self.probes, self.scorer = probes, scorer
+        self.snapshot = self._take()
+        self._served: tuple[tuple[int, tuple], Answers] | None = None  # ((version, probe key), answers)
+
+    def decide(self) -> Decision:
+        """The trainer's weights now, against the snapshot's, on the probes."""
+        prompts = self.probes()
+        if not prompts:
+            return Decision(True, "no probe prompts yet: accepted unchecked", {"probes": 0})
+        served = self._served_answers(prompts)
+        candidate = self._answer(prompts)
+        kl = self._kl(prompts, served)
+        delta = None
+        if self.scorer is not None:
+            delta = (sum(self.scorer(prompts, candidate.texts)) - sum(self.scorer(prompts, served.texts))) / len(prompts)
+        decision = compare(served.summary(), candidate.summary(), kl, self.config, delta)
+        decision.checks["probes"] = len(prompts)
+        return decision
+
+    def accept(self) -> None:
+        """The trainer's weights now serve: they are the new reference."""
+        self.snapshot = self._take()
+
+    def restore(self) -> None:
+        """Back to the last accepted weights and optimizer state; the trainer's version is theirs again."""
+        trainer, snap = self.trainer, self.snapshot
+        trainer.load_trainable_state_dict(snap.weights)
+        trainer.optimizer.load_state_dict(copy.deepcopy(snap.optimizer))
+        trainer.return_to(snap.version, snap.parent)
+
+    def _take(self) -> Snapshot:
+        trainer = self.trainer
+        return Snapshot(trainer.policy_version, trainer.parent_version, trainer.trainable_state_dict(),
+                        copy.deepcopy(trainer.optimizer.state_dict()))
+
+    def _served_answers(self, prompts: list[list[int]]) -> Answers:
+        key = (self.snapshot.version, tuple(map(tuple, prompts)))
+        if self._served is not None and self._served[0] == key:
+            return self._served[1]
+        held = self.trainer.trainable_state_dict()
+        self.trainer.load_trainable_state_dict(self.snapshot.weights)
+        try:
+            answers = self._answer(prompts, keep_top=True)
+        finally:
+            self.trainer.load_trainable_state_dict(held)
+        self._served = (key, answers)
+        return answers
+
+    @torch.no_grad()
+    def _answer(self, prompts: list[list[int]], keep_top: bool = False) -> Answers:
+        """Greedy answers of the trainer's model now (one prompt at a time: no padding to get wrong)."""
+        model, device = self.trainer.model, self.trainer.device
+        eos = set(self.trainer_eos())
+        answers = Answers([], [])
+        for prompt in prompts:
+            ids = torch.tensor([prompt], device=device)
+            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
+                                 max_new_tokens=self.config.gate_max_new_tokens, pad_token_id=min(eos))
+            answer = out[0, len(prompt):].tolist()
+            while answer and answer[-1] in eos:
+                answer.pop()
+            answers.ids.append(answer)
+            answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
+            if keep_top:
+                logprobs = self._answer_logprobs(prompt, answer)  # (T, V)
+                top = logprobs.topk(min(TOP_K, logprobs.shape[1]), dim=1)
+                answers.top_logprobs.append(top.values.cpu())
+                answers.top_ids.append(top.indices.cpu())
+        return answers
+
+    def _answer_logprobs(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
+        """Log-probs (T, V) of the trainer's model at each answer position, teacher-forced."""
+        if not answer:
+            return torch.zeros(0, 1)
+        ids = torch.tensor([prompt + answer], device=self.trainer.device)
+        logits = self.trainer.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
+        return torch.log_softmax(logits[0, len(prompt) - 1:-1].float(), dim=-1)  # (T, V)
+
+    @torch.no_grad()
+    def _kl(self, prompts: list[list[int]], served: Answers) -> float:
+        total, tokens = 0.0, 0
+        for prompt, answer, top, ids in zip(prompts, served.ids, served.top_logprobs, served.top_ids):
+            if not answer:
+                continue
+            candidate = self._answer_logprobs(prompt, answer).cpu()
+            total += float(grouped_kl(top, ids, candidate).sum())
+            tokens += len(answer)
+        return total / tokens if tokens else 0.0
+
+    def trainer_eos(self) -> list[int]:
+        ids = self.trainer.model.generation_config.eos_token_id
+        found = ids if isinstance(ids, list) else [ids] if ids is not None else []
+        if self.tokenizer.eos_token_id is not None:
+            found.append(self.tokenizer.eos_token_id)
+        return sorted({int(i) for i in found if i is not None})
+
+
+def read_probe_file(path: str | Path, tokenizer: Any) -> list[list[int]]:
+    """Prompt ids of a JSONL probe file: one `{"messages": [...]}` per line (chat messages)."""
+    prompts = []
+    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            messages = json.loads(line)["messages"]
+        except (ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}:{number}: a probe is one JSON object per line with \"messages\": "
+                             f"[{{\"role\": \"user\", \"content\": ...}}] ({error})") from error
+        prompts.append(render_prompt(tokenizer, messages, None, None))
+    return prompts

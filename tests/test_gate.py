@@ -1,0 +1,269 @@
+"""Safe updates: the gate's checks, its decisions on a real model, the version history, rollback."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import threading
+import time
+
+import httpx
+import pytest
+import torch
+
+from conftest import LiveServer
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.store import Store
+from openclaw_rl.train.gate import Gate, compare, grouped_kl, is_non_answer, repetition_rate
+from openclaw_rl.train.runner import run_trainer
+from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.versions import VersionArchive
+from openclaw_rl.train.weights import CallbackChannel, Publisher
+from openclaw_rl.types import NextState, Sample
+from openclaw_rl.users import Users
+
+# -- the checks, by hand -------------------------------------------------------------------
+
+
+def test_repetition_counts_repeated_ngrams():
+    assert repetition_rate([1, 2, 3, 4, 5, 6]) == 0.0
+    # 1 2 3 4 1 2 3 4 1 2 3 4: nine 4-grams, four distinct -> 5/9 repeat an earlier one
+    assert repetition_rate([1, 2, 3, 4] * 3) == pytest.approx(5 / 9)
+    assert repetition_rate([7, 7]) == 0.0  # too short to repeat a 4-gram
+
+
+@pytest.mark.parametrize("text", ["", "  ", "I'm sorry, but I can't help with that.", "As an AI, I cannot",
+                                  "Hello! I'm SmolLM, your assistant.", "I am an AI assistant created by"])
+def test_non_answers(text):
+    assert is_non_answer(text)
+
+
+@pytest.mark.parametrize("text", ["4 + 4 = 8.", "Sorry state of affairs in Rome: the empire fell in 476.",
+                                  "I think the answer is 12."])
+def test_answers(text):
+    assert not is_non_answer(text)
+
+
+def test_grouped_kl_is_exact_with_the_whole_vocabulary_and_a_lower_bound_with_less():
+    g = torch.Generator().manual_seed(0)
+    served = torch.log_softmax(torch.randn(5, 10, generator=g), 1)
+    candidate = torch.log_softmax(torch.randn(5, 10, generator=g), 1)
+    exact = (served.exp() * (served - candidate)).sum(1)
+    whole = served.topk(10, 1)
+    torch.testing.assert_close(grouped_kl(whole.values, whole.indices, candidate), exact)
+    three = served.topk(3, 1)
+    assert bool((grouped_kl(three.values, three.indices, candidate) <= exact + 1e-6).all())
+    same = grouped_kl(three.values, three.indices, served)
+    torch.testing.assert_close(same, torch.zeros(5), atol=1e-6, rtol=0)
+
+
+def _summary(tokens=20.0, repetition=0.1, non_answers=0.0):
+    return {"mean_tokens": tokens, "repetition": repetition, "non_answers": non_answers}
+
+
+@pytest.mark.parametrize("candidate, kl, delta, reason", [
+    (_summary(repetition=0.8), 0.0, None, "repetition 0.80 > 0.50"),
+    (_summary(tokens=64.0), 0.0, None, "3.20x as long"),
+    (_summary(tokens=5.0), 0.0, None, "0.25x as long"),
+    (_summary(non_answers=0.5), 0.0, None, "non-answers 0.50"),
+    (_summary(), 2.5, None, "KL from the served version 2.500"),
+    (_summary(), 0.0, -0.1, "score -0.100"),
+])
+def test_each_check_rejects_and_names_its_setting(candidate, kl, delta, reason):
+    decision = compare(_summary(), candidate, kl, TrainConfig(), delta)
+    assert not decision.accepted and reason in decision.reason and "gate_" in decision.reason
+
+
+def test_a_version_like_the_served_one_passes():
+    decision = compare(_summary(), _summary(tokens=24, repetition=0.15), 0.05, TrainConfig(), 0.01)
+    assert decision.accepted and decision.checks["length_ratio"] == pytest.approx(1.2)
+
+
+def test_a_served_version_that_already_repeats_is_compared_with_itself():
+    decision = compare(_summary(repetition=0.6), _summary(repetition=0.7), 0.0, TrainConfig())
+    assert decision.accepted  # 0.7 <= 0.6 + 0.2: not worse than what serves
+
+
+# -- the gate on a real (tiny) model --------------------------------------------------------
+
+
+@pytest.fixture
+def tokenizer(tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _prompts(tokenizer) -> list[list[int]]:
+    return [tokenizer.encode(f"Question {i}: what is {i} plus {i}?") for i in range(3)]
+
+
+def _sharpen(trainer: Trainer, factor: float) -> None:
+    """A policy far from the served one: the (tied) output embedding scaled, so every
+    distribution turns peaked, as an update with a huge learning rate does."""
+    with torch.no_grad():
+        trainer.model.get_output_embeddings().weight.mul_(factor)
+
+
+def test_the_gate_accepts_unchanged_weights_rejects_a_collapse_and_restores(tiny_model_dir, tokenizer):
+    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=12)
+    trainer = Trainer(tiny_model_dir, config, initial_version=3, device="cpu")
+    gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer))
+    same = gate.decide()
+    assert same.accepted and same.checks["kl_per_token"] == pytest.approx(0.0, abs=1e-5), same.reason
+    before = {k: v.clone() for k, v in trainer.trainable_state_dict().items()}
+
+    trainer.optimizer.state[trainer.trainable[0]]["step"] = torch.tensor(7.0)  # as if it had trained
+    trainer.return_to(4, 3)
+    _sharpen(trainer, 40.0)
+    broken = gate.decide()
+    assert not broken.accepted and "KL from the served version" in broken.reason, broken.reason
+    assert broken.checks["kl_per_token"] > config.gate_max_kl
+
+    gate.restore()
+    after = trainer.trainable_state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
+    assert trainer.policy_version == 3 and len(trainer.optimizer.state) == 0  # the snapshot's state: none yet
+
+
+def _paired_turns(store: Store, count: int) -> list[int]:
+    store.ensure_session("s", "new")
+    ids = []
+    for i in range(count):
+        turn = store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[],
+                                 prompt_token_ids=[1, 5 + i, 9], response_token_ids=[2], behaviour_logprobs=[-1.0],
+                                 response_text="", tool_calls=[], sampling={}, finish_reason="stop",
+                                 continuation_hash=None)
+        store.set_next_state(turn.id, NextState("user", "ok"))
+        ids.append(turn.id)
+    return ids
+
+
+def test_a_rejected_version_is_recorded_never_published_and_the_trainer_goes_back(tiny_model_dir, tokenizer,
+                                                                                   tmp_path):
+    store = Store(tmp_path)
+    turn_ids = _paired_turns(store, 9)
+    for turn_id in turn_ids:
+        store.add_sample(Sample(turn_id=turn_id, session_id="s", policy_version=0, prompt_token_ids=[1, 5],
+                                response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], temperature=1.0,
+                                reward=1.0))
+    # lr 1: any step is a collapse, so every candidate must be turned away
+    config = TrainConfig(method="binary", batch_size=2, lr=1.0, train_poll_interval_s=0.05, gate="on",
+                         gate_max_new_tokens=8, gate_max_kl=0.05, gate_probe_every=2)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    published: list[int] = []
+    publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda v, w: published.append(v))])
+    gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer))
+    archive = VersionArchive(tmp_path, keep=2, protected=store.protected_versions)
+    stop, steps = asyncio.Event(), []
+
+    def on_step(stats):
+        steps.append(stats)
+        if len(steps) == 2:
+            stop.set()
+
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publisher, stop, on_step, gate=gate,
+                                             archive=archive), 120))
+    history = {v["version"]: v for v in store.versions()}
+    assert published == [] and store.policy_version() == 0 and trainer.policy_version == 0
+    assert [history[v]["gate"] for v in (1, 2)] == ["rejected", "rejected"]  # numbers are never reused
+    assert "gate_max" in history[1]["reason"] and history[1]["weights"] is None  # the check that failed, named
+    assert history[1]["samples"]["count"] == 2 and history[1]["samples"]["by_user"] == {"local": 2}
+    assert archive.versions() == [0]  # the start is kept, the rejected ones are not
+    probes = [t for t in turn_ids if t % config.gate_probe_every == 0]
+    claims = dict(store._db.execute("SELECT turn_id, status FROM claims").fetchall())
+    assert all(claims.get(t) != "used" for t in probes) and claims[2] == "rejected"  # probes are never trained on
+    assert [t for t, status in sorted(claims.items()) if status == "used"] == [1, 3, 5, 7]
+    store.close()
+
+
+# -- history, retention, rollback through the API ------------------------------------------
+
+
+def test_retention_keeps_the_newest_the_pinned_and_the_served(tiny_model_dir, tmp_path):
+    store = Store(tmp_path)
+    trainer = Trainer(tiny_model_dir, TrainConfig(lr=1e-3), device="cpu")
+    archive = VersionArchive(tmp_path, keep=2, protected=store.protected_versions)
+    for version in range(1, 6):
+        store.record_version(version, parent=version - 1, train_step=version, gate="accepted")
+        if version == 2:
+            store.pin_version(2)
+        archive.write(version, trainer, version - 1)
+    assert archive.versions() == [2, 4, 5]
+    with pytest.raises(Exception, match="no version 9"):
+        store.pin_version(9)
+    store.close()
+
+
+def test_rollback_under_traffic_fails_no_request_and_serves_the_old_weights(tiny_model_dir, tmp_path):
+    from openclaw_rl.config import JudgeConfig
+
+    train = TrainConfig(method="binary", batch_size=2, lr=1e-3, train_poll_interval_s=0.05)
+    server = LiveServer(tiny_model_dir, tmp_path, judge=JudgeConfig(judge="off"), train=train)
+    store, base = server.server.store, server.base_url
+    try:
+        for i in range(4):  # two steps: v1, v2 (the judge is off: samples come from the store directly)
+            r = httpx.post(f"{base}/v1/chat/completions", json={"messages": [{"role": "user", "content": f"q{i}"}],
+                                                                "max_tokens": 4}, timeout=60)
+            turn = store.turns(r.headers["x-session-id"])[0]
+            store.add_sample(Sample(turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
+                                    prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
+                                    behaviour_logprobs=turn.behaviour_logprobs, temperature=1.0, reward=1.0))
+        deadline = time.monotonic() + 60
+        while server.server.engine.policy_version < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert server.server.engine.policy_version == 2
+        history = httpx.get(f"{base}/v1/policy/versions").json()
+        assert [v["version"] for v in history["data"]] == [2, 1, 0] and history["served"] == 2
+        assert history["data"][0]["serving"] and history["data"][0]["samples"]["count"] == 2
+
+        results, stop = [], threading.Event()
+
+        def client():
+            while not stop.is_set():
+                r = httpx.post(f"{base}/v1/chat/completions",
+                               json={"messages": [{"role": "user", "content": "hello"}], "max_tokens": 4}, timeout=60)
+                results.append((r.status_code, int(r.headers["x-policy-version"])))
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        time.sleep(0.5)
+        rolled = httpx.post(f"{base}/v1/policy/rollback", json={"to": 1}, timeout=120)
+        time.sleep(0.5)
+        stop.set()
+        thread.join(30)
+        assert rolled.status_code == 200, rolled.text
+        new = rolled.json()["version"]
+        assert new == 3 and rolled.json()["weights_of"] == 1
+        assert {status for status, _ in results} == {200} and results[-1][1] == 3
+        archived = VersionArchive(tmp_path, 5).read(1)
+        served = dict(server.server.engine.model.named_parameters())
+        assert all(torch.equal(served[name].detach(), tensor) for name, tensor in archived.items())
+        record = store.version(3)
+        assert (record["gate"], record["parent"], record["weights"] is not None) == ("rollback", 1, True)
+        missing = httpx.post(f"{base}/v1/policy/rollback", json={"to": 42}, timeout=30)
+        assert missing.status_code == 404 and "no kept weights" in missing.json()["error"]["message"]
+        assert httpx.post(f"{base}/v1/policy/pin", json={"version": 1}).json()["pinned"] is True
+    finally:
+        server.stop()
+
+
+def test_only_admins_roll_back_or_pin_and_only_admins_see_who_taught_a_version(scripted_server):
+    server = scripted_server(["ok"])
+    users = Users(server.server.store.data_dir)
+    alice, root = users.add("alice"), users.add("root", admin=True)
+    store = server.server.store
+    store.ensure_session("s", "new", "alice")
+    turn = store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+                             response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                             sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
+    store.record_version(1, parent=0, train_step=1, gate="accepted", turn_ids=[turn.id], weights="somewhere")
+    as_alice, as_root = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {root}"}
+    for path, body in (("/v1/policy/rollback", {"to": 1}), ("/v1/policy/pin", {"version": 1})):
+        refused = httpx.post(f"{server.base_url}{path}", json=body, headers=as_alice)
+        assert refused.status_code == 403 and "admin" in refused.json()["error"]["message"]
+    seen = httpx.get(f"{server.base_url}/v1/policy/versions", headers=as_alice).json()["data"][0]["samples"]
+    assert seen == {"count": 1}
+    full = httpx.get(f"{server.base_url}/v1/policy/versions", headers=as_root).json()["data"][0]["samples"]
+    assert full["by_user"] == {"alice": 1} and full["by_session"] == {"s": 1}
+    assert math.isfinite(httpx.get(f"{server.base_url}/v1/policy/versions", headers=as_root).json()["served"])
