@@ -267,3 +267,14 @@ def test_only_admins_roll_back_or_pin_and_only_admins_see_who_taught_a_version(s
     full = httpx.get(f"{server.base_url}/v1/policy/versions", headers=as_root).json()["data"][0]["samples"]
     assert full["by_user"] == {"alice": 1} and full["by_session"] == {"s": 1}
     assert math.isfinite(httpx.get(f"{server.base_url}/v1/policy/versions", headers=as_root).json()["served"])
+
+
+def test_the_kl_reference_can_follow_the_accepted_version(tiny_model_dir):
+    trainer = Trainer(tiny_model_dir, TrainConfig(lr=1e-3, kl_beta=0.02, kl_reference="accepted"), device="cpu")
+    _sharpen(trainer, 2.0)
+    reference = dict(trainer.reference.named_parameters())
+    name, moved = next((n, p) for n, p in trainer.model.named_parameters() if not torch.equal(p, reference[n]))
+    trainer.anchor_reference()
+    assert torch.equal(reference[name], moved)
+    with pytest.raises(Exception, match="kl_reference"):
+        TrainConfig(lora=True, kl_reference="accepted")

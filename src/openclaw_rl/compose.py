@@ -171,7 +171,11 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
     teacher_targets = get_method(train.method).reads_teacher or not config.train
     if (reader := judge_override or build_judge(judge, server.engine.model_dir, server.engine)) is not None:
-        loops.append(judge_loop(server, reader, judge, teacher_targets))
+        teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
+                   if judge.teacher == "initial" and teacher_targets else None)
+        loops.append(judge_loop(server, reader, judge, teacher_targets, teacher))
+        if teacher is not None:
+            loops.append(_closed_at_stop(teacher))
     if config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
@@ -203,6 +207,13 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
         return [*extra, *found][:max(config.gate_max_probes, len(extra))]
 
     return Gate(trainer, config, tokenizer, probes, scorer), archive
+
+
+def _closed_at_stop(engine: Engine):
+    async def close(stop: asyncio.Event) -> None:
+        await stop.wait()
+        await engine.aclose()
+    return close
 
 
 def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
@@ -244,7 +255,7 @@ def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config
         raise SystemExit("--judge off: nothing to run")
     channel = FilesChannel(data_dir)
     return JudgeWorker(store, judge, config, teacher_engine=engine, tokenizer=engine.tokenizer,
-                       refresh=lambda: channel.refresh(engine))
+                       refresh=(lambda: channel.refresh(engine)) if config.teacher == "current" else None)
 
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,

@@ -184,6 +184,9 @@ class JudgeConfig:
     hint_selection: str = setting("hint selection: sequence | token | longest | random", default="sequence")
     selection_top_k: int = setting("k of the top-k overlap used to select hints", default=4)
     teacher_top_k: int = setting("K of the teacher top-k stored for top-k distillation", default=16)
+    teacher: str = setting("the OPD teacher's weights: current (the policy being served, as in the paper) | "
+                           "initial (the base model reading the hint: a teacher that does not drift with the "
+                           "policy; one more copy of the model in memory)", default="current")
     local_weights: str = setting("local judge weights: initial (frozen, as in the paper) | current (the policy)",
                                default="initial")
     openai_base_url: str = setting("base URL of an OpenAI-compatible judge endpoint", default="")
@@ -213,6 +216,7 @@ class JudgeConfig:
                self.hint_selection, "one of sequence, token, longest, random")
         check(self.selection_top_k >= 1, "selection_top_k", self.selection_top_k, "at least 1")
         check(self.teacher_top_k >= 1, "teacher_top_k", self.teacher_top_k, "at least 1")
+        check(self.teacher in ("current", "initial"), "teacher", self.teacher, "current or initial")
         check(self.local_weights in ("initial", "current"), "local_weights", self.local_weights,
                "initial or current")
         check(self.judge != "openai" or bool(self.openai_base_url and self.openai_model), "openai_base_url",
@@ -254,8 +258,11 @@ class TrainConfig:
         "-KL(policy || teacher) < 0 and pushes down everything sampled (docs/experiments.md)", default="none")
     w_rl: float = setting("weight of the evaluative reward in the combined advantage", default=1.0)
     w_opd: float = setting("weight of the OPD advantage in the combined advantage", default=1.0)
-    kl_beta: float = setting("k3 KL penalty to the initial policy (the paper uses 0.02 when on); 0 = off",
+    kl_beta: float = setting("k3 KL penalty to the reference policy (the paper uses 0.02 when on); 0 = off",
                            default=0.0)
+    kl_reference: str = setting("the KL penalty's reference: initial (the base weights) | accepted (the last "
+                                "version the gate accepted, or published without a gate; full fine-tuning only)",
+                                default="initial")
     topk_k: int = setting("teacher tokens per position compared by top-k distillation", default=16)
     max_staleness: int = setting("drop samples whose policy version is more than this many versions behind",
                                default=2)
@@ -315,6 +322,9 @@ class TrainConfig:
         check(self.w_rl >= 0, "w_rl", self.w_rl, "a weight >= 0")
         check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
         check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "a value >= 0 (0 turns the KL penalty off)")
+        check(self.kl_reference in ("initial", "accepted"), "kl_reference", self.kl_reference, "initial or accepted")
+        check(not (self.lora and self.kl_reference == "accepted"), "kl_reference", self.kl_reference,
+              "initial with --lora (a LoRA trainer's reference is the base model with its adapter off)")
         check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
         check(0 < self.max_user_share <= 1, "max_user_share", self.max_user_share, "a share in (0, 1]")

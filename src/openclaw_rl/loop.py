@@ -19,22 +19,26 @@ import asyncio
 import logging
 
 from openclaw_rl.config import JudgeConfig, TrainConfig
+from openclaw_rl.engine.base import Engine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.runner import run_trainer
-from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import Publisher
 
 log = logging.getLogger(__name__)
 
 
-def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_targets: bool = True) -> Background:
+def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_targets: bool = True,
+               teacher: Engine | None = None) -> Background:
     """Judge every paired turn, beside serving, the serving engine its teacher (so teacher
-    log-probs come from the version being served); `teacher_targets` False when no method
-    that will train reads them (the judge itself knows no method)."""
-    worker = JudgeWorker(server.store, judge, config, teacher_engine=server.engine if teacher_targets else None,
+    log-probs come from the version being served) unless `teacher` is another engine (the
+    initial weights: --teacher initial); `teacher_targets` False when no method that will
+    train reads them (the judge itself knows no method)."""
+    teacher = teacher or server.engine
+    worker = JudgeWorker(server.store, judge, config, teacher_engine=teacher if teacher_targets else None,
                          tokenizer=server.tokenizer,
                          on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
     log.info("judge: %s (m = %d votes), teacher targets %s", judge.name, config.votes,

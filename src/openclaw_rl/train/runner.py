@@ -141,6 +141,8 @@ async def _new_version(store: Store, trainer: Trainer, config: TrainConfig, publ
                             decision.checks if decision is not None else None)
     if gate is not None:
         await asyncio.to_thread(gate.accept)
+    if config.kl_reference == "accepted":
+        await asyncio.to_thread(trainer.anchor_reference)
     return version
 
 

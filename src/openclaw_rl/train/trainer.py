@@ -234,6 +234,15 @@ class Trainer:
         self.parent_version, self.policy_version = self.policy_version, version
         self._numbered = max(self._numbered, version)
 
+    @torch.no_grad()
+    def anchor_reference(self) -> None:
+        """The KL penalty's reference becomes the weights held now (kl_reference = accepted)."""
+        if self.reference is None:
+            return
+        reference = dict(self.reference.named_parameters())
+        for name, p in self.model.named_parameters():
+            reference[name].copy_(p)
+
     def return_to(self, version: int, parent: int | None) -> None:
         """The weights held are version `version` again (the gate restored them); numbers taken
         since stay taken, so the next step is numbered above them."""
