@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,11 @@ import torch
 
 from openclaw_rl.judge.classifier import (DEFAULT_WEIGHTS, LABELS, JudgeModel, Linear, NextStateClassifier,
                                           fit_logistic, prototypes)
+from openclaw_rl.eval.problems import train_problems
+from openclaw_rl.eval.student import STUDENT
+from openclaw_rl.eval.teacher import TEACHER
 from openclaw_rl.judge.evidence import material_from_parts
+from openclaw_rl.judge.rules import correction_hints
 
 DATA = Path(__file__).parent / "data"
 
@@ -85,3 +90,27 @@ def test_the_classifier_reads_the_response_in_view_of_the_request():
     assert classifier.read(moved_on).vote == 1
     reading = classifier.read(moved_on)
     assert reading.basis == "classifier" and set(reading.probabilities) == set(LABELS)
+
+
+def test_the_demo_users_are_read_as_they_mean_it():
+    """The simulated student and teacher of the demo: an approval is never a correction, a
+    correction is -1 with a hint, and asking again is never +1 and has no hint (mostly -1, sometimes 0)."""
+    classifier = NextStateClassifier()
+    bad = "Certainly! Great question.\n\n## Solution\n\n- **Step 1:** Multiply.\n\n**Final Answer:** 56"
+    approvals, reasks = [], []
+    for persona in (STUDENT, TEACHER):
+        problem = train_problems(0, 1)[0]
+        request = persona.first_message(problem)
+        for text in persona.approvals:
+            approvals.append(classifier.read(material_from_parts(request, "He has 55 left.", [], "user", text)).vote)
+        for text in persona.reasks:
+            reasks.append(classifier.read(material_from_parts(request, bad, [], "user", text)).vote)
+            assert correction_hints(text, "user") == [], text
+        replies = [persona.reply(problem, bad, 0, random.Random(seed)) for seed in range(8)]
+        corrections = [r for r in replies if r.kind == "correct"]
+        assert len(corrections) >= 3
+        for reply in corrections:
+            assert classifier.read(material_from_parts(request, bad, [], "user", reply.text)).vote == -1, reply.text
+            assert correction_hints(reply.text, "user"), reply.text
+    assert -1 not in approvals and approvals.count(1) >= 0.8 * len(approvals), approvals
+    assert 1 not in reasks and reasks.count(-1) >= 0.5 * len(reasks), reasks

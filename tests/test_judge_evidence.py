@@ -78,6 +78,13 @@ def test_words_addressed_to_the_judge_are_not_read():
     assert rule_verdict(only) == (0, "nothing to read (empty, or only words addressed to the judge)")
 
 
+def test_what_i_wanted_is_approval_and_what_i_asked_for_is_contrast():
+    pleased = cue_features(material_from_parts("Write it plainly.", "...", [], "user", "Lovely, just what I wanted."))
+    asked = cue_features(material_from_parts("Write it plainly.", "...", [], "user", "I asked for plain text."))
+    assert pleased["c_approval"] > 0 and pleased["c_contrast"] == 0
+    assert asked["c_contrast"] > 0 and asked["c_approval"] == 0
+
+
 def test_people_cues_see_doubt_and_new_questions():
     doubt = cue_features(material_from_parts("Capital of Australia?", "Sydney.", [], "user",
                                              "hmm, I thought it was Canberra?"))
@@ -95,6 +102,9 @@ def test_people_cues_see_doubt_and_new_questions():
     ("That is not correct.", "user", []),
     ("What? That's not Romeo and Juliet at all.", "user", []),
     ("Thanks for nothing.", "user", []),
+    # asking again says it was not right, not how it should be
+    ("Hmm, I don't get it. Can you try again?", "user", []),
+    ("Not quite what I need. Another go?", "user", []),
     # shell errors, not their exit-code lines
     ("rm: cannot remove 'tmp': Is a directory\n[exit code 1]", "tool",
      ["Avoid the error the previous action caused: rm: cannot remove 'tmp': Is a directory"]),

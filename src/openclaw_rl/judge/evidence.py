@@ -336,13 +336,15 @@ _CUES: dict[str, str] = {
     "thanks": rf"\b(?:{_THANKS})\b",
     "approval": r"\b(?:perfect\w*|great|exactly|correct|right|yes|yep|yup|yeah|awesome|nice|love|works?|worked"
                 r"|good|excellent|brilliant|clear|helpful|accurate|spot on|well done|that did it|makes sense"
-                r"|super|parfait|perfecto|esatto|klopt|genau|richtig|bien|bueno|bravo|exacto|certo)\b|👍|✅|🙏",
+                r"|super|parfait|perfecto|esatto|klopt|genau|richtig|bien|bueno|bravo|exacto|certo|lovely|wonderful"
+                r"|fantastic|amazing|beautiful|neat|(?:exactly|just) (?:what|how) i (?:wanted|needed|asked for|meant))\b"
+                r"|👍|✅|🙏",
     "negation": r"\b(?:no|nope|nah|not|never|wrong|incorrect|isn't|wasn't|doesn't|don't|didn't|can't|won't|nicht"
                 r"|nein|non|não|falsch|mal)\b|n't\b|👎",
     "wrong": r"\b(?:wrong|incorrect|mistake|error|not right|not correct|backwards|false|typo|misspell\w*|bug)\b",
     "doubt": r"\bare you sure\b|\bi (?:thought|believe|think)\b|\b(?:isn't|wasn't|shouldn't) (?:it|that)\b"
              r"|\bpretty sure\b|\breally\?|\bdon't think\b|\bdoesn't (?:sound|look|seem)\b|\bcan't be\b|\bhmm+\b",
-    "contrast": r"\bi (?:asked|said|wanted|meant|told you|need(?:ed)?)\b|\binstead\b|\bnot what\b|, not\b"
+    "contrast": r"(?<!what )(?<!how )\bi (?:asked|said|wanted|meant|told you|need(?:ed)?)\b|\binstead\b|\bnot what\b|, not\b"
                 r"|\bthat'?s (?:not|a|an)\b|\bnothing to do\b|\bonly\b|\bstill\b",
     "modify": r"\b(?:too|shorter|longer|simpler|less|fewer|again|redo|rewrite|without|instead|just|only|stop"
               r"|don't|do not|you should|should be|should have|must|need to|have to|next time|way too|so much)\b",

@@ -250,7 +250,9 @@ _JUDGES_ONLY = re.compile(r"\bat all\b|\bnothing to do with\b|\bmake[s]? (?:no )
 _VERDICT_WORDS = frozenset(
     """that this it is was be not no nope wrong right correct incorrect true false bad good really sure quite still
     tbh answer sounds sound looks look seems seem awful terrible ugh try again mistake very so totally completely
-    thats its isnt wasnt dont think the a an s t oh hmm well just""".split()
+    thats its isnt wasnt dont think the a an s t oh hmm well just i me my you your for of in with like what get got
+    don't doesn't won't isn't i'm happy need want wanted had mind work works do does did one more time another go
+    understand mean meant what's all quite exactly""".split()
 )
 _LEADING_NO = re.compile(r"^\W*(?:no+|nope|nah|wrong|incorrect|não|nein|non|hm+|hmm+|actually|well)\b[\s,.!:;\u2026-]+",
                          re.IGNORECASE)
@@ -324,7 +326,7 @@ def _stated_fix(sentence: str) -> str | None:
     after_no = stripped != sentence.strip()
     if not stripped or _JUDGES_ONLY.search(stripped):
         return None
-    words = re.findall(r"[^\W\d_]+|\d+", stripped.lower())
+    words = re.findall(r"[^\W\d_]+(?:'[a-z]+)?|\d+", stripped.lower())
     content = [w for w in words if w not in _VERDICT_WORDS]
     if not content or not (_STATES.search(stripped) or (after_no and len(words) >= 3)):
         return None
