@@ -184,6 +184,9 @@ class JudgeConfig:
     hint_selection: str = setting("hint selection: sequence | token | longest | random", default="sequence")
     selection_top_k: int = setting("k of the top-k overlap used to select hints", default=4)
     teacher_top_k: int = setting("K of the teacher top-k stored for top-k distillation", default=16)
+    screen_hints: bool = setting("hold back hints that bring in what the conversation did not contain (URLs, "
+                                 "contacts, commands, other people's data, unrelated always/never rules) in "
+                                 "quarantine instead of training on them (GET /v1/quarantine)", default=True)
     teacher: str = setting("the OPD teacher's weights: current (the policy being served, as in the paper) | "
                            "initial (the base model reading the hint: a teacher that does not drift with the "
                            "policy; one more copy of the model in memory)", default="current")
@@ -286,6 +289,9 @@ class TrainConfig:
                                            "version's", default=2.0)
     gate_max_non_answer_increase: float = setting("reject when the share of empty, apologising, refusing or "
                                                   "self-introducing answers rises by more than this", default=0.25)
+    gate_max_brought_in_increase: float = setting(
+        "reject when the share of answers that bring in URLs, contacts, commands or other people's data the "
+        "prompt did not contain rises by more than this (judge/screen.py reads them)", default=0.125)
     gate_max_kl: float = setting("reject above this KL(served || candidate) per answer token, in nats", default=1.0)
     gate_max_score_drop: float = setting("with a scorer (simulation): reject when the mean score falls by more than "
                                          "this", default=0.03)

@@ -156,6 +156,17 @@ CREATE TABLE IF NOT EXISTS versions (
     weights     TEXT,
     pinned      INTEGER NOT NULL DEFAULT 0
 );
+CREATE TABLE IF NOT EXISTS quarantine (
+    id          {id},
+    turn_id     {ref} NOT NULL REFERENCES turns(id),
+    hint        TEXT NOT NULL,
+    reason      TEXT NOT NULL,
+    status      TEXT NOT NULL CHECK (status IN ('held', 'released', 'dropped')),
+    owner       TEXT,
+    created_at  {real} NOT NULL,
+    decided_at  {real},
+    decided_by  TEXT
+);
 CREATE TABLE IF NOT EXISTS policy_requests (
     id            {id},
     kind          TEXT NOT NULL CHECK (kind IN ('rollback')),
@@ -537,6 +548,51 @@ class Store:
             for r in rows
         }
 
+    # -- quarantined hints: what the judge's screen (judge/screen.py) held back ----------
+
+    def quarantine_hint(self, turn_id: int, hint: str, reason: str) -> bool:
+        """Hold a hint back from training, with why; False if the turn was deleted meanwhile."""
+        with self._write():
+            found = self._owner_of_live_turn(turn_id)
+            if found is None:
+                return False
+            self._execute("INSERT INTO quarantine (turn_id, hint, reason, status, owner, created_at) "
+                          "VALUES (?, ?, ?, 'held', ?, ?)", (turn_id, hint, reason, found[0], time.time()))
+        return True
+
+    def quarantined(self, status: str | None = "held", limit: int = 100) -> list[dict[str, Any]]:
+        where, args = ("WHERE q.status = ? ", (status,)) if status else ("", ())
+        with self._lock:
+            rows = self._execute(
+                "SELECT q.id, q.turn_id, t.session_id, q.owner, q.hint, q.reason, q.status, q.created_at, "
+                f"q.decided_at, q.decided_by FROM quarantine q JOIN turns t ON t.id = q.turn_id {where}"
+                "ORDER BY q.id DESC LIMIT ?", (*args, limit)).fetchall()
+        names = ("id", "turn_id", "session_id", "owner", "hint", "reason", "status", "created_at", "decided_at",
+                 "decided_by")
+        return [dict(zip(names, row)) for row in rows]
+
+    def released_hints(self, turn_id: int) -> set[str]:
+        with self._lock:
+            return {r[0] for r in self._execute("SELECT hint FROM quarantine WHERE turn_id = ? AND status = 'released'",
+                                                (turn_id,)).fetchall()}
+
+    def decide_quarantine(self, quarantine_id: int, status: str, decided_by: str) -> dict[str, Any]:
+        """Release a held hint (its turn is judged again, the hint now allowed to train) or drop it."""
+        if status not in ("released", "dropped"):
+            raise ValueError(f"a quarantined hint is released or dropped, not {status!r}")
+        with self._write():
+            row = self._execute(f"SELECT turn_id, status FROM quarantine WHERE id = ?{self._sql.lock_rows}",
+                                (quarantine_id,)).fetchone()
+            if row is None or row[1] != "held":
+                raise StoreError(f"there is no held hint {quarantine_id} in quarantine" +
+                                 (f" (it was {row[1]})" if row else ""))
+            self._execute("UPDATE quarantine SET status = ?, decided_at = ?, decided_by = ? WHERE id = ?",
+                          (status, time.time(), decided_by, quarantine_id))
+            if status == "released":  # judged again: the verdict, sample and claims of before go
+                for table in ("claims", "samples", "verdicts"):
+                    self._execute(f"DELETE FROM {table} WHERE turn_id = ?", (row[0],))
+        return next(q for q in self.quarantined(None, limit=10**6) if q["id"] == quarantine_id)
+
     # -- samples ----------------------------------------------------------------------
     #
     # One row per turn in `samples`, written by the judge (or the agent driver) with every
@@ -853,6 +909,7 @@ class Store:
                 tuple(chunk)).fetchall()]
             counts = {"sessions": len(ids), "turns": len(turn_ids)}
             for table, key, keys in (("claims", "turn_id", turn_ids), ("samples", "turn_id", turn_ids),
+                                     ("quarantine", "turn_id", turn_ids),
                                      ("verdicts", "turn_id", turn_ids), ("responses", "session_id", ids),
                                      ("turns", "session_id", ids), ("sessions", "id", ids)):
                 deleted = sum(self._execute(f"DELETE FROM {table} WHERE {key} IN ({_marks(chunk)})",

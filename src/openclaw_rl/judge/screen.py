@@ -101,9 +101,20 @@ def screen_hint(hint: str, conversation: str) -> str | None:
     `conversation` is the text of the turn the hint is about (request messages and
     response, not the next state: see the module docstring and `turn_conversation`).
     """
-    text, seen = _normalized(hint), _Seen.of(conversation)
-    for detector in _DETECTORS:
-        reason = detector(text, seen)
+    return _first_reason(hint, conversation, _DETECTORS)
+
+
+def brought_in(answer: str, prompt: str) -> str | None:
+    """What a model's answer brings in that its prompt did not contain (a URL, a contact, a
+    risky command, a request for other people's data), or None: the update gate's check.
+    The rule detector is left out: answers rightly use words of their own."""
+    return _first_reason(answer, prompt, _DETECTORS[:-1])
+
+
+def _first_reason(text: str, conversation: str, detectors: tuple) -> str | None:
+    normalized, seen = _normalized(text), _Seen.of(conversation)
+    for detector in detectors:
+        reason = detector(normalized, seen)
         if reason is not None:
             return reason
     return None

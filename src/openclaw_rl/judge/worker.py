@@ -42,6 +42,7 @@ from openclaw_rl.judge.evidence import material
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import correction_hints
 from openclaw_rl.judge.samples import turn_sample
+from openclaw_rl.judge.screen import screen_hint, turn_conversation
 from openclaw_rl.judge.teacher import TeacherResult, score_hints
 from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
 from openclaw_rl.store import Store
@@ -217,6 +218,8 @@ class JudgeWorker:
             await asyncio.to_thread(self._save, turn, verdict, None)
             return verdict
         hints = dedupe_hints(reading.hints, self.config.max_hints)
+        if hints and self.config.screen_hints:
+            hints = await asyncio.to_thread(self._screened, turn, hints, reading.notes)
         teacher: TeacherResult | None = None
         if hints and self.teacher_engine is not None and self.config.teacher_targets:
             try:
@@ -237,6 +240,20 @@ class JudgeWorker:
         )
         await asyncio.to_thread(self._save, turn, verdict, teacher)
         return verdict
+
+    def _screened(self, turn: Turn, hints: list[str], notes: list[str]) -> list[str]:
+        """The hints that may train; the others go to quarantine with the reason (judge/screen.py),
+        unless an admin released them for this turn before."""
+        conversation, released = turn_conversation(turn), self.store.released_hints(turn.id)
+        kept = []
+        for hint in hints:
+            reason = None if hint in released else screen_hint(hint, conversation)
+            if reason is None:
+                kept.append(hint)
+            elif self.store.quarantine_hint(turn.id, hint, reason):
+                notes.append(f"hint quarantined: {reason}")
+                log.warning("turn %d: hint quarantined (%s)", turn.id, reason)
+        return kept
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
         self.store.write_verdict(verdict)

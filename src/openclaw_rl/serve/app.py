@@ -248,6 +248,28 @@ def _policy_routes(app: FastAPI, server: Server) -> None:
         return {"object": "policy.pin", "version": body.version, "pinned": body.pinned}
 
 
+    @app.get("/v1/quarantine")
+    async def quarantine(request: Request, status: str = Query("held", pattern="^(held|released|dropped|all)$"),
+                         limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
+        """Hints the judge's screen held back from training (judge/screen.py), with why."""
+        _admin_only(request, "read the quarantine")
+        found = await run_in_threadpool(server.store.quarantined, None if status == "all" else status, limit)
+        return {"object": "list", "data": found}
+
+    @app.post("/v1/quarantine/{quarantine_id}/{decision}")
+    async def decide(request: Request, quarantine_id: int, decision: str) -> dict[str, Any]:
+        """release: the turn is judged again with the hint allowed to train; drop: it never trains."""
+        _admin_only(request, "release or drop quarantined hints")
+        if decision not in ("release", "drop"):
+            raise ApiError(404, f"no route POST /v1/quarantine/{{id}}/{decision[:40]}: use release or drop",
+                           code="not_found")
+        try:
+            return await run_in_threadpool(server.store.decide_quarantine, quarantine_id,
+                                           "released" if decision == "release" else "dropped", caller_of(request).name)
+        except StoreError as error:
+            raise ApiError(404, str(error), param="quarantine_id", code="not_in_quarantine") from error
+
+
 def _admin_only(request: Request, what: str) -> None:
     if not caller_of(request).admin:
         raise ApiError(403, f"only an admin may {what} (openclaw-rl users add NAME --admin)", code="admin_only",
@@ -516,6 +538,8 @@ def _replay(body: bytes, receive: Callable) -> Callable:
 
 
 def _endpoint_label(path: str) -> str:
+    if path.startswith("/v1/quarantine"):
+        return "/v1/quarantine" if path == "/v1/quarantine" else "/v1/quarantine/{id}/{decision}"
     if path.startswith("/v1/policy/"):
         return path if path in ("/v1/policy/versions", "/v1/policy/rollback", "/v1/policy/pin") else "other"
     if path.startswith("/v1/users/"):

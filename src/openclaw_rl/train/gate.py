@@ -6,7 +6,8 @@ version being served.
                     then --gate-probe-file, then recent prompts, up to gate_max_probes
         served      greedy answers of the last accepted weights (the snapshot), cached per probe set
         candidate   greedy answers of the trainer's weights now
-        checks      repetition, length ratio, non-answers, KL(served || candidate) per token, a scorer
+        checks      repetition, length ratio, non-answers, brought-in content (URLs, commands, other
+                    people's data the prompt did not contain), KL(served || candidate) per token, a scorer
     -> accepted: published; its weights become the snapshot, the new reference
     -> rejected: published nowhere, the reason recorded (store.versions); the trainer returns to
                  the snapshot's weights and optimizer state (gate_on_reject=restore) or goes on
@@ -19,6 +20,9 @@ Decisions and why:
   (non-answers), and a policy far from the one before (KL). Each check compares the
   candidate with the served version on the same prompts, so a model that was always
   verbose is not punished for it; each threshold is a setting.
+- Brought-in content is read by the judge's hint screen (judge/screen.py) on each answer
+  against its prompt: a version that learnt to send people to a URL, or to run a command,
+  that nobody asked about is what poisoned feedback looks like once trained.
 - Greedy decoding: the checks must not change from one run to the next by sampling noise.
 - KL is measured on the served version's own answers: the served model's top-k
   log-probs (and the mass outside them) are kept from its pass, so the candidate needs one
@@ -45,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from openclaw_rl.chat import render_prompt
+from openclaw_rl.judge.screen import brought_in
 
 if TYPE_CHECKING:
     from openclaw_rl.config import TrainConfig
@@ -89,14 +94,17 @@ class Answers:
 
     ids: list[list[int]]
     texts: list[str]
+    prompts: list[str] = field(default_factory=list)
     top_logprobs: list[torch.Tensor] = field(default_factory=list)  # served only: (T, K) per answer
     top_ids: list[torch.Tensor] = field(default_factory=list)
 
     def summary(self) -> dict[str, float]:
         count = max(len(self.ids), 1)
+        count_in = sum(brought_in(text, prompt) is not None for text, prompt in zip(self.texts, self.prompts))
         return {"mean_tokens": sum(len(a) for a in self.ids) / count,
                 "repetition": sum(repetition_rate(a) for a in self.ids) / count,
-                "non_answers": sum(is_non_answer(t) for t in self.texts) / count}
+                "non_answers": sum(is_non_answer(t) for t in self.texts) / count,
+                "brought_in": count_in / count}
 
 
 @dataclass(frozen=True)
@@ -124,6 +132,11 @@ def compare(served: dict[str, float], candidate: dict[str, float], kl: float, co
     if increase > config.gate_max_non_answer_increase:
         failures.append(f"non-answers {candidate['non_answers']:.2f} vs {served['non_answers']:.2f} served "
                         f"(gate_max_non_answer_increase {config.gate_max_non_answer_increase:g})")
+    increase = candidate.get("brought_in", 0.0) - served.get("brought_in", 0.0)
+    if increase > config.gate_max_brought_in_increase:
+        failures.append(f"answers bringing in URLs, commands or other people's data {candidate['brought_in']:.2f} vs "
+                        f"{served['brought_in']:.2f} served (gate_max_brought_in_increase "
+                        f"{config.gate_max_brought_in_increase:g})")
     if kl > config.gate_max_kl:
         failures.append(f"KL from the served version {kl:.3f} nats/token > gate_max_kl {config.gate_max_kl:g}")
     if score_delta is not None and score_delta < -config.gate_max_score_drop:
@@ -213,6 +226,7 @@ class Gate:
                 answer.pop()
             answers.ids.append(answer)
             answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
+            answers.prompts.append(self.tokenizer.decode(prompt, skip_special_tokens=True))
             if keep_top:
                 logprobs = self._answer_logprobs(prompt, answer)  # (T, V)
                 top = logprobs.topk(min(TOP_K, logprobs.shape[1]), dim=1)
