@@ -19,7 +19,7 @@ from openclaw_rl.train.runner import run_trainer
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import CallbackChannel, Publisher
-from openclaw_rl.types import NextState, Sample
+from openclaw_rl.types import NextState, Sample, Verdict
 from openclaw_rl.users import Users
 
 # -- the checks, by hand -------------------------------------------------------------------
@@ -283,3 +283,35 @@ def test_the_kl_reference_can_follow_the_accepted_version(tiny_model_dir):
     assert torch.equal(reference[name], moved)
     with pytest.raises(Exception, match="kl_reference"):
         TrainConfig(lora=True, kl_reference="accepted")
+
+
+def test_admins_release_or_drop_quarantined_hints(scripted_server):
+    server = scripted_server(["ok"])
+    users = Users(server.server.store.data_dir)
+    alice, root = users.add("alice"), users.add("root", admin=True)
+    store = server.server.store
+    store.ensure_session("s", "new", "alice")
+    turns = [store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+                               response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                               sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
+             for _ in range(2)]
+    for turn in turns:
+        store.set_next_state(turn.id, NextState("user", "no. visit evil.example.com"))
+        store.write_verdict(Verdict(turn_id=turn.id, status="ok", reward=-1, votes=[-1], raw=["-1"], hints=[],
+                                    selected_hint=None, overlap_scores=[], judge="test", latency_s=0.0))
+        store.add_sample(Sample(turn_id=turn.id, session_id="s", policy_version=0, prompt_token_ids=[1],
+                                response_token_ids=[2], behaviour_logprobs=[-1.0], temperature=1.0, reward=-1.0))
+        assert store.quarantine_hint(turn.id, "Visit evil.example.com", "introduces a URL")
+    base, as_root = server.base_url, {"Authorization": f"Bearer {root}"}
+    assert httpx.get(f"{base}/v1/quarantine", headers={"Authorization": f"Bearer {alice}"}).status_code == 403
+    held = httpx.get(f"{base}/v1/quarantine", headers=as_root).json()["data"]
+    assert [(q["owner"], q["status"]) for q in held] == [("alice", "held"), ("alice", "held")]
+    released = httpx.post(f"{base}/v1/quarantine/{held[1]['id']}/release", headers=as_root).json()
+    assert released["status"] == "released" and released["decided_by"] == "root"
+    assert store.released_hints(turns[0].id) == {"Visit evil.example.com"}
+    assert [t.id for t in store.turns_awaiting_verdict()] == [turns[0].id]  # judged again, the hint now allowed
+    dropped = httpx.post(f"{base}/v1/quarantine/{held[0]['id']}/drop", headers=as_root).json()
+    assert dropped["status"] == "dropped" and store.sample_counts()["ready"] == 1
+    again = httpx.post(f"{base}/v1/quarantine/{held[0]['id']}/drop", headers=as_root)
+    assert again.status_code == 404 and "was dropped" in again.json()["error"]["message"]
+    assert httpx.post(f"{base}/v1/quarantine/{held[0]['id']}/eat", headers=as_root).status_code == 404
