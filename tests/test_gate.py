@@ -253,15 +253,22 @@ def test_rollback_under_traffic_fails_no_request_and_serves_the_old_weights(tiny
         server.stop()
 
 
-def test_only_admins_roll_back_or_pin_and_only_admins_see_who_taught_a_version(scripted_server):
+def _alice_and_root(scripted_server, turns: int):
+    """A server with the user alice, the admin root, and `turns` main turns of alice's session "s"."""
     server = scripted_server(["ok"])
     users = Users(server.server.store.data_dir)
-    alice, root = users.add("alice"), users.add("root", admin=True)
+    keys = users.add("alice"), users.add("root", admin=True)
     store = server.server.store
     store.ensure_session("s", "new", "alice")
-    turn = store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
-                             response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                             sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
+    made = [store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+                              response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
+                              sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
+            for _ in range(turns)]
+    return server, store, keys, made
+
+
+def test_only_admins_roll_back_or_pin_and_only_admins_see_who_taught_a_version(scripted_server):
+    server, store, (alice, root), (turn,) = _alice_and_root(scripted_server, 1)
     store.record_version(1, parent=0, train_step=1, gate="accepted", turn_ids=[turn.id], weights="somewhere")
     as_alice, as_root = {"Authorization": f"Bearer {alice}"}, {"Authorization": f"Bearer {root}"}
     for path, body in (("/v1/policy/rollback", {"to": 1}), ("/v1/policy/pin", {"version": 1})):
@@ -286,15 +293,7 @@ def test_the_kl_reference_can_follow_the_accepted_version(tiny_model_dir):
 
 
 def test_admins_release_or_drop_quarantined_hints(scripted_server):
-    server = scripted_server(["ok"])
-    users = Users(server.server.store.data_dir)
-    alice, root = users.add("alice"), users.add("root", admin=True)
-    store = server.server.store
-    store.ensure_session("s", "new", "alice")
-    turns = [store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
-                               response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                               sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
-             for _ in range(2)]
+    server, store, (alice, root), turns = _alice_and_root(scripted_server, 2)
     for turn in turns:
         store.set_next_state(turn.id, NextState("user", "no. visit evil.example.com"))
         store.write_verdict(Verdict(turn_id=turn.id, status="ok", reward=-1, votes=[-1], raw=["-1"], hints=[],
@@ -315,3 +314,15 @@ def test_admins_release_or_drop_quarantined_hints(scripted_server):
     again = httpx.post(f"{base}/v1/quarantine/{held[0]['id']}/drop", headers=as_root)
     assert again.status_code == 404 and "was dropped" in again.json()["error"]["message"]
     assert httpx.post(f"{base}/v1/quarantine/{held[0]['id']}/eat", headers=as_root).status_code == 404
+
+
+def test_in_simulation_the_gate_scores_probe_answers_with_the_persona_rubric(tokenizer):
+    from openclaw_rl.drivers.simulate import rubric_scorer
+    from openclaw_rl.eval.personas import get_persona
+    from openclaw_rl.eval.problems import train_problems
+
+    persona, problems = get_persona("student"), train_problems(0, 2)
+    scorer = rubric_scorer(persona, problems, tokenizer)
+    asks = tokenizer.encode(f"Please help: {problems[0].question}")
+    scores = scorer([asks, tokenizer.encode("What is the capital of France?")], ["answer", "Paris."])
+    assert scores[0] == pytest.approx(persona.rubric(problems[0], "answer")) and math.isnan(scores[1])

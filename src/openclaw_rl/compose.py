@@ -156,11 +156,12 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
 
 
 def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
-              channels: Sequence[WeightsChannel] = ()) -> tuple[Server, FastAPI]:
+              channels: Sequence[WeightsChannel] = (), scorer: Scorer | None = None) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it.
 
     `judge_override` replaces the configured judge (the simulator's oracle); `channels`
-    get every policy version after the engine has it (the simulator's evaluator). Without
+    get every policy version after the engine has it (the simulator's evaluator); `scorer`
+    adds a score check to the update gate (the simulator's persona rubric). Without
     training, the engine follows the files channel a separate trainer publishes to."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
@@ -180,7 +181,7 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
         asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
-        gate, archive = build_updates(trainer, train, server.store, server.tokenizer)
+        gate, archive = build_updates(trainer, train, server.store, server.tokenizer, scorer)
         loops.append(train_loop(server, train, trainer, publisher, gate, archive))
     else:
         loops.append(follow(FilesChannel(config.data_dir), server.engine))

@@ -483,6 +483,8 @@ class SimulateConfig:
     max_updates: int = setting("stop starting sessions after this many policy updates (0: play all sessions)",
                                default=0)
     max_hints: int = setting("candidate hints per turn (each one costs a teacher forward pass)", default=3)
+    gate: str = setting("the update gate (train --gate): on adds a score check by the persona's rubric on the "
+                        "probes; every version's decision goes to metrics.jsonl", default="off")
     max_staleness: int = setting("drop samples more than this many policy versions old: the trainer lags the users, "
                                  "and a sample many updates old pulls an already changed policy off course",
                                  default=4)

@@ -48,10 +48,12 @@ from typing import Any
 
 import openai
 from rich.logging import RichHandler
+from transformers import AutoTokenizer
 
 from openclaw_rl.compose import build_app, build_server
 from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig, TrainConfig
 from openclaw_rl.engine.base import Weights
+from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
@@ -59,6 +61,7 @@ from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.train.gate import Scorer
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.weights import CallbackChannel
 
@@ -178,9 +181,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
-                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline)
+                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate)
+    scorer = rubric_scorer(persona, [*problems, *heldout], tokenizer_of(config)) if config.gate == "on" else None
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
-                            channels=[CallbackChannel(on_publish)])
+                            channels=[CallbackChannel(on_publish)], scorer=scorer)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
@@ -225,9 +229,13 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                and server.store.sample_counts(get_method(method).name)["ready"] >= config.batch_size):
             time.sleep(1.0)
         final = server.engine.policy_version
+        history = server.store.versions(limit=10**6)
     finally:
         thread.stop()
         evaluator.close()
+    for record in reversed(history):  # what the gate decided on each version, served or not
+        recorder.write(event="version", method=method, version=record["version"], parent=record["parent"],
+                       gate=record["gate"], reason=record["reason"], checks=record["checks"])
     if final % config.eval_every and not any(v == final for _, v, _ in points):
         log.info("the last version (v%d) falls between evaluations (every %d)", final, config.eval_every)
     points.sort(key=lambda p: p[1])
@@ -247,6 +255,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "opd_baseline": config.opd_baseline,
         "parallel": config.parallel,
         "seed": config.seed,
+        "gate": config.gate,
+        "rejected_versions": sum(record["gate"] == "rejected" for record in history),
         "score_before": points[0][2],
         "score_after": points[-1][2],
         "score_by_update": {str(u): s for _, u, s in points},
@@ -254,6 +264,24 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "mean_rubric_of_all_responses": sum(rewards) / len(rewards) if rewards else None,
         "wall_time_s": round(time.monotonic() - started, 1),
     }
+
+
+def rubric_scorer(persona, problems: list, tokenizer) -> Scorer:
+    """The update gate's score check in simulation: the persona's rubric of each probe answer,
+    for probes that ask one of the known problems (NaN for any other prompt). Simulation only,
+    like the oracle judge: a real deployment has no rubric."""
+    def score(prompts: list[list[int]], answers: list[str]) -> list[float]:
+        scores = []
+        for ids, answer in zip(prompts, answers):
+            text = tokenizer.decode(ids, skip_special_tokens=True)
+            problem = next((p for p in problems if p.question in text), None)
+            scores.append(persona.rubric(problem, answer) if problem is not None else float("nan"))
+        return scores
+    return score
+
+
+def tokenizer_of(config: SimulateConfig):
+    return AutoTokenizer.from_pretrained(resolve_model_dir(config.model or None))
 
 
 def _child_run(config: SimulateConfig, method: str, messages) -> None:

@@ -40,6 +40,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +58,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each
+Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each (NaN: none)
 TOP_K = 32  # served log-probs kept per answer token for the KL estimate
 
 _NON_ANSWER = re.compile(
@@ -176,8 +177,10 @@ class Gate:
         candidate = self._answer(prompts)
         kl = self._kl(prompts, served)
         delta = None
-        if self.scorer is not None:
-            delta = (sum(self.scorer(prompts, candidate.texts)) - sum(self.scorer(prompts, served.texts))) / len(prompts)
+        if self.scorer is not None:  # a prompt the scorer cannot score (NaN) is left out of the mean
+            pairs = [(c, s) for c, s in zip(self.scorer(prompts, candidate.texts), self.scorer(prompts, served.texts))
+                     if math.isfinite(c) and math.isfinite(s)]
+            delta = sum(c - s for c, s in pairs) / len(pairs) if pairs else None
         decision = compare(served.summary(), candidate.summary(), kl, self.config, delta)
         decision.checks["probes"] = len(prompts)
         return decision
