@@ -11,11 +11,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from openclaw_rl.judge.classifier import (DEFAULT_WEIGHTS, LABELS, JudgeModel, Linear, NextStateClassifier,
-                                          fit_logistic, prototypes)
 from openclaw_rl.eval.problems import train_problems
 from openclaw_rl.eval.student import STUDENT
 from openclaw_rl.eval.teacher import TEACHER
+from openclaw_rl.judge.classifier import (
+    DEFAULT_WEIGHTS,
+    LABELS,
+    JudgeModel,
+    Linear,
+    NextStateClassifier,
+    fit_logistic,
+    prototypes,
+)
 from openclaw_rl.judge.evidence import material_from_parts
 from openclaw_rl.judge.rules import correction_hints
 
@@ -83,8 +90,9 @@ def test_saved_weights_load_back(tmp_path):
 
 def test_the_classifier_reads_the_response_in_view_of_the_request():
     classifier = NextStateClassifier()
-    asked_italian = material_from_parts("Translate 'where is the station' into Italian.", "¿Dónde está la estación?",
-                                        [], "user", "That's Portuguese. I wanted it in Italian.")
+    asked_italian = material_from_parts("Translate 'where is the station' into Italian.",
+                                        "¿Dónde está la estación?", [], "user",
+                                        "That's Portuguese. I wanted it in Italian.")
     moved_on = material_from_parts("What is the capital of Italy?", "Rome.", [], "user", "And the capital of Spain?")
     assert classifier.read(asked_italian).vote == -1
     assert classifier.read(moved_on).vote == 1

@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from openclaw_rl.judge.evidence import cue_features, material_from_parts, rule_verdict, without_injections
+from openclaw_rl.judge.evidence import (
+    cue_features,
+    material_from_parts,
+    rule_verdict,
+    without_injections,
+)
 from openclaw_rl.judge.rules import correction_hints
 
 
@@ -110,8 +115,8 @@ def test_people_cues_see_doubt_and_new_questions():
      ["Avoid the error the previous action caused: rm: cannot remove 'tmp': Is a directory"]),
     ("2 failed, 10 passed in 0.31s\n[exit code 1]", "tool", []),
     # what a web page asks for, without its element lines
-    ('Clicked [5] button "Sign up".\n\nPage "Sign up" (/signup)\ntext "Password must be at least 8 characters."\n'
-     '[2] textbox "Password" value="abc"', "environment", ["Password must be at least 8 characters."]),
+    (('Clicked [5] button "Sign up".\n\nPage "Sign up" (/signup)\ntext "Password must be at least 8 characters."\n'
+      '[2] textbox "Password" value="abc"'), "environment", ["Password must be at least 8 characters."]),
 ])
 def test_correction_hints(text, role, expected):
     assert correction_hints(text, role) == expected

@@ -48,13 +48,20 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
 from openclaw_rl.judge.backends import SentenceEncoder
-from openclaw_rl.judge.evidence import (CUE_NAMES, MACHINE_CUE_NAMES, PEOPLE_CUE_NAMES, Material, clicked_name,
-                                        cue_features, rule_verdict)
+from openclaw_rl.judge.evidence import (
+    CUE_NAMES,
+    MACHINE_CUE_NAMES,
+    PEOPLE_CUE_NAMES,
+    Material,
+    clicked_name,
+    cue_features,
+    rule_verdict,
+)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_WEIGHTS", "Featurizer", "JudgeModel", "Linear", "NextStateClassifier", "Reading", "fit_logistic",
-           "prototypes"]
+__all__ = ["DEFAULT_WEIGHTS", "Featurizer", "JudgeModel", "Linear", "NextStateClassifier", "NextStateReading",
+           "fit_logistic", "prototypes"]
 
 DEFAULT_WEIGHTS = Path(__file__).with_name("next_state_classifier.safetensors")
 LABELS = (-1, 0, 1)  # class i is vote LABELS[i]
@@ -64,7 +71,7 @@ MACHINE_BLOCKS = ("similarities", "machine_cues")
 
 
 @dataclass(frozen=True)
-class Reading:
+class NextStateReading:
     vote: int
     probabilities: dict[int, float]
     basis: str  # "rules: why" | "classifier"
@@ -188,7 +195,8 @@ class JudgeModel:
         for name, part in (("people", self.people), ("machine", self.machine)):
             tensors |= {f"{name}.{k}": getattr(part, k).clone() for k in ("weight", "bias", "mean", "std")}
         metadata = {**self.metadata, "labels": json.dumps(list(LABELS)),
-                    "people_blocks": json.dumps(list(PEOPLE_BLOCKS)), "machine_blocks": json.dumps(list(MACHINE_BLOCKS)),
+                    "people_blocks": json.dumps(list(PEOPLE_BLOCKS)),
+                    "machine_blocks": json.dumps(list(MACHINE_BLOCKS)),
                     "people_cues": json.dumps(list(PEOPLE_CUE_NAMES)),
                     "machine_cues": json.dumps(list(MACHINE_CUE_NAMES))}
         save_file(tensors, str(path), metadata=metadata)
@@ -222,11 +230,11 @@ class NextStateClassifier:
         self.model = JudgeModel.load(weights)
         self.featurizer = Featurizer(encoder)
 
-    def read(self, m: Material) -> Reading:
+    def read(self, m: Material) -> NextStateReading:
         ruled = rule_verdict(m)
         if ruled is not None:
-            return Reading(ruled[0], {}, f"rules: {ruled[1]}")
+            return NextStateReading(ruled[0], {}, f"rules: {ruled[1]}")
         with torch.inference_mode():
             probs = self.model.probabilities([m], self.featurizer.blocks([m]))[0]
         vote = LABELS[int(probs.argmax())]
-        return Reading(vote, {label: float(p) for label, p in zip(LABELS, probs)}, "classifier")
+        return NextStateReading(vote, {label: float(p) for label, p in zip(LABELS, probs)}, "classifier")

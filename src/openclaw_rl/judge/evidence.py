@@ -38,8 +38,8 @@ from typing import Any
 
 from openclaw_rl.types import Turn
 
-__all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features", "machine_verdict", "material", "material_from_parts",
-           "rule_verdict", "without_injections"]
+__all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features",
+           "machine_verdict", "material", "material_from_parts", "rule_verdict", "without_injections"]
 
 MACHINE_ROLES = ("tool", "environment")
 MAX_TEXT_CHARS = 2000
@@ -98,7 +98,8 @@ def material_from_parts(request: str, response: str, tool_calls: list[dict[str, 
 
 
 _INJECTION = re.compile(
-    r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:instructions|prompt|rules)\b|\bSCORE\s*:\s*(?:[+\-\u2212]1|0)\b(?!\s*(?:/|out of))"
+    r"\b(?:ignore|disregard|forget)\b[^.!?\n]{0,30}\b(?:instructions|prompt|rules)\b"
+    r"|\bSCORE\s*:\s*(?:[+\-\u2212]1|0)\b(?!\s*(?:/|out of))"
     r"|\bCORRECTION\s*:|\bsystem prompt\b|\byou are now\b|\[/?HINT\]",
     re.IGNORECASE,
 )
@@ -158,19 +159,23 @@ _TYPED_ARGS = frozenset("text input".split())  # compared only with a value quot
 _WRITE_TOOLS = re.compile(r"write|save|create", re.IGNORECASE)
 _CONTENT_ARGS = ("content", "text", "data", "body")
 _OUTCOME_VALUE = re.compile(
-    r"^(?:text \")?(?:Deleted|Removed|Added to cart|Added|Selected|Saved|Opened|Archived|Moved)\s*:\s*\"?([^\"\n]+?)\"?\.?$",
+    r"^(?:text \")?(?:Deleted|Removed|Added to cart|Added|Selected|Saved|Opened|Archived|Moved)"
+    r"\s*:\s*\"?([^\"\n]+?)\"?\.?$",
     re.IGNORECASE | re.MULTILINE,
 )
 _QUOTED = re.compile(r"(?<!\w)['\"\u2018\u201c]([^'\"\u2019\u201d]{1,60})['\"\u2019\u201d](?!\w)")
 _STOPWORDS = frozenset(
     """a an the of to in on at for from by with and or is are was be it its this that these those as into my your our
-    please me i you we what which who how where when can could would should will do does did named called item""".split()
+    please me i you we what which who how where when can could would should will do does did named called
+    item""".split()
 )
 _POWER_WORDS = re.compile(r"\bpower\b|\bsquared?\b|\bcubed?\b|\bexponent|\*\*|\bto the\b", re.IGNORECASE)
-_SILENT_COMMANDS = frozenset("mkdir mv cp rm rmdir touch chmod chown ln cd export git-add".split())
+_SILENT_COMMANDS = frozenset("mkdir mv cp rm rmdir touch chmod chown ln cd export".split())  # quiet on success
+_SHELL_TOOLS = ("bash", "shell", "run", "terminal")
 
 
-_RATING = re.compile(r"\b([0-5](?:\.\d)?)\s*(?:/|out of)\s*5\b|(thumbs?[ -]up|👍)|(thumbs?[ -]down|👎)", re.IGNORECASE)
+_RATING = re.compile(r"\b([0-5](?:\.\d)?)\s*(?:/|out of)\s*5\b|(thumbs?[ -]up|👍)|(thumbs?[ -]down|👎)",
+                     re.IGNORECASE)
 
 
 def rating_verdict(m: Material) -> tuple[int, str] | None:
@@ -284,13 +289,10 @@ def machine_features(m: Material) -> dict[str, float]:
     text = m.next_state
     lower = text.lower()
     request_words = _words(m.request)
-    silent = any(c.name in ("bash", "shell", "run", "terminal") and
-                 str(next(iter(c.arguments.values()), "")).split()[:1] in ([s] for s in _SILENT_COMMANDS)
-                 for c in m.calls)
     out.update({
         "m_error": float(machine_verdict(m) is not None),
         "m_empty": float(lower.strip() in ("", "(no output)", "(the file is empty)")),
-        "m_silent_command": float(silent),
+        "m_silent_command": float(any(_is_silent_command(c) for c in m.calls)),
         "m_tests_passed": float(bool(re.search(r"\b\d+ passed\b", lower)) and "failed" not in lower),
         "m_success_word": float(bool(re.search(
             r"\b(success\w*|passed|saved|added|done|ready|welcome|thank|wrote|edited|selected|typed|all checks)\b",
@@ -319,6 +321,12 @@ def clicked_name(m: Material) -> str | None:
     return found.group(1) if found else None
 
 
+def _is_silent_command(call: ToolCall) -> bool:
+    """A shell call whose command prints nothing when it works (`mkdir out`, `mv a b`)."""
+    command = str(next(iter(call.arguments.values()), ""))
+    return call.name in _SHELL_TOOLS and command.split()[:1] != [] and command.split()[0] in _SILENT_COMMANDS
+
+
 def _overlap(a: str, b: str) -> float:
     wa = {w for w in _words(a) if w not in _STOPWORDS and len(w) > 2}
     wb = set(_words(b))
@@ -337,14 +345,16 @@ _CUES: dict[str, str] = {
     "approval": r"\b(?:perfect\w*|great|exactly|correct|right|yes|yep|yup|yeah|awesome|nice|love|works?|worked"
                 r"|good|excellent|brilliant|clear|helpful|accurate|spot on|well done|that did it|makes sense"
                 r"|super|parfait|perfecto|esatto|klopt|genau|richtig|bien|bueno|bravo|exacto|certo|lovely|wonderful"
-                r"|fantastic|amazing|beautiful|neat|(?:exactly|just) (?:what|how) i (?:wanted|needed|asked for|meant))\b"
+                r"|fantastic|amazing|beautiful|neat"
+                r"|(?:exactly|just) (?:what|how) i (?:wanted|needed|asked for|meant))\b"
                 r"|👍|✅|🙏",
     "negation": r"\b(?:no|nope|nah|not|never|wrong|incorrect|isn't|wasn't|doesn't|don't|didn't|can't|won't|nicht"
                 r"|nein|non|não|falsch|mal)\b|n't\b|👎",
     "wrong": r"\b(?:wrong|incorrect|mistake|error|not right|not correct|backwards|false|typo|misspell\w*|bug)\b",
     "doubt": r"\bare you sure\b|\bi (?:thought|believe|think)\b|\b(?:isn't|wasn't|shouldn't) (?:it|that)\b"
              r"|\bpretty sure\b|\breally\?|\bdon't think\b|\bdoesn't (?:sound|look|seem)\b|\bcan't be\b|\bhmm+\b",
-    "contrast": r"(?<!what )(?<!how )\bi (?:asked|said|wanted|meant|told you|need(?:ed)?)\b|\binstead\b|\bnot what\b|, not\b"
+    "contrast": r"(?<!what )(?<!how )\bi (?:asked|said|wanted|meant|told you|need(?:ed)?)\b"
+                r"|\binstead\b|\bnot what\b|, not\b"
                 r"|\bthat'?s (?:not|a|an)\b|\bnothing to do\b|\bonly\b|\bstill\b",
     "modify": r"\b(?:too|shorter|longer|simpler|less|fewer|again|redo|rewrite|without|instead|just|only|stop"
               r"|don't|do not|you should|should be|should have|must|need to|have to|next time|way too|so much)\b",

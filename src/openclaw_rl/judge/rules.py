@@ -236,7 +236,8 @@ def _looks_like_code(line: str) -> bool:
 
 _DOUBT = re.compile(
     r"\b(?:i thought|i believe|i'm (?:pretty |quite |fairly )?sure|pretty sure|isn't it|wasn't it|shouldn't it be"
-    r"|it should be|should be|it's actually|actually)\b[\s,]*(?:(?:it|that|they) ?(?:'s|is|was|were|are|has)\s+|that\s+)?"
+    r"|it should be|should be|it's actually|actually)\b[\s,]*"
+    r"(?:(?:it|that|they) ?(?:'s|is|was|were|are|has)\s+|that\s+)?"
     r"(?P<fix>[^?.!]+)",
     re.IGNORECASE,
 )
@@ -254,8 +255,8 @@ _VERDICT_WORDS = frozenset(
     don't doesn't won't isn't i'm happy need want wanted had mind work works do does did one more time another go
     understand mean meant what's all quite exactly""".split()
 )
-_LEADING_NO = re.compile(r"^\W*(?:no+|nope|nah|wrong|incorrect|não|nein|non|hm+|hmm+|actually|well)\b[\s,.!:;\u2026-]+",
-                         re.IGNORECASE)
+_LEADING_NO = re.compile(
+    r"^\W*(?:no+|nope|nah|wrong|incorrect|não|nein|non|hm+|hmm+|actually|well)\b[\s,.!:;\u2026-]+", re.IGNORECASE)
 _SHELL_ERROR = re.compile(r"\bcannot\b|\bcan't\b|No such file|Permission denied|not permitted|\bunknown command\b"
                           r"|\bfailed to\b|Could not|\bnot found\b", re.IGNORECASE)
 _STATUS_LINE = re.compile(r"^\[(?:exit code|timed out)|^\W*\d+ (?:failed|passed)\b", re.IGNORECASE)

@@ -30,8 +30,17 @@ from pathlib import Path
 
 import torch
 
-from openclaw_rl.judge.classifier import (DEFAULT_WEIGHTS, LABELS, MACHINE_BLOCKS, PEOPLE_BLOCKS, Featurizer,
-                                          JudgeModel, Linear, fit_logistic, prototypes)
+from openclaw_rl.judge.classifier import (
+    DEFAULT_WEIGHTS,
+    LABELS,
+    MACHINE_BLOCKS,
+    PEOPLE_BLOCKS,
+    Featurizer,
+    JudgeModel,
+    Linear,
+    fit_logistic,
+    prototypes,
+)
 from openclaw_rl.judge.evidence import Material, material_from_parts, rule_verdict
 
 FOLDS = 5
@@ -134,7 +143,10 @@ class Trainer:
                 continue
             x = self._x(names, mine, fitted.get("bank"), blocks, exclude_bank_self=own)
             part = fitted[names]
-            predicted = _mlp(part[1], part[2], x, alt.l2) if isinstance(part, tuple) else part.probabilities(x).argmax(-1)
+            if isinstance(part, tuple):
+                predicted = _mlp(part[1], part[2], x, alt.l2)
+            else:
+                predicted = part.probabilities(x).argmax(-1)
             votes |= dict(zip(mine.tolist(), predicted.tolist()))
         out = []
         for i in rows.tolist():
@@ -154,7 +166,7 @@ class Trainer:
         parts = []
         for name in names:
             if name == "prototypes":
-                embeddings, bank_labels, bank_rows = bank
+                _, bank_labels, bank_rows = bank
                 exclude = rows[:, None] == bank_rows[None, :] if exclude_bank_self else None
                 parts.append(prototypes(blocks["e_next"][rows], self.blocks["e_next"][bank_rows], bank_labels,
                                         exclude))
@@ -206,7 +218,8 @@ def main() -> None:
     everything = torch.ones(len(cases), dtype=torch.bool)
     rows = []
     for alt in alternatives():
-        row = {"alternative": alt.label, "cv_agreement": round(cross_validate(trainer, alt, [c["id"] for c in cases]), 3)}
+        agreement = cross_validate(trainer, alt, [c["id"] for c in cases])
+        row = {"alternative": alt.label, "cv_agreement": round(agreement, 3)}
         if other:
             other_cases, other_materials, other_blocks = other
             votes = trainer.votes(alt, trainer.fit(alt, everything), torch.arange(len(other_cases)), other_blocks,
