@@ -27,8 +27,8 @@ as its method assembles them (train/methods.py), and `claims` records, per metho
 turns it used, dropped as stale or rejected and why. One judge thus serves trainers of
 different methods from one store, and the judge never needs to know a method.
 
-It is one class over seven tables (sessions, turns, verdicts, samples, claims, policy,
-responses) and runs
+It is one class over eleven tables (sessions, turns, verdicts, samples, claims, policy,
+responses; versions, policy_requests and quarantine for safe updates) and runs
 past 400 lines on purpose: every query sits next to the transaction rules it shares,
 and the class is the whole contract between the processes.
 

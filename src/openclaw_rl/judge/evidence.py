@@ -1,5 +1,8 @@
 """What a next state says about the action before it: the pure half of the CPU judge.
 
+(Just over 400 lines: every rule that reads machine output against its action sits here,
+beside the parsing they share.)
+
 A turn is read as three texts, the request (the last user message), the action (the
 response text and its tool calls) and the next state with its role. This module holds
 what can be read from them without a model:

@@ -1,8 +1,15 @@
-"""The OpenAI-compatible HTTP face of the policy.
+"""The HTTP face of the policy: the app, its guard and every route group.
 
-`POST /v1/chat/completions` is the request path: resolve the session, record the
+The generation routes (OpenAI chat, completions and Responses, Anthropic Messages) hand
+their bodies to the request path (serve/pipeline.py): resolve the session, record the
 previous turn's next state, sample through the engine, commit the turn, answer. Nothing
-else (judging, training) runs here. Every response carries `X-Policy-Version`.
+else (judging, training) runs here. Every response carries `X-Policy-Version`. The guard
+decides who asks (users.py) and applies their limits; session routes show each user only
+their own sessions; policy and quarantine routes are the admins' (rollback requests are
+carried out by the trainer, through the store).
+
+(Over 400 lines: the guard and the route groups share the request helpers and the error
+format, and read best as one file; each group is one function.)
 """
 
 from __future__ import annotations
