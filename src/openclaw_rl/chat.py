@@ -77,7 +77,9 @@ def _plain_message(message: Message, native_tools: bool) -> Message:
     return {"role": role, "content": text}
 
 
-def format_tool_call(call: dict[str, Any]) -> str:
+def call_parts(call: dict[str, Any]) -> tuple[Any, Any]:
+    """(name, arguments) of an OpenAI tool call or a bare {"name", "arguments"}; arguments
+    sent as a JSON string are decoded, anything else is returned as it came."""
     function = call.get("function", call)
     arguments = function.get("arguments", {})
     if isinstance(arguments, str):
@@ -85,7 +87,12 @@ def format_tool_call(call: dict[str, Any]) -> str:
             arguments = json.loads(arguments)
         except json.JSONDecodeError:
             pass
-    return f"{TOOL_CALL_OPEN}{json.dumps({'name': function.get('name'), 'arguments': arguments})}</tool_call>"
+    return function.get("name"), arguments
+
+
+def format_tool_call(call: dict[str, Any]) -> str:
+    name, arguments = call_parts(call)
+    return f"{TOOL_CALL_OPEN}{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def _with_tool_instructions(messages: list[Message], tools: list[dict], tool_choice: Any) -> list[Message]:

@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from openclaw_rl.chat import call_parts
 from openclaw_rl.types import Turn
 
 __all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features",
@@ -121,16 +122,8 @@ def without_injections(text: str) -> str:
 
 
 def _parse_call(call: dict[str, Any]) -> ToolCall:
-    function = call.get("function", call)
-    arguments = function.get("arguments", {})
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            arguments = {"input": arguments}
-    if not isinstance(arguments, dict):
-        arguments = {"input": arguments}
-    return ToolCall(str(function.get("name", "")), arguments)
+    name, arguments = call_parts(call)
+    return ToolCall(str(name or ""), arguments if isinstance(arguments, dict) else {"input": arguments})
 
 
 def _text(content: Any) -> str:
