@@ -9,9 +9,9 @@
 
 A `WeightsChannel` is one transport: `publish(version, weights, parent=)`, `latest()` (the
 newest version its receivers hold, None when it cannot tell) and `takes_lora_adapters`.
-The trainer hands each new version to ONE object, the `Publisher`; the update gate of the
-next issue (decide whether version v may go out at all) goes in `Publisher.publish`, at
-the line marked there, and covers every transport at once.
+The trainer hands each new version to ONE object, the `Publisher`; the update gate
+(train/gate.py) decides before that, in `train/runner._new_version`, so a rejected version
+reaches no transport at all.
 
 Decisions and why:
 
@@ -91,9 +91,7 @@ class Publisher:
         return cls(channels, trainer.policy_state_dict, trainer.lora_adapter if trainer.config.lora else None)
 
     async def publish(self, version: int, *, parent: int | None) -> None:
-        """Deliver `version` to every channel, in order."""
-        # The update gate goes here: `if not await gate.admit(version, ...): return` holds a version back
-        # from every transport at once, before any receiver sees it.
+        """Deliver `version` to every channel, in order (the gate has let it through: train/runner.py)."""
         await self._deliver(self.channels, version, parent)
 
     async def catch_up(self, version: int, *, parent: int | None) -> None:
