@@ -560,8 +560,12 @@ class Store:
                           "VALUES (?, ?, ?, 'held', ?, ?)", (turn_id, hint, reason, found[0], time.time()))
         return True
 
-    def quarantined(self, status: str | None = "held", limit: int = 100) -> list[dict[str, Any]]:
+    def quarantined(self, status: str | None = "held", limit: int = 100,
+                    quarantine_id: int | None = None) -> list[dict[str, Any]]:
+        """Quarantined hints, newest first: of one `status` (None: all), or the one `quarantine_id`."""
         where, args = ("WHERE q.status = ? ", (status,)) if status else ("", ())
+        if quarantine_id is not None:
+            where, args = "WHERE q.id = ? ", (quarantine_id,)
         with self._lock:
             rows = self._execute(
                 "SELECT q.id, q.turn_id, t.session_id, q.owner, q.hint, q.reason, q.status, q.created_at, "
@@ -591,7 +595,7 @@ class Store:
             if status == "released":  # judged again: the verdict, sample and claims of before go
                 for table in ("claims", "samples", "verdicts"):
                     self._execute(f"DELETE FROM {table} WHERE turn_id = ?", (row[0],))
-        return next(q for q in self.quarantined(None, limit=10**6) if q["id"] == quarantine_id)
+        return self.quarantined(None, limit=1, quarantine_id=quarantine_id)[0]
 
     # -- samples ----------------------------------------------------------------------
     #
@@ -801,12 +805,13 @@ class Store:
                     break
         return found
 
-    def versions(self, limit: int = 100) -> list[dict[str, Any]]:
-        """The version history, newest first."""
+    def versions(self, limit: int = 100, version: int | None = None) -> list[dict[str, Any]]:
+        """The version history, newest first (or the one `version`)."""
+        where, args = ("WHERE version = ? ", (version,)) if version is not None else ("", ())
         with self._lock:
             rows = self._execute(
                 "SELECT version, parent, train_step, created_at, gate, reason, checks, samples, stats, weights, pinned "
-                "FROM versions ORDER BY version DESC LIMIT ?", (limit,)).fetchall()
+                f"FROM versions {where}ORDER BY version DESC LIMIT ?", (*args, limit)).fetchall()
         names = ("version", "parent", "train_step", "created_at", "gate", "reason", "checks", "samples", "stats",
                  "weights", "pinned")
         found = []
@@ -819,7 +824,8 @@ class Store:
         return found
 
     def version(self, version: int) -> dict[str, Any] | None:
-        return next((v for v in self.versions(limit=10**9) if v["version"] == version), None)
+        found = self.versions(limit=1, version=version)
+        return found[0] if found else None
 
     def set_version_weights(self, version: int, weights: str | None) -> None:
         with self._lock:

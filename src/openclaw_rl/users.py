@@ -86,9 +86,20 @@ class Users:
 
     def authenticate(self, key: str) -> User | None:
         """The user whose key this is, or None (unknown, revoked, or empty)."""
+        self._refresh()
+        return self._lookup(key)
+
+    def caller(self, key: str) -> User | None:
+        """Who a request with `key` is: the local admin while no key exists, else the key's
+        user or None. One look at the file per request (the server's guard)."""
+        self._refresh()
+        if not (self._admin_hash or self._by_hash):
+            return LOCAL
+        return self._lookup(key)
+
+    def _lookup(self, key: str) -> User | None:
         if not key:
             return None
-        self._refresh()
         digest = key_hash(key)
         if self._admin_hash and hmac.compare_digest(digest, self._admin_hash):
             return ADMIN_KEY_USER

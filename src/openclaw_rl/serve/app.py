@@ -485,17 +485,15 @@ class _Guard:
 
     def _identify(self, scope: dict) -> tuple[User | None, JSONResponse | None]:
         """(the user, None), or (None, the 401 or 413 answer). No key configured: the local admin."""
-        users, limit = self.server.users, self.server.config.max_body_bytes
+        limit = self.server.config.max_body_bytes
         headers = Headers(scope=scope)
-        user: User | None = LOCAL
-        if users.keys_configured:
-            given = headers.get("authorization", "")
-            given = given[len("Bearer "):].strip() if given.startswith("Bearer ") else headers.get("x-api-key", "")
-            user = users.authenticate(given)
-            if user is None and scope["path"] != "/healthz":
-                return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
-                                                 "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`",
-                                            code="invalid_api_key")
+        given = headers.get("authorization", "")
+        given = given[len("Bearer "):].strip() if given.startswith("Bearer ") else headers.get("x-api-key", "")
+        user = self.server.users.caller(given)
+        if user is None and scope["path"] != "/healthz":
+            return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
+                                             "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`",
+                                        code="invalid_api_key")
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return None, error_response(413, f"the request body is {declared} bytes; the limit is {limit} bytes "
