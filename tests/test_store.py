@@ -304,11 +304,13 @@ def test_a_second_store_sees_every_committed_write(store, store_url, tmp_path):
 
 
 _CLAIMER = """
-import json, sys, time
+import json, pathlib, sys, time
 from openclaw_rl.store import make_store
 store = make_store(sys.argv[1], data_dir=sys.argv[2])
-start = float(sys.argv[3])
-while time.time() < start:
+here, other = pathlib.Path(sys.argv[3]), pathlib.Path(sys.argv[4])
+here.touch()  # a barrier: each has imported and opened its store before either claims
+deadline = time.time() + 60
+while not other.exists() and time.time() < deadline:
     time.sleep(0.001)
 claimed = []
 while True:
@@ -317,7 +319,7 @@ while True:
     if not samples:
         break
     claimed += [s.turn_id for s in samples]
-    time.sleep(0.002)  # a trainer steps between claims; this also spreads the claims out
+    time.sleep(0.02)  # a trainer steps between claims; this also spreads the claims out
 store.close()
 print(json.dumps(claimed))
 """
@@ -328,9 +330,9 @@ def test_two_processes_claiming_at_once_never_take_the_same_sample(store, store_
     turn_ids = [_turn(store).id for _ in range(120)]
     for turn_id in turn_ids:
         store.add_sample(_sample(turn_id))
-    start = time.time() + 3.0  # both have imported and opened their store by then
+    ready = [tmp_path / "ready-0", tmp_path / "ready-1"]
     claimers = [
-        subprocess.Popen([sys.executable, "-c", _CLAIMER, store_url, str(tmp_path), str(start)],
+        subprocess.Popen([sys.executable, "-c", _CLAIMER, store_url, str(tmp_path), str(ready[i]), str(ready[1 - i])],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(2)
     ]
