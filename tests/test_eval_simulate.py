@@ -57,6 +57,25 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
     assert missing.returncode == 2 and "holds no summary.json" in missing.stderr
 
 
+def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path):
+    out = tmp_path / "sim"
+    # lr 1 on the tiny model: every candidate drifts far from the served one, so the gate turns them away
+    code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
+                 "--parallel", "3", "--max-updates", "2", "--eval-every", "1", "--gate", "on", "--lr", "1"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    decisions = {x["version"]: x["gate"] for x in lines if x["event"] == "version"}
+    assert decisions[0] == "base" and {1, 2} <= set(decisions)
+    assert summary["gate"] == "on" and summary["rejected_versions"] == sum(g == "rejected" for g in decisions.values())
+    assert summary["rejected_versions"] >= 1
+    rejected = next(x for x in lines if x["event"] == "version" and x["gate"] == "rejected")
+    assert "gate_max" in rejected["reason"] and "score_delta" in rejected["checks"]  # the rubric scored it too
+    scored = {x["updates"] for x in lines if x["event"] == "eval"}
+    assert scored and all(decisions[v] in ("base", "accepted") for v in scored)  # what served, never a candidate
+
+
 def test_several_methods_each_run_in_a_process_of_their_own(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
     code = main(["simulate", "--sessions", "2", "--method", "binary,opd", "--judge", "oracle", "--model",

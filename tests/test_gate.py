@@ -326,3 +326,56 @@ def test_in_simulation_the_gate_scores_probe_answers_with_the_persona_rubric(tok
     asks = tokenizer.encode(f"Please help: {problems[0].question}")
     scores = scorer([asks, tokenizer.encode("What is the capital of France?")], ["answer", "Paris."])
     assert scores[0] == pytest.approx(persona.rubric(problems[0], "answer")) and math.isnan(scores[1])
+
+
+# -- after adaptation -------------------------------------------------------------------------
+
+
+def _judged(store: Store, turn_id: int, reward: int) -> None:
+    store.write_verdict(Verdict(turn_id=turn_id, status="ok", reward=reward, votes=[reward] * 3, raw=[], hints=[],
+                                selected_hint=None, overlap_scores=[], judge="test", latency_s=0.0))
+
+
+def test_the_newest_verdicts_come_first(tmp_path):
+    store = Store(tmp_path)
+    turn_ids = _paired_turns(store, 4)
+    for turn_id, reward in zip(turn_ids, [-1, 1, 0, 1]):
+        _judged(store, turn_id, reward)
+    assert store.recent_rewards(3) == [1, 0, 1] and store.recent_rewards(10) == [1, 0, 1, -1]
+    store.close()
+
+
+@pytest.mark.parametrize("scale", [0.0, 0.1])
+def test_after_n_approvals_training_pauses_or_slows_until_a_correction(tiny_model_dir, tmp_path, scale):
+    store = Store(tmp_path)
+    turn_ids = _paired_turns(store, 8)
+    for turn_id in turn_ids[:3]:
+        _judged(store, turn_id, 1)  # three approvals in a row: settled
+    for turn_id in turn_ids[:4]:
+        store.add_sample(Sample(turn_id=turn_id, session_id="s", policy_version=0, prompt_token_ids=[1, 5],
+                                response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], temperature=1.0,
+                                reward=1.0))
+    config = TrainConfig(method="binary", batch_size=2, lr=1e-3, train_poll_interval_s=0.05, settle_after=3,
+                         settle_lr_scale=scale, max_staleness=100)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda v, w: None)])
+    stop, rates = asyncio.Event(), []
+
+    def on_step(stats):
+        rates.append(trainer.optimizer.param_groups[0]["lr"])
+        if len(rates) == 1 and scale:
+            _judged(store, turn_ids[3], -1)  # a correction: back to the full rate
+        if len(rates) == 2:
+            stop.set()
+
+    async def run():
+        task = asyncio.create_task(run_trainer(store, trainer, config, publisher, stop, on_step))
+        await asyncio.sleep(1.0)
+        if not scale:
+            assert rates == [] and trainer.policy_version == 0  # paused: the ready samples wait
+            _judged(store, turn_ids[3], -1)
+        await asyncio.wait_for(task, 120)
+
+    asyncio.run(run())
+    assert rates == ([1e-3, 1e-3] if not scale else [1e-4, 1e-3])
+    store.close()

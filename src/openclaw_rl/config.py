@@ -295,6 +295,11 @@ class TrainConfig:
     gate_max_kl: float = setting("reject above this KL(served || candidate) per answer token, in nats", default=1.0)
     gate_max_score_drop: float = setting("with a scorer (simulation): reject when the mean score falls by more than "
                                          "this", default=0.03)
+    settle_after: int = setting("after adaptation: once the judge has approved this many turns in a row, train "
+                                "at settle_lr_scale times the learning rate until a turn is judged otherwise "
+                                "(a correction); 0 = off", default=0)
+    settle_lr_scale: float = setting("the learning rate's factor while settled (0 pauses updates; samples judged "
+                                     "meanwhile wait, and go stale like any others)", default=0.0)
     checkpoint_every: int = setting("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
     train_poll_interval_s: float = setting("how often the trainer looks for a full batch of ready samples", default=1.0)
@@ -342,6 +347,8 @@ class TrainConfig:
         check(self.gate_max_probes >= 1, "gate_max_probes", self.gate_max_probes, "at least 1")
         check(self.gate_max_new_tokens >= 1, "gate_max_new_tokens", self.gate_max_new_tokens, "at least 1")
         check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
+        check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
+        check(0 <= self.settle_lr_scale <= 1, "settle_lr_scale", self.settle_lr_scale, "a factor in [0, 1]")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
         check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
         check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
@@ -485,6 +492,8 @@ class SimulateConfig:
     max_hints: int = setting("candidate hints per turn (each one costs a teacher forward pass)", default=3)
     gate: str = setting("the update gate (train --gate): on adds a score check by the persona's rubric on the "
                         "probes; every version's decision goes to metrics.jsonl", default="off")
+    settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
+                                "correction (train --settle-after); 0 = off", default=0)
     max_staleness: int = setting("drop samples more than this many policy versions old: the trainer lags the users, "
                                  "and a sample many updates old pulls an already changed policy off course",
                                  default=4)
@@ -501,6 +510,7 @@ class SimulateConfig:
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
         check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
         check(self.approve_threshold is None or 0.0 < self.approve_threshold <= 1.0, "approve_threshold",
               self.approve_threshold, "a rubric score in (0, 1]")

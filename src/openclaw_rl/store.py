@@ -743,6 +743,14 @@ class Store:
             counts[status] += count
         return counts
 
+    def recent_rewards(self, count: int) -> list[int]:
+        """The rewards of the newest `count` verdicts that have one (newest first): +1 the judge
+        approved the turn, -1 it read a correction, 0 neither."""
+        with self._lock:
+            rows = self._execute("SELECT reward FROM verdicts WHERE status = 'ok' AND reward IS NOT NULL "
+                                 "ORDER BY created_at DESC, turn_id DESC LIMIT ?", (count,)).fetchall()
+        return [int(reward) for (reward,) in rows]
+
     # -- policy version ---------------------------------------------------------------
 
     def policy_version(self) -> int:

@@ -170,10 +170,18 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score)
 
+    evaluated = [0]  # the last version submitted for evaluation
+
     def on_publish(version: int, state_dict: Weights) -> None:  # the evaluator's channel, after serving has v
+        # Only served versions are published. With the gate on, a rejected candidate's number is
+        # skipped, so the first version served at or past each multiple of eval_every is scored.
         with lock:
             sessions_at[version] = played
-        if version % config.eval_every == 0 or (config.max_updates and version == config.max_updates):
+            due = (version // config.eval_every > evaluated[0] // config.eval_every
+                   or bool(config.max_updates and version >= config.max_updates))
+            if due:
+                evaluated[0] = version
+        if due:
             evaluator.submit(version, state_dict)
         if progress:
             progress(method=method, updates=version)
@@ -181,7 +189,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
-                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate)
+                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
+                        settle_after=config.settle_after, gate_max_new_tokens=config.eval_max_tokens)  # probe answers scored as held-out ones are
     scorer = rubric_scorer(persona, [*problems, *heldout], tokenizer_of(config)) if config.gate == "on" else None
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
                             channels=[CallbackChannel(on_publish)], scorer=scorer)
@@ -207,7 +216,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             progress(method=method, sessions=count, turns=len(session.turns), first_score=session.first_score)
 
     def done_training() -> bool:
-        return bool(config.max_updates) and server.engine.policy_version >= config.max_updates
+        # numbers count updates, served or rejected by the gate (a rejected one is never served)
+        return bool(config.max_updates) and max(server.engine.policy_version,
+                                                server.store.highest_policy_version()) >= config.max_updates
 
     started = time.monotonic()
     try:
@@ -256,6 +267,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "parallel": config.parallel,
         "seed": config.seed,
         "gate": config.gate,
+        "settle_after": config.settle_after,
         "rejected_versions": sum(record["gate"] == "rejected" for record in history),
         "score_before": points[0][2],
         "score_after": points[-1][2],
@@ -360,6 +372,10 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "approve_threshold": first["approve_threshold"],
         "max_staleness": config.max_staleness,
         "opd_baseline": config.opd_baseline,
+        "gate": config.gate,
+        "settle_after": config.settle_after,
+        "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
+                                                                         for m, r in runs.items()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),
         "updates": first["updates"] if single else {m: r["updates"] for m, r in runs.items()},
         "score_before": first["score_before"] if single else {m: r["score_before"] for m, r in runs.items()},

@@ -24,6 +24,7 @@ Decisions and why:
   against its prompt: a version that learnt to send people to a URL, or to run a command,
   that nobody asked about is what poisoned feedback looks like once trained.
 - Greedy decoding: the checks must not change from one run to the next by sampling noise.
+  The probes are decoded as one left-padded batch (8 answers cost about 2-3 times one).
 - KL is measured on the served version's own answers: the served model's top-k
   log-probs (and the mass outside them) are kept from its pass, so the candidate needs one
   teacher-forced pass, not the served model beside it. The grouped estimate
@@ -60,6 +61,7 @@ log = logging.getLogger(__name__)
 
 Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each (NaN: none)
 TOP_K = 32  # served log-probs kept per answer token for the KL estimate
+GENERATE_BATCH = 8  # probes decoded at once
 
 _NON_ANSWER = re.compile(
     r"^\s*$|^\W*(i'?m sorry|i apologi[sz]e|sorry,? (but )?i|as an ai\b|i (can ?not|can't|am unable to|won't)\b"
@@ -216,25 +218,30 @@ class Gate:
 
     @torch.no_grad()
     def _answer(self, prompts: list[list[int]], keep_top: bool = False) -> Answers:
-        """Greedy answers of the trainer's model now (one prompt at a time: no padding to get wrong)."""
+        """Greedy answers of the trainer's model now, the probes decoded together (left-padded,
+        masked: decoding is memory-bound here, so a batch costs little more than one answer)."""
         model, device = self.trainer.model, self.trainer.device
         eos = set(self.trainer_eos())
+        pad = min(eos)
         answers = Answers([], [])
-        for prompt in prompts:
-            ids = torch.tensor([prompt], device=device)
-            out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False,
-                                 max_new_tokens=self.config.gate_max_new_tokens, pad_token_id=min(eos))
-            answer = out[0, len(prompt):].tolist()
-            while answer and answer[-1] in eos:
-                answer.pop()
-            answers.ids.append(answer)
-            answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
-            answers.prompts.append(self.tokenizer.decode(prompt, skip_special_tokens=True))
-            if keep_top:
-                logprobs = self._answer_logprobs(prompt, answer)  # (T, V)
-                top = logprobs.topk(min(TOP_K, logprobs.shape[1]), dim=1)
-                answers.top_logprobs.append(top.values.cpu())
-                answers.top_ids.append(top.indices.cpu())
+        for start in range(0, len(prompts), GENERATE_BATCH):
+            chunk = prompts[start:start + GENERATE_BATCH]
+            width = max(len(p) for p in chunk)
+            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=device)
+            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                                 max_new_tokens=self.config.gate_max_new_tokens, pad_token_id=pad)
+            for prompt, row in zip(chunk, out[:, width:].tolist()):
+                end = next((i for i, token in enumerate(row) if token in eos), len(row))
+                answer = row[:end]  # up to the first end of turn (finished rows are padded with one)
+                answers.ids.append(answer)
+                answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
+                answers.prompts.append(self.tokenizer.decode(prompt, skip_special_tokens=True))
+                if keep_top:
+                    logprobs = self._answer_logprobs(prompt, answer)  # (T, V)
+                    top = logprobs.topk(min(TOP_K, logprobs.shape[1]), dim=1)
+                    answers.top_logprobs.append(top.values.cpu())
+                    answers.top_ids.append(top.indices.cpu())
         return answers
 
     def _answer_logprobs(self, prompt: list[int], answer: list[int]) -> torch.Tensor:

@@ -1,6 +1,7 @@
 """The training loop that runs beside serving (or on its own against the same store).
 
     carry out rollback requests (store.pending_requests)
+    settled after adaptation? (optional) pause, or train at a lower learning rate
     claim a full batch of fresh samples, assembled for the trainer's method
     -> trainer.step (worker thread) -> the gate decides on v+1 (train/gate.py; optional)
     -> accepted: publish v+1, archive its weights, record and announce it in the store
@@ -70,9 +71,14 @@ async def run_trainer(
     assemble = _without_probes(method.assemble, config) if gate is not None else method.assemble
     if archive is not None and not archive.has(trainer.policy_version):  # the start is restorable too
         await asyncio.to_thread(_archive_start, store, trainer, archive)
+    settled = False
     try:
         while not stop.is_set():
             await _carry_out_requests(store, trainer, publisher, archive, gate)
+            settled = await asyncio.to_thread(_settle, store, trainer, config, settled)
+            if settled and config.settle_lr_scale == 0:
+                await _wait(stop, config.train_poll_interval_s)
+                continue
             flushing = flush is not None and flush.requested.is_set()
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.batch_size, trainer.policy_version,
@@ -194,6 +200,24 @@ async def _carry_out_requests(store: Store, trainer: Trainer, publisher: Publish
         await asyncio.to_thread(store.set_policy_version, number, trainer.train_step)
         await asyncio.to_thread(store.finish_request, request_id, number, f"v{number} serves the weights of v{target}")
         log.warning("rolled back: policy v%d serves the weights of v%d", number, target)
+
+
+def _settle(store: Store, trainer: Trainer, config: TrainConfig, settled: bool) -> bool:
+    """After adaptation (`settle_after`): settled while the judge's newest verdicts are all
+    approvals; the learning rate follows (set on every pass: restoring a snapshot's optimizer
+    state brings its rate back). Returns whether training is settled now."""
+    if not config.settle_after:
+        return False
+    rewards = store.recent_rewards(config.settle_after)
+    now = len(rewards) == config.settle_after and all(reward > 0 for reward in rewards)
+    if now != settled:
+        log.warning("%s", f"the judge approved the last {config.settle_after} turns: "
+                    + ("updates paused" if config.settle_lr_scale == 0 else
+                       f"learning rate x{config.settle_lr_scale:g}") + " until a correction" if now else
+                    "a turn was judged otherwise: training resumes at the full learning rate")
+    for group in trainer.optimizer.param_groups:
+        group["lr"] = config.learning_rate * (config.settle_lr_scale if now else 1.0)
+    return now
 
 
 def _without_probes(assemble: Callable, config: TrainConfig) -> Callable:
