@@ -41,13 +41,14 @@ def _chat(base: str, key: str, messages: list[dict], **headers: str) -> httpx.Re
 
 def test_keys_are_shown_once_stored_as_hashes_and_picked_up_by_a_running_registry(tmp_path):
     running = Users(tmp_path)  # as a server holds it
-    assert not running.keys_configured
+    assert not running.keys_configured and not running.shared
+    assert Users(tmp_path, admin_key="k").keys_configured and not Users(tmp_path, admin_key="k").shared
     key = Users(tmp_path).add("alice")  # another shell adds a user
     assert key.startswith("ocrl-") and len(key) > 40
     stored = (tmp_path / "users.json").read_text()
     assert key not in stored and "alice" in stored
     assert stat.S_IMODE((tmp_path / "users.json").stat().st_mode) == 0o600
-    assert running.keys_configured and running.authenticate(key).name == "alice"
+    assert running.keys_configured and running.shared and running.authenticate(key).name == "alice"
     assert running.authenticate(key + "x") is None and running.authenticate("") is None
     with pytest.raises(UserError, match="exists; revoke it first"):
         Users(tmp_path).add("alice")
@@ -429,7 +430,9 @@ def test_one_user_fills_at_most_their_share_of_a_batch(store):
         _judge_and_claim(store, turn.id, f"s{i}")
     cap = per_user_cap(TrainConfig(batch_size=2, max_user_share=0.5))
     assert cap == 1 and per_user_cap(TrainConfig(batch_size=16, max_user_share=0.25)) == 4
-    assert per_user_cap(TrainConfig(batch_size=16)) is None
+    assert per_user_cap(TrainConfig(batch_size=16)) is None  # one person's server: no cap
+    assert per_user_cap(TrainConfig(batch_size=16), shared=True) == 4  # a shared one: a quarter by default
+    assert per_user_cap(TrainConfig(batch_size=16, max_user_share=1.0), shared=True) is None
     batch, _ = store.claim_samples("combined", 2, 0, 2, train_step=1, max_per_owner=cap)
     assert sorted(s.session_id for s in batch) == ["s0", "s3"]  # one of alice's, bob's one
     assert store.claim_samples("combined", 2, 0, 2, train_step=2, max_per_owner=cap)[0] == []  # alice alone: waits

@@ -269,9 +269,10 @@ class TrainConfig:
     topk_k: int = setting("teacher tokens per position compared by top-k distillation", default=16)
     max_staleness: int = setting("drop samples whose policy version is more than this many versions behind",
                                default=2)
-    max_user_share: float = setting("the largest share of one training batch a single user's samples may fill "
-                                    "(1 = no cap; on a server many people share, 0.25 keeps any one of them from "
-                                    "steering a step)", default=1.0)
+    max_user_share: float | None = setting(
+        "the largest share of one training batch a single user's samples may fill (the rest wait for later "
+        "batches); unset: 0.25 once DATA_DIR/users.json holds a user (a server people share, so no one's "
+        "feedback steers a step), else 1 (one person's server: every sample is theirs)", default=None)
     keep_versions: int = setting("weights of the newest this many versions kept in DATA_DIR/versions for rollback "
                                  "(pinned versions and the last accepted one are kept as well)", default=5)
     gate: str = setting("on: a new version serves only if it passes the update gate's checks on probe prompts "
@@ -338,7 +339,8 @@ class TrainConfig:
               "initial with --lora (a LoRA trainer's reference is the base model with its adapter off)")
         check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
-        check(0 < self.max_user_share <= 1, "max_user_share", self.max_user_share, "a share in (0, 1]")
+        check(self.max_user_share is None or 0 < self.max_user_share <= 1, "max_user_share", self.max_user_share,
+              "a share in (0, 1]")
         check(self.keep_versions >= 1, "keep_versions", self.keep_versions, "at least 1")
         check(self.gate in ("on", "off"), "gate", self.gate, "on or off")
         check(self.gate_on_reject in ("restore", "continue"), "gate_on_reject", self.gate_on_reject,
@@ -494,6 +496,10 @@ class SimulateConfig:
                         "probes; every version's decision goes to metrics.jsonl", default="off")
     settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
                                 "correction (train --settle-after); 0 = off", default=0)
+    kl_beta: float = setting("k3 KL penalty to the reference policy (train --kl-beta); 0 = off", default=0.0)
+    kl_reference: str = setting("the KL penalty's reference: initial | accepted (train --kl-reference)",
+                                default="initial")
+    teacher: str = setting("the OPD teacher's weights: current | initial (judge --teacher)", default="current")
     max_staleness: int = setting("drop samples more than this many policy versions old: the trainer lags the users, "
                                  "and a sample many updates old pulls an already changed policy off course",
                                  default=4)
@@ -511,6 +517,9 @@ class SimulateConfig:
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
         check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
+        check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "0 (off) or a positive weight")
+        check(self.kl_reference in ("initial", "accepted"), "kl_reference", self.kl_reference, "initial or accepted")
+        check(self.teacher in ("current", "initial"), "teacher", self.teacher, "current or initial")
         check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
         check(self.approve_threshold is None or 0.0 < self.approve_threshold <= 1.0, "approve_threshold",
               self.approve_threshold, "a rubric score in (0, 1]")

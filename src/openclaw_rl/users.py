@@ -84,6 +84,13 @@ class Users:
         self._refresh()
         return bool(self._admin_hash or self._by_hash)
 
+    @property
+    def shared(self) -> bool:
+        """Whether the users file holds an active user: a server several people use (the
+        trainer's per-user batch cap defaults on then)."""
+        self._refresh()
+        return bool(self._by_hash)
+
     def authenticate(self, key: str) -> User | None:
         """The user whose key this is, or None (unknown, revoked, or empty)."""
         self._refresh()

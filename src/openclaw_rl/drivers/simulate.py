@@ -89,12 +89,12 @@ class _Recorder:
 
 
 def _judge_config(config: SimulateConfig) -> JudgeConfig:
+    common = {"max_hints": config.max_hints, "teacher": config.teacher}
     if config.judge == "oracle":
-        return JudgeConfig(judge="off", max_hints=config.max_hints)
+        return JudgeConfig(judge="off", **common)
     if config.judge.startswith(("http://", "https://")):
-        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model,
-                           max_hints=config.max_hints)
-    return JudgeConfig(judge=config.judge, max_hints=config.max_hints)
+        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model, **common)
+    return JudgeConfig(judge=config.judge, **common)
 
 
 class _SnapshotEvaluator:
@@ -190,7 +190,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
-                        settle_after=config.settle_after, gate_max_new_tokens=config.eval_max_tokens)  # probe answers scored as held-out ones are
+                        settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
+                        gate_max_new_tokens=config.eval_max_tokens)  # probe answers scored as held-out ones are
     scorer = rubric_scorer(persona, [*problems, *heldout], tokenizer_of(config)) if config.gate == "on" else None
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
                             channels=[CallbackChannel(on_publish)], scorer=scorer)
@@ -268,6 +269,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "seed": config.seed,
         "gate": config.gate,
         "settle_after": config.settle_after,
+        "kl_beta": config.kl_beta,
+        "kl_reference": config.kl_reference,
+        "teacher": config.teacher,
         "rejected_versions": sum(record["gate"] == "rejected" for record in history),
         "score_before": points[0][2],
         "score_after": points[-1][2],
@@ -374,6 +378,9 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "opd_baseline": config.opd_baseline,
         "gate": config.gate,
         "settle_after": config.settle_after,
+        "kl_beta": config.kl_beta,
+        "kl_reference": config.kl_reference,
+        "teacher": config.teacher,
         "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
                                                                          for m, r in runs.items()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),

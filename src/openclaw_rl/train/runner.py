@@ -33,6 +33,7 @@ from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import Publisher
+from openclaw_rl.users import Users
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ async def run_trainer(
     if archive is not None and not archive.has(trainer.policy_version):  # the start is restorable too
         await asyncio.to_thread(_archive_start, store, trainer, archive)
     settled = False
+    users = Users(data_dir)  # whether people share this server: the per-user batch cap's default
     try:
         while not stop.is_set():
             await _carry_out_requests(store, trainer, publisher, archive, gate)
@@ -83,7 +85,7 @@ async def run_trainer(
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.batch_size, trainer.policy_version,
                 config.max_staleness, trainer.train_step + 1, 1 if flushing else None, assemble,
-                per_user_cap(config),
+                per_user_cap(config, users.shared),
             )
             if not samples:
                 if flushing:
@@ -229,8 +231,13 @@ def _without_probes(assemble: Callable, config: TrainConfig) -> Callable:
     return assemble_unless_probe
 
 
-def per_user_cap(config: TrainConfig) -> int | None:
-    """The most samples of one user a batch may hold (`max_user_share`); None: no cap."""
-    if config.max_user_share >= 1:
+SHARED_USER_SHARE = 0.25  # max_user_share's default on a server people share
+
+
+def per_user_cap(config: TrainConfig, shared: bool = False) -> int | None:
+    """The most samples of one user a batch may hold (`max_user_share`; unset: 0.25 on a
+    `shared` server, no cap otherwise); None: no cap."""
+    share = config.max_user_share if config.max_user_share is not None else SHARED_USER_SHARE if shared else 1.0
+    if share >= 1:
         return None
-    return max(1, math.floor(config.max_user_share * config.batch_size))
+    return max(1, math.floor(share * config.batch_size))
