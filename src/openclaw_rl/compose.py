@@ -21,6 +21,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import torch
 import uvicorn
 from fastapi import FastAPI
 from transformers import AutoTokenizer
@@ -29,6 +30,7 @@ from openclaw_rl.config import ConfigError, JudgeConfig, JudgeProcessConfig, Ser
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.engine.precision import dtype_name, resolve_dtype
 from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
@@ -45,7 +47,7 @@ from openclaw_rl.train import checkpoint
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.gate import Gate, Scorer, read_probe_file
 from openclaw_rl.train.runner import run_trainer
-from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.trainer import TIS_CAP, Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
 from openclaw_rl.users import Users
@@ -92,7 +94,8 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
     keeps the weights dir and server log of several engines sharing a data dir apart
     (Ray replicas)."""
     if config.engine == "local":
-        return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size)
+        return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size,
+                           dtype=config.dtype)
     weights_dir = Path(config.data_dir) / "engine-weights"  # the remote server must be able to read it
     if name:
         weights_dir = weights_dir / name
@@ -101,7 +104,9 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
     launched = None
     if not config.engine_url:
         launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank,
-                              log_path=Path(config.data_dir) / (f"vllm-{name}.log" if name else "vllm.log"))
+                              log_path=Path(config.data_dir) / (f"vllm-{name}.log" if name else "vllm.log"),
+                              dtype=dtype_name(resolve_dtype(config.dtype, _device())),
+                              gpu_memory_utilization=config.gpu_memory_utilization)
         launched.start()
     try:
         return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched)
@@ -166,6 +171,8 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
+    if config.train and train.tis_cap is None and resolve_dtype(config.dtype, _device()) != torch.float32:
+        train = dataclasses.replace(train, tis_cap=TIS_CAP)  # the engine samples below the trainer's float32
     server = build_server(config, threads, lora_rank=train.lora_rank if config.train and train.lora else 0)
     loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
     # the judge writes signals for any method; a teacher that only this process's trainer would read, and
@@ -208,6 +215,11 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
         return [*extra, *found][:max(config.gate_max_probes, len(extra))]
 
     return Gate(trainer, config, tokenizer, probes, scorer), archive
+
+
+def _device() -> str:
+    """Where an engine started here runs (engine/precision.py resolves `auto` for it)."""
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _closed_at_stop(engine: Engine):

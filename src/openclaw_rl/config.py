@@ -35,6 +35,8 @@ def setting(help: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
 
 
 LOG_TEXT = ("off", "redacted", "full")
+DTYPE_NAMES = ("auto", "float32", "bfloat16", "float16")  # engine/precision.py resolves them
+TRAIN_DTYPE_NAMES = ("auto", "float32", "bfloat16")  # float16 training would need loss scaling
 
 
 def _log_text_setting() -> Any:
@@ -67,6 +69,11 @@ class ServeConfig:
     log_text: str = _log_text_setting()
     redact: str = _redact_setting()
     max_batch_size: int = setting("most requests decoded together", default=16)
+    dtype: str = setting("the engine's precision: auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | "
+                         "float16 (engine/precision.py)", default="auto")
+    gpu_memory_utilization: float = setting(
+        "with --engine vllm on a GPU: the share of GPU memory vLLM may take (weights and KV cache); the trainer "
+        "beside it gets the rest (README, 'Precision and GPUs'). 0 = vLLM's own default (0.9)", default=0.0)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
@@ -94,6 +101,9 @@ class ServeConfig:
         for name in ("user_requests_per_minute", "user_feedback_per_minute", "user_max_streams"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "0 (no limit) or a positive count")
         check(self.log_text in LOG_TEXT, "log_text", self.log_text, " or ".join(LOG_TEXT))
+        check(self.dtype in DTYPE_NAMES, "dtype", self.dtype, " or ".join(DTYPE_NAMES))
+        check(0 <= self.gpu_memory_utilization < 1, "gpu_memory_utilization", self.gpu_memory_utilization,
+              "a share in (0, 1), or 0 for vLLM's default")
         check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
 
@@ -304,6 +314,15 @@ class TrainConfig:
     checkpoint_every: int = setting("write a checkpoint every this many training steps (and on shutdown)",
                                   default=10)
     train_poll_interval_s: float = setting("how often the trainer looks for a full batch of ready samples", default=1.0)
+    train_dtype: str = setting(
+        "the trainer's compute precision: auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 (bf16 "
+        "compute; master weights and AdamW state stay float32; a LoRA base is held in bfloat16)", default="auto")
+    tis_cap: float | None = setting(
+        "truncated importance sampling: each token's loss is weighted by min(pi_trainer / pi_engine, cap), the "
+        "trainer's own log-probs of the batch before the step being the PPO ratio's base; corrects for the engine "
+        "sampling in another precision than the trainer computes in (verl, slime). 0 = off (the ratio is against "
+        "the engine's log-probs); unset = 2 when the trainer or the in-process engine runs below float32, else 0",
+        default=None)
     train_threads: int = setting("torch threads of the training step (0 = 1 beside in-process serving, else 2); "
                                "torch thread pools are per thread, so serving and training each keep theirs",
                                default=0)
@@ -353,6 +372,11 @@ class TrainConfig:
         check(0 <= self.settle_lr_scale <= 1, "settle_lr_scale", self.settle_lr_scale, "a factor in [0, 1]")
         check(self.checkpoint_every >= 1, "checkpoint_every", self.checkpoint_every, "at least 1 step")
         check(self.train_poll_interval_s > 0, "train_poll_interval_s", self.train_poll_interval_s, "a positive number of seconds")
+        check(self.train_dtype in TRAIN_DTYPE_NAMES, "train_dtype", self.train_dtype,
+              " or ".join(TRAIN_DTYPE_NAMES) + " (float16 training needs loss scaling, which the trainer does not "
+              "do: use bfloat16)")
+        check(self.tis_cap is None or self.tis_cap == 0 or self.tis_cap >= 1, "tis_cap", self.tis_cap,
+              "0 (off), a cap >= 1 (verl and slime use 2), or unset for the default")
         check(self.train_threads >= 0, "train_threads", self.train_threads, "0 (automatic) or a positive count")
 
 
@@ -556,9 +580,12 @@ class TrainProcessConfig:
     model: str = setting("base model directory; empty: the bundled model", default="")
     resume: bool = setting("continue from the latest checkpoint", default=False)
     max_steps: int = setting("stop after this many steps (0 = run until killed)", default=0)
+    nproc: int = setting("trainer ranks: N > 1 shards the policy over N processes with FSDP2 (started here with "
+                         "torchrun; under torchrun, its WORLD_SIZE); 1 = one process (train/sharded.py)", default=1)
 
     def __post_init__(self) -> None:
         check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (no limit) or more steps")
+        check(self.nproc >= 1, "nproc", self.nproc, "1 or more trainer processes")
 
 # `openclaw-rl demo` is `simulate` with these defaults (a flag still wins): smaller, and the
 # settings whose curve rose across seeds (docs/experiments.md).

@@ -41,6 +41,7 @@ from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
 )
+from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
 from openclaw_rl.types import SamplingParams, Score, TokenStep
 
@@ -89,14 +90,16 @@ class LocalEngine:
         max_context: int | None = None,
         policy_version: int = 0,
         device: str | None = None,
+        dtype: str = "auto",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.threads = threads or min(2, os.cpu_count() or 1)
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.dtype = resolve_dtype(dtype, self.device)  # the weights and the compute; log-softmax stays float32
         self.model_dir = Path(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
-        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=self.dtype).to(self.device)
         self.model.eval().requires_grad_(False)
         self.model_name = self.model_dir.name
         config = self.model.config

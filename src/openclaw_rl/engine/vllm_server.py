@@ -11,7 +11,10 @@ The flags we pass, and why:
   default is the untempered model).
 - `--generation-config vllm`: ignore sampling defaults in the model's
   generation_config.json; every request states its own.
-- `--dtype float32`: the same precision as the local engine and the trainer.
+- `--dtype` (ServeConfig.dtype, resolved by engine/precision.py: float32 on a CPU, bfloat16
+  on CUDA for auto): the precision the trainer's TIS correction expects (train/losses.py).
+- `--gpu-memory-utilization` only when set (0 leaves vLLM's own 0.9): on a GPU shared with
+  the trainer it is the engine's share (README, 'Precision and GPUs').
 - `--enable-lora --max-lora-rank R` when the trainer trains a LoRA adapter.
 - An untied copy of a model whose output layer shares the input embedding (SmolLM2
   does): vLLM's in-place `reload_weights` unties them, reloading the embedding but
@@ -84,6 +87,8 @@ class VLLMServer:
         log_path: str | Path | None = None,
         extra_args: Sequence[str] = (),
         start_timeout_s: float = 600.0,
+        dtype: str = "float32",
+        gpu_memory_utilization: float = 0.0,
     ):
         self.model_dir = Path(model_dir)
         self.python = resolve_vllm_python(str(python))
@@ -97,10 +102,12 @@ class VLLMServer:
             str(self.python), "-m", "vllm.entrypoints.openai.api_server",
             "--model", str(served_dir), "--served-model-name", self.served_model_name,
             "--host", "127.0.0.1", "--port", str(self.port),
-            "--dtype", "float32", "--max-model-len", str(max_model_len),
+            "--dtype", dtype, "--max-model-len", str(max_model_len),
             "--logprobs-mode", "processed_logprobs", "--max-logprobs", str(max_logprobs),
             "--generation-config", "vllm",
         ]
+        if gpu_memory_utilization:
+            self.command += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
         if lora_rank:
             self.command += ["--enable-lora", "--max-lora-rank", str(_supported_rank(lora_rank)), "--max-loras", "1"]
         self.command += list(extra_args)

@@ -50,6 +50,16 @@ Decisions, and why:
   Under top-p either side may give a bin probability 0 (log-prob -inf, or vLLM's
   -9999): every bin is floored at `tail_floor` like the tail, which keeps the KL finite
   and leaves bins above the floor exactly as they were.
+- Truncated importance sampling (TIS, `tis_cap` > 0) for an engine that samples in another
+  precision than the trainer computes in: the trainer's own log-probs of the batch before
+  the step (`proximal_logprobs`) are the PPO ratio's base, rho = pi_theta / pi_proximal,
+  so the clip bounds how far one step moves the policy; each token's loss is then weighted
+  by w = min(pi_proximal / pi_behaviour, cap), detached, which corrects the expectation
+  for the tokens having come from the engine's distribution. The cap bounds the variance
+  a token the engine rounded down (tiny pi_behaviour) would add. As in verl and slime;
+  without TIS (cap 0) the ratio is against the engine's log-probs directly, and a
+  precision gap shows up as a ratio that is not 1 at the first step, which the clip then
+  reads as movement of the policy. Staleness is corrected by the same weight.
 - Stepwise advantages standardize with the population std of a (task, step) group, so
   each kept group has unit variance exactly. Groups with std below `ZERO_STD`, or with
   one member, cannot say which trajectory did better and are dropped. A step with no
@@ -106,13 +116,23 @@ def ppo_clip_loss(
     loss_mask: Tensor,  # (B, T) bool
     eps_low: float = 0.2,
     eps_high: float = 0.28,
+    proximal_logprobs: Tensor | None = None,  # (B, T) the trainer's, before this step; TIS needs them
+    tis_cap: float = 0.0,
 ) -> tuple[Tensor, dict[str, float]]:
     """Clipped surrogate L = -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A).
 
+    With `tis_cap` > 0: rho = pi / pi_proximal and L is weighted per token by
+    min(pi_proximal / pi_behaviour, tis_cap) (truncated importance sampling; module docstring).
     stats: clip_fraction (tokens where the clip binds, so they give no gradient),
-    ratio_mean, approx_kl (k3 estimate of KL(behaviour || current)) and samples (how
-    many samples have a token in the loss); all aggregated like the loss.
+    ratio_mean, approx_kl (k3 estimate of KL(base || current)) and samples (how
+    many samples have a token in the loss); with TIS also tis_weight_mean,
+    tis_capped_fraction and mismatch (mean |log pi_proximal - log pi_behaviour| per token);
+    all aggregated like the loss.
     """
+    if tis_cap and tis_cap < 1:
+        raise ValueError(f"tis_cap must be 0 (off) or >= 1, got {tis_cap}; verl and slime use 2")
+    if tis_cap and proximal_logprobs is None:
+        raise ValueError("tis_cap > 0 needs proximal_logprobs: the trainer's log-probs of the batch before the step")
     if not (0.0 <= eps_low < 1.0 and eps_high >= 0.0):
         raise ValueError(
             f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, "
@@ -123,13 +143,24 @@ def ppo_clip_loss(
     _check_shape("behaviour_logprobs", behaviour_logprobs, mask.shape)
     _check_shape("advantages", advantages, mask.shape)
 
-    log_ratio = torch.where(mask, _f32(logprobs) - _f32(behaviour_logprobs), 0.0)  # (B, T)
+    base = behaviour_logprobs
+    weight = None
+    if tis_cap:
+        _check_shape("proximal_logprobs", proximal_logprobs, mask.shape)
+        proximal = _f32(proximal_logprobs.detach())
+        gap = torch.where(mask, proximal - _f32(behaviour_logprobs), 0.0)  # (B, T) log pi_proximal / pi_behaviour
+        gap = gap.nan_to_num(neginf=-LOG_RATIO_LIMIT).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+        weight = gap.clamp(max=math.log(tis_cap)).exp()  # (B, T) min(pi_proximal / pi_behaviour, cap)
+        # a token the trainer's own nucleus cut (-inf) weighs ~0; its ratio is taken against behaviour
+        base = torch.where(torch.isfinite(proximal), proximal, _f32(behaviour_logprobs))
+    log_ratio = torch.where(mask, _f32(logprobs) - _f32(base), 0.0)  # (B, T)
     log_ratio = log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = log_ratio.exp()  # (B, T)
     adv = torch.where(mask, _f32(advantages).detach(), 0.0)  # (B, T)
     unclipped = ratio * adv  # (B, T)
     clipped = ratio.clamp(1.0 - eps_low, 1.0 + eps_high) * adv  # (B, T)
-    loss = masked_sample_mean(-torch.minimum(unclipped, clipped), mask)
+    per_token = -torch.minimum(unclipped, clipped)  # (B, T)
+    loss = masked_sample_mean(per_token if weight is None else per_token * weight, mask)
 
     with torch.no_grad():
         stats = {
@@ -138,6 +169,10 @@ def ppo_clip_loss(
             "approx_kl": masked_sample_mean(ratio - 1.0 - log_ratio, mask).item(),
             "samples": float(mask.any(-1).sum().item()),
         }
+        if weight is not None:
+            stats["tis_weight_mean"] = masked_sample_mean(weight, mask).item()
+            stats["tis_capped_fraction"] = masked_sample_mean((gap > math.log(tis_cap)).float(), mask).item()
+            stats["mismatch"] = masked_sample_mean(gap.abs(), mask).item()
     return loss, stats
 
 
@@ -305,10 +340,13 @@ class LossParams:
     kl_beta: float = 0.0  # k3 KL penalty to the reference policy; paper 0.02, 0 = off
     tail_floor: float = TAIL_FLOOR  # smallest tail mass before the log in top-k KL
     opd_baseline: str = "none"  # "mean": subtract each sample's mean OPD advantage (not in the paper)
+    tis_cap: float = 0.0  # truncated importance sampling's cap on pi_trainer / pi_engine; 0 = off
 
     def __post_init__(self) -> None:
         if self.kl_beta < 0:
             raise ValueError(f"kl_beta must be >= 0, got {self.kl_beta}; use 0 to turn the KL penalty off")
+        if self.tis_cap and self.tis_cap < 1:
+            raise ValueError(f"tis_cap must be 0 (off) or >= 1, got {self.tis_cap}; verl and slime use 2")
         if not 0 < self.tail_floor < 1:
             raise ValueError(
                 f"tail_floor must be in (0, 1), got {self.tail_floor}; the default is {TAIL_FLOOR}"
@@ -372,7 +410,8 @@ def total_loss(
     if surrogate is not None:
         advantages, pg_mask = surrogate
         pg_loss, stats = ppo_clip_loss(
-            logprobs, batch["behaviour_logprobs"], advantages, pg_mask, params.eps_low, params.eps_high
+            logprobs, batch["behaviour_logprobs"], advantages, pg_mask, params.eps_low, params.eps_high,
+            proximal_logprobs=batch.get("proximal_logprobs"), tis_cap=params.tis_cap,
         )
         total, trained = total + pg_loss, trained | pg_mask.bool()
         stats["pg_loss"] = pg_loss.item()

@@ -1,4 +1,4 @@
-"""The trainer: a float32 training copy of the policy and one `step` per batch.
+"""The trainer: a training copy of the policy (float32 master weights) and one `step` per batch.
 
 `Trainer.step(samples)` pads the samples (batch.py), measures the current policy's
 log-probs of the exact sampled tokens, adds up the method's loss terms (methods.py) and
@@ -34,6 +34,17 @@ Decisions, and why:
   named_parameters, so serving loads them as it loads any full update; the training
   model is never merged in place, which would be undone imprecisely. Engines that
   hot-load adapters (vLLM, SGLang) get `lora_adapter()` instead: peft's own format.
+- Precision (`train_dtype`, engine/precision.py): the weights AdamW updates and its moments
+  are always float32; bfloat16 is a compute precision (torch.autocast here, FSDP2's
+  MixedPrecisionPolicy in train/sharded.py), so an update smaller than bfloat16's
+  resolution is not rounded away. A LoRA base is frozen, so it is held in the compute
+  precision itself (half the memory) while the adapter trains in float32; the KL
+  reference copy likewise.
+- Truncated importance sampling (`tis_cap`, train/losses.py): on the first pass over a
+  batch the trainer's own log-probs are kept as the PPO ratio's base; an engine sampling
+  in bfloat16 then no longer makes the first ratio differ from 1.
+- Collective work is split into hooks (`_wrap`, `_accumulate`, the state-dict methods)
+  that train/sharded.py overrides; this class is the one-process trainer.
 """
 
 from __future__ import annotations
@@ -48,9 +59,11 @@ from pathlib import Path
 
 import torch
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.losses import LossParams, k3_kl, opd_advantages
@@ -61,7 +74,9 @@ from openclaw_rl.types import Sample
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 ADAPTER = "default"  # peft's name for the single adapter we train
 CHECKPOINT_TOKENS = 2048  # gradient_checkpointing=auto: micro-batches above this many (padded) tokens
-_MEAN_STATS = ("loss", "pg_loss", "topk_kl", "ref_kl", "approx_kl", "clip_fraction", "ratio_mean")
+_MEAN_STATS = ("loss", "pg_loss", "topk_kl", "ref_kl", "approx_kl", "clip_fraction", "ratio_mean",
+               "tis_weight_mean", "tis_capped_fraction", "mismatch")
+TIS_CAP = 2.0  # tis_cap's value when unset and some precision is below float32 (verl's and slime's)
 
 
 class Trainer:
@@ -78,19 +93,28 @@ class Trainer:
         self.config = config
         self.model_dir = Path(model_dir)
         self.method: Method = get_method(config.method)  # before the model loads: a bad name fails fast
+        self.device = torch.device(device or self._default_device())
+        self.compute_dtype = resolve_dtype(config.train_dtype, self.device)
+        tis_cap = config.tis_cap if config.tis_cap is not None else TIS_CAP if self.compute_dtype != torch.float32 else 0.0
         self.loss_params = LossParams(
             eps_low=config.eps_low, eps_high=config.eps_high, opd_clip_c=config.opd_clip_c,
             w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta, opd_baseline=config.opd_baseline,
+            tis_cap=tis_cap,
         )
         self.method.check(self.loss_params)
-        self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=torch.float32).to(self.device)
+        # full fine-tuning: float32 master weights; a LoRA base is frozen, so it is held as it computes
+        load_dtype = self.compute_dtype if config.lora else torch.float32
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=load_dtype).to(self.device)
         self.reference: torch.nn.Module | None = None
         if config.lora:
             model = _add_lora(model, config)
+            for p in model.parameters():
+                if p.requires_grad:
+                    p.data = p.data.float()  # the adapter and its AdamW state: float32
         elif config.kl_beta > 0:
-            self.reference = copy.deepcopy(model).requires_grad_(False).eval()
-        self.model = model.eval()  # eval = dropout off; gradients still flow
+            self.reference = copy.deepcopy(model).to(self.compute_dtype).requires_grad_(False).eval()
+        model, self.reference = self._wrap(model.eval(), self.reference)
+        self.model = model  # eval = dropout off; gradients still flow
         self._checkpointed = _enable_checkpointing(model, config) if config.gradient_checkpointing != "off" else []
         forward = (model.get_base_model() if config.lora else model).forward
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(forward).parameters
@@ -100,6 +124,24 @@ class Trainer:
         self.policy_version = initial_version  # version of the weights held now
         self.parent_version: int | None = None  # the version those weights came from (None: the base)
         self._numbered = initial_version  # the highest number taken, by a version the gate rejected too
+
+    # -- hooks of the sharded trainer (train/sharded.py) --------------------------------
+
+    def _default_device(self) -> str:
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def _wrap(self, model: torch.nn.Module, reference: torch.nn.Module | None):
+        """The models as they train (sharded: FSDP2); one process: as they are."""
+        return model, reference
+
+    @property
+    def _autocast(self) -> bool:
+        """Whether forwards run under torch.autocast in the compute precision (FSDP2 casts by itself)."""
+        return self.compute_dtype != torch.float32
+
+    def _reduce(self, values: list[float]) -> list[float]:
+        """Sums over every rank (one process: the values)."""
+        return values
 
     # -- training ---------------------------------------------------------------------
 
@@ -117,17 +159,15 @@ class Trainer:
         started = time.perf_counter()
         top_k = self.config.topk_k if self.method.topk_kl else 0
         size = self.config.micro_batch_size
-        micro_batches = [
-            {k: v.to(self.device) for k, v in collate(samples[i : i + size], top_k=top_k).items()}
-            for i in range(0, len(samples), size)
-        ]
+        micro_batches = [self._collate(samples[i : i + size]) for i in range(0, len(samples), size)]
         passes: list[dict[str, float]] = []
         for _ in range(self.config.optimizer_steps_per_batch):
-            stats = self._accumulate(micro_batches)
+            stats = self._accumulate(micro_batches, first_pass=not passes)
             passes.append(stats)
             if stats["trained_samples"] == 0:
                 break
-            stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip))
+            norm = torch.nn.utils.clip_grad_norm_(self.trainable, self.config.grad_clip)
+            stats["grad_norm"] = float(norm.full_tensor() if isinstance(norm, DTensor) else norm)
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
 
@@ -152,39 +192,82 @@ class Trainer:
         )
         return result
 
-    def _accumulate(self, micro_batches: list[dict[str, Tensor]]) -> dict[str, float]:
-        """Gradients of the full batch's loss in `.grad`, built micro-batch by micro-batch."""
+    def _collate(self, samples: Sequence[Sample]) -> dict[str, Tensor]:
+        top_k = self.config.topk_k if self.method.topk_kl else 0
+        return {k: v.to(self.device) for k, v in collate(samples, top_k=top_k).items()}
+
+    def _accumulate(self, micro_batches: list[dict[str, Tensor]], *, first_pass: bool = True,
+                    padding: Sequence[bool] = ()) -> dict[str, float]:
+        """Gradients of the full batch's loss in `.grad`, built micro-batch by micro-batch.
+
+        `padding` marks micro-batches run only so that every rank takes part in the same
+        collectives (train/sharded.py): their backward is of zero. Sums of counts and stats go
+        through `_reduce` (every rank's), and FSDP2 averages gradients over the ranks, so the
+        gradient is divided by the global count over the world size.
+        """
         self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        trained_samples = trained_tokens = kl_sum = 0.0
-        for batch in micro_batches:
-            logits = self._response_logits(batch)  # (B, T, V)
-            logprobs, vocab_logprobs = _measure(logits, batch, with_vocab=self.method.topk_kl)
-            ref_logprobs = kl_logprobs = None
-            if self.loss_params.kl_beta > 0:
-                kl_logprobs, _ = _measure(logits, batch, top_p=False)
-                with torch.no_grad():
-                    ref_logprobs, _ = _measure(self._response_logits(batch, reference=True), batch, top_p=False)
-            loss, stats = self.method.loss(batch, logprobs, vocab_logprobs, ref_logprobs, self.loss_params,
-                                           kl_logprobs=kl_logprobs)
-            count = self.method.trained_samples(batch, stats)
+        sums = dict.fromkeys(_MEAN_STATS, 0.0)
+        trained_samples = trained_tokens = kl_sum = samples = 0.0
+        collective = bool(padding)
+        for i, batch in enumerate(micro_batches):
+            real = not (padding and padding[i])
+            loss, stats, logprobs = self._micro_loss(batch, first_pass)
+            count = self.method.trained_samples(batch, stats) if real else 0.0
+            if count or collective:  # a rank of a sharded step always runs backward: it is a collective
+                (loss * count).backward()
+            if not real:
+                continue
             with torch.no_grad():  # how far the policy has moved from behaviour, on every response token
                 kl_sum += float(k3_kl(batch["behaviour_logprobs"], logprobs, batch["loss_mask"])) * len(logprobs)
-            if count:
-                (loss * count).backward()
+            samples += len(logprobs)
             trained_samples += count
             trained_tokens += stats["tokens"]
             for key in _MEAN_STATS:
                 if key in stats:
-                    sums[key] = sums.get(key, 0.0) + stats[key] * count
+                    sums[key] += stats[key] * count
+        keys = [key for key in _MEAN_STATS]
+        totals = self._reduce([trained_samples, trained_tokens, kl_sum, samples, *(sums[k] for k in keys)])
+        trained_samples, trained_tokens, kl_sum, samples = totals[:4]
+        present = {key for key in _MEAN_STATS if key in self._stat_keys()}
         if trained_samples:
+            divisor = trained_samples / self._world_size
             for p in self.trainable:
                 if p.grad is not None:
-                    p.grad.div_(trained_samples)
-        stats = {key: value / max(trained_samples, 1.0) for key, value in sums.items()}
-        samples = sum(len(b["loss_mask"]) for b in micro_batches)
-        stats.update(kl=kl_sum / samples, trained_samples=trained_samples, trained_tokens=trained_tokens)
+                    p.grad.div_(divisor)
+        stats = {key: value / max(trained_samples, 1.0) for key, value in zip(keys, totals[4:]) if key in present}
+        stats.update(kl=kl_sum / max(samples, 1.0), trained_samples=trained_samples, trained_tokens=trained_tokens)
         return stats
+
+    _world_size = 1  # ranks whose gradients FSDP2 averages (train/sharded.py)
+
+    def _stat_keys(self) -> set[str]:
+        """The loss stats this trainer's method and settings report."""
+        keys = {"loss"}
+        if self.method.advantages is not None:
+            keys |= {"pg_loss", "approx_kl", "clip_fraction", "ratio_mean"}
+            if self.loss_params.tis_cap:
+                keys |= {"tis_weight_mean", "tis_capped_fraction", "mismatch"}
+        if self.method.topk_kl:
+            keys.add("topk_kl")
+        if self.loss_params.kl_beta > 0:
+            keys.add("ref_kl")
+        return keys
+
+    def _micro_loss(self, batch: dict[str, Tensor], first_pass: bool) -> tuple[Tensor, dict[str, float], Tensor]:
+        """One micro-batch's loss, its stats and the log-probs (B, T) of its response tokens.
+        On the first pass over a batch its log-probs are kept as TIS's proximal log-probs."""
+        logits = self._response_logits(batch)  # (B, T, V)
+        logprobs, vocab_logprobs = _measure(logits, batch, with_vocab=self.method.topk_kl)
+        if first_pass and self.loss_params.tis_cap:
+            batch["proximal_logprobs"] = logprobs.detach()
+        ref_logprobs = kl_logprobs = None
+        if self.loss_params.kl_beta > 0:
+            kl_logprobs, _ = _measure(logits, batch, top_p=False)
+            with torch.no_grad():
+                ref_logprobs, _ = _measure(self._response_logits(batch, reference=True), batch, top_p=False)
+        loss, stats = self.method.loss(batch, logprobs, vocab_logprobs, ref_logprobs, self.loss_params,
+                                       kl_logprobs=kl_logprobs)
+        return loss, stats, logprobs
 
     def logprobs(
         self, batch: dict[str, Tensor], *, with_vocab: bool = False, reference: bool = False, top_p: bool = True
@@ -206,17 +289,18 @@ class Trainer:
             kwargs["logits_to_keep"] = batch["input_ids"].shape[1] - first  # skip the prompt-only columns
         else:
             first = 0
-        if not reference:
-            tokens = batch["input_ids"].numel()
-            recompute = self.config.gradient_checkpointing == "on" or tokens > CHECKPOINT_TOKENS
-            for layer in self._checkpointed:  # a layer checkpoints only in training mode; its children stay eval
-                layer.training = recompute
-            logits = self.model(**kwargs).logits  # (B, L - first, V)
-        elif self.reference is not None:
-            logits = self.reference(**kwargs).logits
-        else:  # LoRA: the initial policy is the base model, adapter off
-            with self.model.disable_adapter():
-                logits = self.model(**kwargs).logits
+        with torch.autocast(self.device.type, dtype=self.compute_dtype, enabled=self._autocast):
+            if not reference:
+                tokens = batch["input_ids"].numel()
+                recompute = self.config.gradient_checkpointing == "on" or tokens > CHECKPOINT_TOKENS
+                for layer in self._checkpointed:  # a layer checkpoints only in training mode; its children stay eval
+                    layer.training = recompute
+                logits = self.model(**kwargs).logits  # (B, L - first, V)
+            elif self.reference is not None:
+                logits = self.reference(**kwargs).logits
+            else:  # LoRA: the initial policy is the base model, adapter off
+                with self.model.disable_adapter():
+                    logits = self.model(**kwargs).logits
         b, t = positions.shape
         index = (positions - 1 - first)[..., None].expand(b, t, logits.shape[-1])  # (B, T, V)
         return logits.gather(1, index)  # (B, T, V)
@@ -268,7 +352,8 @@ class Trainer:
         for name, p in base.named_parameters():
             if _is_lora_parameter(name):
                 continue
-            value = p.detach() + deltas[name] if name in deltas else p.detach()
+            # merged in float32: a bf16 base would round a small delta away
+            value = p.detach().float() + deltas[name].float() if name in deltas else p.detach()
             merged[name.replace(".base_layer.", ".")] = value.to("cpu", copy=True)
         return merged
 
