@@ -743,6 +743,64 @@ class Store:
             counts[status] += count
         return counts
 
+    def sample_states(self, turn_ids: list[int]) -> dict[int, dict[str, Any]]:
+        """What became of each turn's sample (turns without one are absent): `status` (ready,
+        used, dropped, rejected) and `reason`, the sample's own or, once a method claimed it,
+        that claim's (a used claim wins over the others, then dropped, then rejected), the
+        `train_step` that used it, and every method's `claims`."""
+        found: dict[int, dict[str, Any]] = {}
+        with self._lock:
+            for chunk in _chunks(turn_ids):
+                for turn_id, status, reason in self._execute(
+                        f"SELECT turn_id, status, reason FROM samples WHERE turn_id IN ({_marks(chunk)})",
+                        tuple(chunk)).fetchall():
+                    found[turn_id] = {"status": status, "reason": reason, "train_step": None, "claims": []}
+                for turn_id, method, status, reason, step in self._execute(
+                        f"SELECT turn_id, method, status, reason, train_step FROM claims WHERE turn_id IN "
+                        f"({_marks(chunk)}) ORDER BY created_at", tuple(chunk)).fetchall():
+                    state = found.setdefault(turn_id, {"status": status, "reason": reason, "train_step": None,
+                                                       "claims": []})
+                    state["claims"].append({"method": method, "status": status, "reason": reason, "train_step": step})
+        for state in found.values():
+            for wanted in ("used", "dropped", "rejected"):
+                claim = next((c for c in state["claims"] if c["status"] == wanted), None)
+                if claim is not None:
+                    state.update(status=wanted, reason=claim["reason"], train_step=claim["train_step"])
+                    break
+        return found
+
+    def quarantine_of(self, turn_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
+        """The quarantined hints of each turn (held, released or dropped), oldest first."""
+        found: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
+        with self._lock:
+            for chunk in _chunks(turn_ids):
+                for qid, turn_id, hint, reason, status in self._execute(
+                        f"SELECT id, turn_id, hint, reason, status FROM quarantine WHERE turn_id IN ({_marks(chunk)}) "
+                        "ORDER BY id", tuple(chunk)).fetchall():
+                    found[turn_id].append({"id": qid, "hint": hint, "reason": reason, "status": status})
+        return dict(found)
+
+    def judge_backlog(self) -> int:
+        """Main turns whose next state arrived and that the judge has not judged yet."""
+        with self._lock:
+            (count,) = self._execute(
+                "SELECT COUNT(*) FROM turns WHERE kind = 'main' AND next_state IS NOT NULL "
+                "AND id NOT IN (SELECT turn_id FROM verdicts)").fetchone()
+        return int(count)
+
+    def judged_turns(self, limit: int = 5000, owner: str | None = None) -> list[dict[str, Any]]:
+        """The newest `limit` turns with a reward (only `owner`'s when given), oldest first: session,
+        its start, the turn's index and policy version, the reward and when it was judged."""
+        where, args = ("AND t.owner = ? ", (owner,)) if owner is not None else ("", ())
+        with self._lock:
+            rows = self._execute(
+                "SELECT t.session_id, s.created_at, t.idx, t.policy_version, v.reward, v.created_at FROM verdicts v "
+                "JOIN turns t ON t.id = v.turn_id JOIN sessions s ON s.id = t.session_id "
+                f"WHERE v.status = 'ok' AND v.reward IS NOT NULL {where}ORDER BY v.created_at DESC, v.turn_id DESC "
+                "LIMIT ?", (*args, limit)).fetchall()
+        names = ("session_id", "session_created_at", "index", "policy_version", "reward", "judged_at")
+        return [dict(zip(names, row)) for row in reversed(rows)]
+
     def recent_rewards(self, count: int) -> list[int]:
         """The rewards of the newest `count` verdicts that have one (newest first): +1 the judge
         approved the turn, -1 it read a correction, 0 neither."""

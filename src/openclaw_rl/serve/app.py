@@ -50,7 +50,8 @@ from openclaw_rl.serve.schema import (
     validation_message,
 )
 from openclaw_rl.serve.completion import Caller
-from openclaw_rl.serve.server import Background, Server
+from openclaw_rl.serve.dashboard import dashboard_routes, keyless
+from openclaw_rl.serve.server import Background, Server, caller_of
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, Session
 from openclaw_rl.users import LOCAL, User
@@ -69,6 +70,7 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     _session_routes(app, server)
     _policy_routes(app, server)
     _generation_routes(app, server)
+    dashboard_routes(app, server, _GENERATION)
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
                                 ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest])
     return app
@@ -124,11 +126,6 @@ def _status_routes(app: FastAPI, server: Server) -> None:
 
 
 
-def caller_of(request: Request) -> User:
-    """The user the guard authenticated this request as."""
-    return request.scope["state"]["user"]
-
-
 async def owned_session(server: Server, user: User, session_id: str) -> Session:
     """The session, if `user` may see it; 404 otherwise, the same answer as for no session at
     all, so that nobody learns which ids other users have."""
@@ -156,11 +153,14 @@ def _session_routes(app: FastAPI, server: Server) -> None:
         found = await owned_session(server, caller_of(request), session_id)
         turns = await run_in_threadpool(server.store.turns, session_id)
         verdicts = await run_in_threadpool(server.store.verdicts, [t.id for t in turns])
+        samples = await run_in_threadpool(server.store.sample_states, [t.id for t in turns])
+        held = await run_in_threadpool(server.store.quarantine_of, [t.id for t in turns])
         views = []
         for turn in turns:
             view = turn.public_dict()
             if turn.id in verdicts:
                 view["verdict"] = verdicts[turn.id].public_dict()
+            view["sample"], view["quarantine"] = samples.get(turn.id), held.get(turn.id, [])
             views.append(view)
         return {"id": found.id, "created_at": found.created_at, "closed_at": found.closed_at,
                 "source": found.source, "owner": found.owner, "turns": views}
@@ -463,7 +463,7 @@ class _Guard:
         generation = scope["method"] == "POST" and scope["path"] in _GENERATION
         # Limits keep users of a shared server from crowding each other out; with no key configured
         # there is one user (the laptop, or a driver like `simulate` or `agent`), and nobody to protect.
-        if rejection is None and user is not None and user is not LOCAL and scope["path"] != "/healthz":
+        if rejection is None and user is not None and user is not LOCAL and not keyless(scope["path"]):
             rejection = self._limit(user, scope, generation)
         else:
             generation = False  # nothing was counted open
@@ -490,7 +490,7 @@ class _Guard:
         given = headers.get("authorization", "")
         given = given[len("Bearer "):].strip() if given.startswith("Bearer ") else headers.get("x-api-key", "")
         user = self.server.users.caller(given)
-        if user is None and scope["path"] != "/healthz":
+        if user is None and not keyless(scope["path"]):
             return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
                                              "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`",
                                         code="invalid_api_key")

@@ -44,7 +44,29 @@ class Metrics:
             }.items()
         }
 
+        self.gate_candidate = Gauge("openclaw_gate_candidate_version",
+                                    "Version the update gate is deciding on now (-1: none)", registry=self.registry)
+        self.gate_candidate.set(-1)
+        self.candidate: int | None = None  # the version the gate is deciding on now, if any
         self.last_train: dict[str, float] = {}
+
+    def show_candidate(self, version: int | None) -> None:
+        self.candidate = version
+        self.gate_candidate.set(-1 if version is None else version)
+
+    def totals(self, endpoints: frozenset[str]) -> dict[str, float]:
+        """Requests answered and their summed latency over `endpoints`, since the start (a
+        reader takes differences between two readings for a rate and a mean latency)."""
+        requests = latency_s = 0.0
+        for metric in self.latency.collect():
+            for sample in metric.samples:
+                if sample.labels.get("endpoint") not in endpoints:
+                    continue
+                if sample.name.endswith("_count"):
+                    requests += sample.value
+                elif sample.name.endswith("_sum"):
+                    latency_s += sample.value
+        return {"requests": requests, "latency_s": latency_s}
 
     def record_train_step(self, stats: dict) -> None:
         self.last_train = {name: stats[name] for name in self.train if isinstance(stats.get(name), (int, float))}

@@ -11,12 +11,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import Request
+
 from openclaw_rl.config import ServeConfig
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.serve.limits import UserLimits
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store
-from openclaw_rl.users import Users
+from openclaw_rl.users import User, Users
 
 
 @dataclass
@@ -40,3 +42,8 @@ class Server:
 
 
 Background = Callable[[asyncio.Event], Awaitable[None]]  # a loop run beside the app until the event is set
+
+
+def caller_of(request: Request) -> User:
+    """The user the guard (serve/app.py) authenticated this request as."""
+    return request.scope["state"]["user"]
