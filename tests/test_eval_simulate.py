@@ -74,6 +74,11 @@ def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_r
     assert "gate_max" in rejected["reason"] and "score_delta" in rejected["checks"]  # the rubric scored it too
     scored = {x["updates"] for x in lines if x["event"] == "eval"}
     assert scored and all(decisions[v] in ("base", "accepted") for v in scored)  # what served, never a candidate
+    # what the gate's checks read on each evaluated version (docs/experiments.md calibrates with it)
+    script = Path(__file__).parents[1] / "scripts" / "gate_calibration.py"
+    report = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
+                            check=True).stdout
+    assert "| version | score | mean tokens |" in report and "| v0 | " in report
 
 
 def test_several_methods_each_run_in_a_process_of_their_own(tiny_model_dir, tmp_path):

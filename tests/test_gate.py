@@ -139,6 +139,31 @@ def _paired_turns(store: Store, count: int) -> list[int]:
     return ids
 
 
+def test_served_answers_are_made_once_per_probe_and_an_accepted_candidate_s_are_reused(tiny_model_dir, tokenizer):
+    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=12)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    prompts = _prompts(tokenizer)
+    probes = [prompts[:2]]
+    gate = Gate(trainer, config, tokenizer, lambda: probes[0])
+    decoded: list[int] = []
+    answer = gate._answer
+    gate._answer = lambda ps, keep_top=False: (decoded.append(len(ps)), answer(ps, keep_top))[1]
+    gate.decide()
+    assert decoded == [2, 2]  # the served answers, then the candidate's
+    trainer.return_to(1, 0)
+    _sharpen(trainer, 1.5)
+    first = gate.decide()
+    assert decoded == [2, 2, 2]  # the served answers came from the cache
+    gate.accept()
+    probes[0] = prompts[:3]  # one new probe
+    decoded.clear()
+    second = gate.decide()
+    assert decoded == [1, 3]  # served: the new probe only (v1's answers were its candidate answers)
+    assert second.checks["kl_per_token"] == pytest.approx(0.0, abs=1e-5)  # v1 against itself
+    assert second.checks["served"]["mean_tokens"] == pytest.approx(second.checks["candidate"]["mean_tokens"])
+    assert first.checks["candidate"]["mean_tokens"] >= 0
+
+
 def test_a_rejected_version_is_recorded_never_published_and_the_trainer_goes_back(tiny_model_dir, tokenizer,
                                                                                    tmp_path):
     store = Store(tmp_path)

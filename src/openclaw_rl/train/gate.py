@@ -4,7 +4,8 @@ version being served.
     trainer.step -> candidate v -> Gate.decide(v)      (in the trainer's worker thread: serving never waits)
         probes      prompts of real main turns reserved from training (turn id % probe_every == 0),
                     then --gate-probe-file, then recent prompts, up to gate_max_probes
-        served      greedy answers of the last accepted weights (the snapshot), cached per probe set
+        served      greedy answers of the last accepted weights (the snapshot), cached per probe; an
+                    accepted candidate's answers are the next served ones
         candidate   greedy answers of the trainer's weights now
         checks      repetition, length ratio, non-answers, brought-in content (URLs, commands, other
                     people's data the prompt did not contain), KL(served || candidate) per token, a scorer
@@ -101,6 +102,24 @@ class Answers:
     top_logprobs: list[torch.Tensor] = field(default_factory=list)  # served only: (T, K) per answer
     top_ids: list[torch.Tensor] = field(default_factory=list)
 
+    def pick(self, rows: list[int]) -> Answers:
+        """These answers only, in this order."""
+        tops = bool(self.top_logprobs)
+        return Answers([self.ids[i] for i in rows], [self.texts[i] for i in rows], [self.prompts[i] for i in rows],
+                       [self.top_logprobs[i] for i in rows] if tops else [],
+                       [self.top_ids[i] for i in rows] if tops else [])
+
+    @staticmethod
+    def join(parts: list[Answers]) -> Answers:
+        joined = Answers([], [])
+        for part in parts:
+            joined.ids += part.ids
+            joined.texts += part.texts
+            joined.prompts += part.prompts
+            joined.top_logprobs += part.top_logprobs
+            joined.top_ids += part.top_ids
+        return joined
+
     def summary(self) -> dict[str, float]:
         count = max(len(self.ids), 1)
         count_in = sum(brought_in(text, prompt) is not None for text, prompt in zip(self.texts, self.prompts))
@@ -168,7 +187,10 @@ class Gate:
         self.trainer, self.config, self.tokenizer = trainer, config, tokenizer
         self.probes, self.scorer = probes, scorer
         self.snapshot = self._take()
-        self._served: tuple[tuple[int, tuple], Answers] | None = None  # ((version, probe key), answers)
+        # served answers per (version, probe): a new probe costs its own answer only, and an
+        # accepted candidate's answers are the next served ones (kept from decide)
+        self._cache: dict[tuple[int, tuple[int, ...]], Answers] = {}
+        self._candidate: tuple[int, list[list[int]], Answers] | None = None
 
     def decide(self) -> Decision:
         """The trainer's weights now, against the snapshot's, on the probes."""
@@ -176,7 +198,8 @@ class Gate:
         if not prompts:
             return Decision(True, "no probe prompts yet: accepted unchecked", {"probes": 0})
         served = self._served_answers(prompts)
-        candidate = self._answer(prompts)
+        candidate = self._answer(prompts, keep_top=True)  # its top-k too: served next, if accepted
+        self._candidate = (self.trainer.policy_version, prompts, candidate)
         kl = self._kl(prompts, served)
         delta = None
         if self.scorer is not None:  # a prompt the scorer cannot score (NaN) is left out of the mean
@@ -190,6 +213,13 @@ class Gate:
     def accept(self) -> None:
         """The trainer's weights now serve: they are the new reference."""
         self.snapshot = self._take()
+        version = self.snapshot.version
+        self._cache = {key: answers for key, answers in self._cache.items() if key[0] == version}
+        if self._candidate is not None and self._candidate[0] == version:
+            _, prompts, answers = self._candidate
+            for i, prompt in enumerate(prompts):
+                self._cache[(version, tuple(prompt))] = answers.pick([i])
+        self._candidate = None
 
     def restore(self) -> None:
         """Back to the last accepted weights and optimizer state; the trainer's version is theirs again."""
@@ -204,17 +234,18 @@ class Gate:
                         copy.deepcopy(trainer.optimizer.state_dict()))
 
     def _served_answers(self, prompts: list[list[int]]) -> Answers:
-        key = (self.snapshot.version, tuple(map(tuple, prompts)))
-        if self._served is not None and self._served[0] == key:
-            return self._served[1]
-        held = self.trainer.trainable_state_dict()
-        self.trainer.load_trainable_state_dict(self.snapshot.weights)
-        try:
-            answers = self._answer(prompts, keep_top=True)
-        finally:
-            self.trainer.load_trainable_state_dict(held)
-        self._served = (key, answers)
-        return answers
+        version = self.snapshot.version
+        missing = [p for p in dict.fromkeys(map(tuple, prompts)) if (version, p) not in self._cache]
+        if missing:
+            held = self.trainer.trainable_state_dict()
+            self.trainer.load_trainable_state_dict(self.snapshot.weights)
+            try:
+                answers = self._answer([list(p) for p in missing], keep_top=True)
+            finally:
+                self.trainer.load_trainable_state_dict(held)
+            for i, prompt in enumerate(missing):
+                self._cache[(version, prompt)] = answers.pick([i])
+        return Answers.join([self._cache[(version, tuple(p))] for p in prompts])
 
     @torch.no_grad()
     def _answer(self, prompts: list[list[int]], keep_top: bool = False) -> Answers:
