@@ -7,6 +7,12 @@
         trainer_state.json         train step, policy version, method, base model, config
     DATA_DIR/checkpoints/latest    "step-000010"
 
+A sharded trainer (train/sharded.py) writes `dcp/` instead of the weights and optimizer.pt:
+a torch.distributed.checkpoint directory in which each rank wrote its shards of the
+weights (the adapter's, for LoRA; then `adapter/` holds only adapter_config.json) and of
+the AdamW state, by name. DCP reshards on load, so it resumes on any number of ranks, one
+process included; a one-process checkpoint does not resume sharded (it says so).
+
 Why it survives a kill at any moment: a checkpoint is written into a hidden temporary
 directory, every file and the directory are fsynced, and only then is it renamed to
 its `step-*` name (a rename is atomic); the `latest` pointer is replaced the same way
@@ -34,8 +40,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import tempfile
+
 import torch
+import torch.distributed.checkpoint as dcp
 from safetensors.torch import load_file, save_file
+from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
 
 from openclaw_rl.engine.weight_files import fsync_dir, fsync_file, write_atomic
 
@@ -51,6 +64,8 @@ ADAPTER_DIR = "adapter"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.json"
+ADAPTER_NAME = "default"  # peft's name for the single adapter the trainer trains
+DCP_DIR = "dcp"  # a sharded trainer's weights and optimizer state (torch.distributed.checkpoint)
 TOKENIZER_FILES = (
     "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "tokenizer.model",
     "vocab.json", "merges.txt", "added_tokens.json", "chat_template.jinja", "chat_template.json",
@@ -78,12 +93,19 @@ class Checkpoint:
         return bool(self.state["lora"])
 
     @property
+    def sharded(self) -> bool:
+        """Written by a sharded trainer: a torch.distributed.checkpoint directory, resumable on any N."""
+        return bool(self.state.get("sharded"))
+
+    @property
     def model_dir(self) -> Path:
         """The base model the checkpoint was trained from."""
         return Path(self.state["model_dir"])
 
     def weights(self) -> dict[str, torch.Tensor]:
-        """Every weight (full fine-tuning) or the adapter's weights (LoRA), on the CPU."""
+        """Every weight (full fine-tuning) or the adapter's weights (LoRA, peft's names), on the CPU."""
+        if self.sharded:
+            return _dcp_weights(self.path / DCP_DIR, self.lora)
         return load_file(str(self.path / ADAPTER_DIR / ADAPTER_WEIGHTS if self.lora else self.path / WEIGHTS_FILE))
 
     def optimizer_state(self) -> dict[str, Any]:
@@ -110,14 +132,20 @@ def save(data_dir: str | Path, trainer: Trainer, *, keep: int = KEEP) -> Path:
     tmp = root / f".tmp-{name}-{os.getpid()}"
     tmp.mkdir()
     try:
-        weights = trainer.trainable_state_dict()
-        if trainer.config.lora:
-            (tmp / ADAPTER_DIR).mkdir()
-            save_file(weights, str(tmp / ADAPTER_DIR / ADAPTER_WEIGHTS))
-            trainer.save_adapter_config(tmp / ADAPTER_DIR)
+        if trainer.sharded:  # every rank writes its shards (a collective the trainer leads)
+            trainer.save_sharded(tmp / DCP_DIR)
+            if trainer.config.lora:
+                (tmp / ADAPTER_DIR).mkdir()
+                trainer.save_adapter_config(tmp / ADAPTER_DIR)
         else:
-            save_file(weights, str(tmp / WEIGHTS_FILE))
-        torch.save(trainer.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
+            weights = trainer.trainable_state_dict()
+            if trainer.config.lora:
+                (tmp / ADAPTER_DIR).mkdir()
+                save_file(weights, str(tmp / ADAPTER_DIR / ADAPTER_WEIGHTS))
+                trainer.save_adapter_config(tmp / ADAPTER_DIR)
+            else:
+                save_file(weights, str(tmp / WEIGHTS_FILE))
+            torch.save(trainer.optimizer.state_dict(), tmp / OPTIMIZER_FILE)
         state = {"format": FORMAT, "saved_at": time.time(), **trainer.state()}
         (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
         _fsync_tree(tmp)
@@ -165,8 +193,15 @@ def restore(trainer: Trainer, checkpoint: Checkpoint) -> None:
         )
     if state["method"] != config.method:
         log.warning("checkpoint was trained with method %s; continuing with %s", state["method"], config.method)
-    trainer.load_trainable_state_dict(checkpoint.weights())
-    trainer.optimizer.load_state_dict(checkpoint.optimizer_state())
+    if checkpoint.sharded:
+        trainer.load_sharded(checkpoint.path / DCP_DIR)
+    elif trainer.sharded:
+        raise ValueError(
+            f"checkpoint {checkpoint.path} was written by a one-process trainer; a sharded trainer resumes only "
+            "sharded checkpoints (torch.distributed.checkpoint). Resume it with --nproc 1, or start a fresh data dir")
+    else:
+        trainer.load_trainable_state_dict(checkpoint.weights())
+        trainer.optimizer.load_state_dict(checkpoint.optimizer_state())
     for group in trainer.optimizer.param_groups:
         group["lr"] = config.learning_rate
     trainer.train_step = checkpoint.train_step
@@ -201,7 +236,13 @@ def export(data_dir: str | Path, out_dir: str | Path, *, model_dir: str | Path |
         raise FileExistsError(f"{out} exists and is not empty; remove it or export somewhere else")
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
-    if checkpoint.lora:
+    if checkpoint.lora and checkpoint.sharded:  # the adapter's config beside it, its weights in dcp/
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+        model = get_peft_model(model, LoraConfig.from_pretrained(str(checkpoint.path / ADAPTER_DIR)))
+        set_peft_model_state_dict(model, checkpoint.weights())
+        model = model.merge_and_unload()
+    elif checkpoint.lora:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(checkpoint.path / ADAPTER_DIR)).merge_and_unload()
@@ -225,6 +266,7 @@ def export(data_dir: str | Path, out_dir: str | Path, *, model_dir: str | Path |
 
 def _load_full(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> None:
     params = dict(model.named_parameters())
+    weights = {k: v for k, v in weights.items() if k in params or k not in model.state_dict()}  # tied aliases
     missing, unknown = sorted(set(params) - set(weights)), sorted(set(weights) - set(params))
     if missing or unknown:
         raise ValueError(f"checkpoint weights do not fit the base model: missing {missing[:5]}, unknown {unknown[:5]}")
@@ -254,10 +296,49 @@ def _read(path: Path) -> Checkpoint | None:
         state = json.loads((path / STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
+    if state.get("sharded"):
+        return Checkpoint(path, state) if (path / DCP_DIR / ".metadata").is_file() else None
     weights = path / ADAPTER_DIR / ADAPTER_WEIGHTS if state.get("lora") else path / WEIGHTS_FILE
     if not (weights.is_file() and (path / OPTIMIZER_FILE).is_file()):
         return None
     return Checkpoint(path, state)
+
+
+# -- torch.distributed.checkpoint: sharded weights and optimizer state -------------------------
+
+
+def _dcp_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, trainable_only: bool) -> dict[str, Any]:
+    """The state DCP saves and loads in place: weights and AdamW state by parameter name, each
+    rank's shards of them (whole tensors in one process)."""
+    options = StateDictOptions(ignore_frozen_params=trainable_only)
+    return {"model": get_model_state_dict(model, options=options),
+            "optimizer": get_optimizer_state_dict(model, optimizer, options=options)}
+
+
+def save_dcp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path, *,
+             trainable_only: bool) -> None:
+    """Write the state as a DCP directory; every rank of a process group calls it together."""
+    dcp.save(_dcp_state(model, optimizer, trainable_only), checkpoint_id=str(directory))
+
+
+def load_dcp(model: torch.nn.Module, optimizer: torch.optim.Optimizer, directory: Path, *,
+             trainable_only: bool) -> None:
+    """Load a DCP directory written on any number of ranks into this model and optimizer."""
+    state = _dcp_state(model, optimizer, trainable_only)
+    dcp.load(state, checkpoint_id=str(directory))
+    options = StateDictOptions(ignore_frozen_params=trainable_only, strict=not trainable_only)
+    set_model_state_dict(model, state["model"], options=options)
+    set_optimizer_state_dict(model, optimizer, state["optimizer"], options=options)
+
+
+def _dcp_weights(directory: Path, lora: bool) -> dict[str, torch.Tensor]:
+    """The weights of a DCP directory as one process holds them (LoRA: peft's names)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        dcp_to_torch_save(str(directory), f"{tmp}/state.pt")
+        model = torch.load(f"{tmp}/state.pt", map_location="cpu", weights_only=True)["model"]
+    if lora:  # the model's parameter names -> peft's saved ones (the adapter's name left out)
+        return {k.replace(f".{ADAPTER_NAME}.", "."): v for k, v in model.items()}
+    return model
 
 
 def _prune(root: Path, keep: int) -> None:

@@ -65,6 +65,7 @@ from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sampling_logprobs
+from openclaw_rl.train import checkpoint
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.losses import LossParams, k3_kl, opd_advantages
 from openclaw_rl.train.methods import Method, get_method
@@ -72,7 +73,7 @@ from openclaw_rl.types import Sample
 
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-ADAPTER = "default"  # peft's name for the single adapter we train
+ADAPTER = checkpoint.ADAPTER_NAME  # peft's name for the single adapter we train
 CHECKPOINT_TOKENS = 2048  # gradient_checkpointing=auto: micro-batches above this many (padded) tokens
 _MEAN_STATS = ("loss", "pg_loss", "topk_kl", "ref_kl", "approx_kl", "clip_fraction", "ratio_mean",
                "tis_weight_mean", "tis_capped_fraction", "mismatch")
@@ -80,6 +81,8 @@ TIS_CAP = 2.0  # tis_cap's value when unset and some precision is below float32 
 
 
 class Trainer:
+    sharded = False  # train/sharded.py: the policy is split over ranks, and checkpoints are sharded
+
     def __init__(
         self,
         model_dir: str | Path,
@@ -350,7 +353,7 @@ class Trainer:
         }
         merged = {}
         for name, p in base.named_parameters():
-            if _is_lora_parameter(name):
+            if is_lora_parameter(name):
                 continue
             # merged in float32: a bf16 base would round a small delta away
             value = p.detach().float() + deltas[name].float() if name in deltas else p.detach()
@@ -361,15 +364,20 @@ class Trainer:
     def lora_adapter(self) -> LoraAdapter:
         """The adapter alone, as peft saves it, for engines that hot-load adapters (vLLM,
         SGLang): a few MB instead of the full weights, and no merge on either side."""
-        if not self.config.lora:
-            raise ValueError("lora_adapter() needs a LoRA trainer (lora = true); publish policy_state_dict()")
         from peft import get_peft_model_state_dict
 
+        config = self._adapter_config()
+        state = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
+        return LoraAdapter(state, config)
+
+    def _adapter_config(self) -> dict:
+        """The adapter's peft config as JSON-able values."""
+        if not self.config.lora:
+            raise ValueError("lora_adapter() needs a LoRA trainer (lora = true); publish policy_state_dict()")
         config = self.model.peft_config[ADAPTER].to_dict()
         config = {k: sorted(v) if isinstance(v, set) else v for k, v in config.items()}
         config["base_model_name_or_path"] = str(self.model_dir)
-        state = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
-        return LoraAdapter(state, config)
+        return config
 
     def trainable_state_dict(self) -> dict[str, Tensor]:
         """What a checkpoint stores: every weight, or the adapter in peft's format."""
@@ -382,24 +390,37 @@ class Trainer:
     @torch.no_grad()
     def load_trainable_state_dict(self, state_dict: dict[str, Tensor]) -> None:
         """The inverse of `trainable_state_dict`; raises on any missing or unknown key."""
+        self._check_keys(state_dict)
         if self.config.lora:
             from peft import set_peft_model_state_dict
 
-            expected = set(self.trainable_state_dict())
+            set_peft_model_state_dict(self.model, state_dict)
         else:
-            expected = {name for name, _ in self.model.named_parameters()}
+            params = dict(self.model.named_parameters())
+            for name, tensor in state_dict.items():
+                params[name].copy_(tensor)
+
+    def _check_keys(self, state_dict: dict[str, Tensor]) -> None:
+        """Raise unless `state_dict` has exactly the names `trainable_state_dict` gives."""
+        names = [name for name, p in self.model.named_parameters() if p.requires_grad or not self.config.lora]
+        if self.config.lora:  # peft's saved names: the adapter's name left out
+            names = [name.replace(f".{ADAPTER}.", ".") for name in names]
+        expected = set(names)
         missing, unknown = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
         if missing or unknown:
             raise ValueError(
                 f"the weights do not fit this trainer's model (lora={self.config.lora}): "
                 f"missing {missing[:5]}, unknown {unknown[:5]}; was the checkpoint made from another model?"
             )
-        if self.config.lora:
-            set_peft_model_state_dict(self.model, state_dict)
-        else:
-            params = dict(self.model.named_parameters())
-            for name, tensor in state_dict.items():
-                params[name].copy_(tensor)
+
+    def save_sharded(self, directory: Path) -> None:
+        """Weights (the adapter, for LoRA) and AdamW state as a torch.distributed.checkpoint directory,
+        which loads on any number of ranks (checkpoint.py)."""
+        checkpoint.save_dcp(self.model, self.optimizer, directory, trainable_only=self.config.lora)
+
+    def load_sharded(self, directory: Path) -> None:
+        """The inverse of `save_sharded`, from a directory written on any number of ranks."""
+        checkpoint.load_dcp(self.model, self.optimizer, directory, trainable_only=self.config.lora)
 
     def save_adapter_config(self, directory: Path) -> None:
         """adapter_config.json beside the adapter weights, so peft can load them."""
@@ -418,6 +439,8 @@ class Trainer:
             "lora_rank": c.lora_rank if c.lora else None,
             "lora_alpha": c.lora_alpha if c.lora else None,
             "config": json.loads(json.dumps(c.__dict__)),
+            "sharded": self.sharded,
+            "world_size": self._world_size,
         }
 
 
@@ -473,7 +496,7 @@ def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
     return get_peft_model(model, lora, adapter_name=ADAPTER)
 
 
-def _is_lora_parameter(name: str) -> bool:
+def is_lora_parameter(name: str) -> bool:
     return any(part.startswith("lora_") for part in name.split("."))
 
 

@@ -1,0 +1,132 @@
+"""Sharded training (train/sharded.py): FSDP2 on 2 gloo ranks against the one-process trainer.
+
+Two ranks (torch.multiprocessing, one torch thread each) train the tiny Llama for a few
+steps, full fine-tuning and LoRA, on batches of 3 micro-batches (so one rank runs a
+padding micro-batch), publish, and write a sharded checkpoint. The one-process trainer
+trains the same samples from the same start; losses, published weights and the LoRA
+adapter agree within TOLERANCE (float summation order differs: gradients are reduced
+across ranks). The sharded checkpoint then resumes in one process, with its AdamW state:
+the next step matches the one-process trainer's next step.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.sharded import ShardedTrainer, init_from_env
+from openclaw_rl.train.trainer import Trainer
+from test_trainer import TEST_LR, make_samples, one_thread, tiny_llama  # noqa: F401 (fixtures used by name)
+
+STEPS = 3
+WORLD = 2
+# measured here: losses equal, grad norms within 1.2e-7 relative, published weights within 1.2e-7 (full) and
+# 0 (LoRA); the tolerance leaves 100x for other CPUs and BLAS builds, and stays 300x under how far the weights move
+TOLERANCE = {"loss_rel": 1e-4, "weight_abs": 1e-5}
+KINDS = {"full": False, "lora": True}
+
+
+def config(lora: bool) -> TrainConfig:
+    return TrainConfig(method="combined", lora=lora, lr=TEST_LR[lora], micro_batch_size=2, kl_beta=0.0)
+
+
+def _rank(rank: int, port: int, model_dir: Path, out: Path, samples) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
+                      LOCAL_RANK=str(rank))
+    torch.set_num_threads(1)
+    init_from_env()
+    try:
+        for kind, lora in KINDS.items():
+            torch.manual_seed(0)  # the same LoRA A matrices as the one-process trainer's
+            trainer = ShardedTrainer(model_dir, config(lora))
+            if rank != 0:
+                trainer.follow()
+                continue
+            try:
+                stats = [trainer.step(samples) for _ in range(STEPS)]
+                result = {"stats": stats, "policy": trainer.policy_state_dict(),
+                          "adapter": trainer.lora_adapter().state_dict if lora else None,
+                          "trainable": trainer.trainable_state_dict(),
+                          "checkpoint": str(checkpoint.save(out / kind, trainer))}
+                torch.save(result, out / f"{kind}.pt")
+            finally:
+                trainer.stop_followers()
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tiny_llama, tmp_path_factory):
+    out = tmp_path_factory.mktemp("sharded")
+    samples = make_samples(tiny_llama)
+    started = time.monotonic()
+    mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples), nprocs=WORLD, join=True)
+    seconds = time.monotonic() - started
+    assert seconds < 90, f"the 2-rank run took {seconds:.0f} s"
+    return out, samples
+
+
+def one_process(model_dir: Path, lora: bool, samples, steps: int = STEPS) -> tuple[Trainer, list[dict]]:
+    torch.manual_seed(0)
+    trainer = Trainer(model_dir, config(lora), device="cpu")
+    return trainer, [trainer.step(samples) for _ in range(steps)]
+
+
+def max_diff(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert sorted(a) == sorted(b)
+    return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_two_ranks_match_one_process(sharded_run, tiny_llama, kind) -> None:
+    out, samples = sharded_run
+    result = torch.load(out / f"{kind}.pt", weights_only=False)
+    trainer, stats = one_process(tiny_llama, KINDS[kind], samples)
+    for sharded, single in zip(result["stats"], stats):
+        for key in ("loss", "pg_loss", "kl", "clip_fraction", "trained_samples", "tokens", "reward_mean"):
+            assert sharded[key] == pytest.approx(single[key], rel=TOLERANCE["loss_rel"], abs=1e-7), key
+        assert sharded["grad_norm"] == pytest.approx(single["grad_norm"], rel=TOLERANCE["loss_rel"])
+    assert result["stats"][-1]["loss"] != result["stats"][0]["loss"]  # it trained
+    assert (result["stats"][-1]["policy_version"], result["stats"][-1]["train_step"]) == (STEPS, STEPS)
+    initial = Trainer(tiny_llama, config(False), device="cpu").policy_state_dict()
+    moved = max_diff(result["policy"], initial)
+    assert moved > 100 * TOLERANCE["weight_abs"]  # the weights moved far more than the tolerance
+    assert max_diff(result["policy"], trainer.policy_state_dict()) < TOLERANCE["weight_abs"]
+    assert max_diff(result["trainable"], trainer.trainable_state_dict()) < TOLERANCE["weight_abs"]
+    if KINDS[kind]:
+        assert max_diff(result["adapter"], trainer.lora_adapter().state_dict) < TOLERANCE["weight_abs"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_sharded_checkpoint_resumes_in_one_process(sharded_run, tiny_llama, kind, tmp_path) -> None:
+    out, samples = sharded_run
+    result = torch.load(out / f"{kind}.pt", weights_only=False)
+    saved = checkpoint.load_latest(out / kind)
+    assert saved is not None and saved.sharded and saved.state["world_size"] == WORLD
+    assert not (saved.path / checkpoint.WEIGHTS_FILE).exists() and (saved.path / checkpoint.DCP_DIR).is_dir()
+    torch.manual_seed(1)  # other LoRA A matrices: the checkpoint must replace them
+    resumed = Trainer(tiny_llama, config(KINDS[kind]), device="cpu")
+    checkpoint.restore(resumed, saved)
+    assert (resumed.train_step, resumed.policy_version) == (STEPS, STEPS)
+    assert max_diff(resumed.trainable_state_dict(), result["trainable"]) == 0.0  # the shards, put back together
+    reference, _ = one_process(tiny_llama, KINDS[kind], samples)
+    after, expected = resumed.step(samples), reference.step(samples)  # the AdamW moments came back too
+    assert after["loss"] == pytest.approx(expected["loss"], rel=TOLERANCE["loss_rel"])
+    assert max_diff(resumed.policy_state_dict(), reference.policy_state_dict()) < TOLERANCE["weight_abs"]
+    exported = checkpoint.export(out / kind, tmp_path / "export", model_dir=tiny_llama)
+    assert (exported / "config.json").is_file()
