@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,9 +24,11 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from openclaw_rl.config import TrainConfig
+from openclaw_rl.store import make_store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.sharded import ShardedTrainer, init_from_env
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.weights import FilesChannel
 from test_trainer import TEST_LR, make_samples, one_thread, tiny_llama  # noqa: F401 (fixtures used by name)
 
 STEPS = 3
@@ -130,3 +134,30 @@ def test_a_sharded_checkpoint_resumes_in_one_process(sharded_run, tiny_llama, ki
     assert max_diff(resumed.policy_state_dict(), reference.policy_state_dict()) < TOLERANCE["weight_abs"]
     exported = checkpoint.export(out / kind, tmp_path / "export", model_dir=tiny_llama)
     assert (exported / "config.json").is_file()
+
+
+def test_train_nproc_2_learns_from_the_store_and_resumes_on_one_rank(tiny_llama, tmp_path) -> None:
+    """`openclaw-rl train --nproc 2`: torchrun, rank 0 claiming from the store, full weights published
+    to the files channel, a sharded checkpoint; then `train --resume` in one process goes on from it."""
+    from test_checkpoint import _ready_samples
+
+    store = make_store("", data_dir=tmp_path)
+    _ready_samples(store, tiny_llama, 12)
+    store.close()
+    command = [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(tmp_path), "--model",
+               str(tiny_llama), "--batch-size", "4", "--micro-batch-size", "2", "--lr", "0.001",
+               "--max-staleness", "100", "--train-threads", "1", "--train-poll-interval-s", "0.05"]
+    proc = subprocess.run([*command, "--nproc", "2", "--max-steps", "2"], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "trained 2 steps"  # rank 0's line alone
+    channel = FilesChannel(tmp_path)
+    assert channel.latest_version() == 2 and channel.parent_version(2) == 1
+    saved = checkpoint.load_latest(tmp_path)
+    assert saved is not None and saved.sharded and (saved.train_step, saved.state["world_size"]) == (2, 2)
+    proc = subprocess.run([*command, "--max-steps", "3", "--resume"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.strip().splitlines()[-1] == "trained 3 steps"
+    assert channel.latest_version() == 3 and channel.parent_version(3) == 2
+    resumed = checkpoint.load_latest(tmp_path)
+    assert not resumed.sharded and resumed.train_step == 3  # one process writes its own format again

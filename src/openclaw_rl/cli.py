@@ -330,10 +330,19 @@ def main(argv: list[str] | None = None) -> int:
             judged = compose.judge_process(part, build(JudgeConfig, file_values.get("judge", {}), args))
             print(f"judged {judged} turns")
         elif args.command == "train":
+            from openclaw_rl.train import sharded  # per command
+
             part = build(TrainProcessConfig, {}, args)
+            ranks = sharded.world_size()
+            if part.nproc > 1 and ranks == 1:  # start the ranks; each runs this same command under torchrun
+                return sharded.launch(part.nproc, sys.argv[1:] if argv is None else argv)
+            if part.nproc not in (1, ranks):
+                raise ConfigError(f"--nproc {part.nproc} under torchrun with WORLD_SIZE={ranks}: give torchrun "
+                                  "--nproc-per-node the ranks, or drop --nproc")
             steps = compose.train_process(part.data_dir, part.model, build(TrainConfig, file_values.get("train", {}), args),
                                           part.resume, part.max_steps, store_url=part.store)
-            print(f"trained {steps} steps")
+            if int(os.environ.get("RANK", "0")) == 0:  # a follower rank of a sharded trainer counts nothing
+                print(f"trained {steps} steps")
     except (ConfigError, ValueError, FileNotFoundError, StoreError, UserError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)
         return 2

@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -43,7 +44,7 @@ from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.server import Server
 from openclaw_rl.store import Store, make_store
-from openclaw_rl.train import checkpoint
+from openclaw_rl.train import checkpoint, sharded
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.gate import Gate, Scorer, read_probe_file
 from openclaw_rl.train.runner import run_trainer
@@ -134,7 +135,8 @@ def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: Engine) -> 
                     count_tokens=lambda text: len(tokenizer.encode(text)))
 
 
-def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None):
+def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None,
+                 make: Callable[[Path, TrainConfig], Trainer] = Trainer):
     """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
 
     Versions only go up, across crashes too: a number once published or served names one
@@ -146,7 +148,7 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     """
     store = store or Store(data_dir)
     latest = checkpoint.load_latest(data_dir) if resume else None
-    trainer = Trainer(model_dir, config)
+    trainer = make(model_dir, config)
     if latest is not None:
         checkpoint.restore(trainer, latest)
         log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
@@ -273,11 +275,51 @@ def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
                   store_url: str = "") -> int:
-    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights."""
+    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights.
+    Under torchrun with more than one rank (`train --nproc N` starts it), the policy is sharded
+    over the ranks (train/sharded.py) and this is one rank of them."""
+    if sharded.world_size() > 1:
+        return _sharded_train_process(data_dir, model, config, resume, max_steps, store_url)
     store = make_store(store_url, data_dir=data_dir)
     if not config.train_threads:
         config = dataclasses.replace(config, train_threads=2)
     trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
+    return _run_train_process(store, trainer, config, Path(data_dir), max_steps)
+
+
+def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int,
+                           store_url: str) -> int:
+    """One rank of a sharded `openclaw-rl train`: rank 0 runs the loop of one process with a
+    ShardedTrainer, the others follow it (train/sharded.py); every rank gets an equal share
+    of the cores unless --train-threads says otherwise."""
+    if config.gate == "on":
+        raise ConfigError("--gate on is not supported with --nproc > 1 (the gate decodes probes with the "
+                          "trainer's model); use --nproc 1 with the gate, or --gate off")
+    world = sharded.world_size()
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=max(1, (os.cpu_count() or 1) // world))
+    torch.set_num_threads(config.train_threads)
+    rank = sharded.init_from_env()
+    try:
+        if rank == 0:
+            resolve_model_dir(model or None)  # converts the bundled model once, before the others look
+        torch.distributed.barrier()
+        model_dir = resolve_model_dir(model or None)
+        if rank != 0:
+            sharded.ShardedTrainer(model_dir, config).follow()
+            return 0
+        store = make_store(store_url, data_dir=data_dir)
+        trainer = load_trainer(model_dir, Path(data_dir), config, resume, store, make=sharded.ShardedTrainer)
+        try:
+            return _run_train_process(store, trainer, config, Path(data_dir), max_steps)
+        finally:
+            trainer.stop_followers()
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _run_train_process(store: Store, trainer: Trainer, config: TrainConfig, data_dir: Path, max_steps: int) -> int:
+    """The trainer's loop against the store, publishing to DATA_DIR/weights; returns the steps taken."""
     publisher = Publisher.for_trainer(trainer, [FilesChannel(data_dir)])
 
     async def main() -> int:

@@ -84,11 +84,25 @@ def init_from_env() -> int:
 
 
 def launch(nproc: int, argv: Sequence[str]) -> int:
-    """`openclaw-rl train --nproc N`: the same command under torchrun with N ranks here; its exit status."""
+    """`openclaw-rl train --nproc N`: the same command under torchrun with N ranks here; its exit status.
+    The ranks get the command without --nproc (WORLD_SIZE tells them; torchrun's own parser would
+    take `--nproc` for its `--nproc-per-node`)."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-               "-m", "openclaw_rl.cli", *argv]
+               "-m", "openclaw_rl.cli", *_without_nproc(argv)]
     log.info("starting %d trainer ranks: %s", nproc, " ".join(command))
     return subprocess.call(command)
+
+
+def _without_nproc(argv: Sequence[str]) -> list[str]:
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--nproc":
+            skip = True
+        elif not arg.startswith("--nproc="):
+            kept.append(arg)
+    return kept
 
 
 class ShardedTrainer(Trainer):
