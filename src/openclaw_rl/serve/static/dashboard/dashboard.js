@@ -94,7 +94,8 @@
 
   const COLORS = ["#2f6fde", "#c23b32", "#1a8a4a", "#b7791f", "#7a4cc2"];
 
-  function Chart({ title, x, series, time = false, empty = "no data yet", id }) {
+  // `extent`: the least y range shown ([0, 1] keeps a flat count at 0 from spanning 0..100)
+  function Chart({ title, x, series, time = false, empty = "no data yet", id, extent = null }) {
     const box = useRef(null);
     const plot = useRef(null);
     const usable = x && x.length > 0;
@@ -108,7 +109,9 @@
       }
       if (plot.current) plot.current.destroy();
       const opts = {
-        width: Math.max(320, box.current.clientWidth || 420), height: 200, scales: { x: { time } },
+        width: Math.max(320, box.current.clientWidth || 420), height: 200,
+        scales: { x: { time }, y: extent ? { range: (u, lo, hi) => [Math.min(extent[0], lo === null ? extent[0] : lo),
+                                                                     Math.max(extent[1], hi === null ? extent[1] : hi)] } : {} },
         series: [{ label: time ? "time" : "x" },
                  ...series.map((s, i) => ({ label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 2,
                                             points: { show: x.length < 60 }, spanGaps: true }))],
@@ -155,7 +158,7 @@
                  detail=${train.kl !== undefined ? `KL ${fmt.num(train.kl, 4)}, reward ${fmt.num(train.mean_reward, 2)}` : ""} />
       </div>
       <div class="charts" style=${{ marginTop: "16px" }}>
-        <${Chart} title="requests / s and engine batch (this page's polls)" time=${true} id="chart-rate"
+        <${Chart} title="requests / s and engine batch (this page's polls)" time=${true} id="chart-rate" extent=${[0, 1]}
                   x=${history.map((h) => h.t)}
                   series=${[{ label: "requests/s", values: history.map((h) => h.rate) },
                             { label: "batch", values: history.map((h) => h.batch) }]} />
@@ -299,15 +302,15 @@
     return html`
       <h2>Learning</h2>
       <div class="charts">
-        <${Chart} title="mean reward over time (last 20 judged turns)" time=${true} id="chart-reward" x=${t.at}
+        <${Chart} title="mean reward over time (last 20 judged turns)" time=${true} id="chart-reward" x=${t.at} extent=${[-1, 1]}
                   series=${[{ label: "mean reward", values: t.mean }]} empty="no judged turns yet" />
-        <${Chart} title="over sessions: mean reward, accepted (first answer approved, last 20)" id="chart-sessions"
+        <${Chart} title="over sessions: mean reward, accepted (first answer approved, last 20)" id="chart-sessions" extent=${[-1, 1]}
                   x=${index(s.id)} empty="no judged sessions yet"
                   series=${[{ label: "mean reward", values: s.mean_reward },
                             { label: "accepted rate", values: s.accepted_rate }]} />
         <${Chart} title="KL per step" id="chart-kl" x=${v.train_step} empty="no training steps yet"
                   series=${[{ label: "KL", values: v.kl }]} />
-        <${Chart} title="gate rejections (cumulative, by version)" id="chart-gate" x=${v.version}
+        <${Chart} title="gate rejections (cumulative, by version)" id="chart-gate" x=${v.version} extent=${[0, 1]}
                   empty="no gated versions yet" series=${[{ label: "rejected", values: v.rejections }]} />
         ${hasScore ? html`<${Chart} title="probe score change (candidate − served)" id="chart-probe" x=${v.version}
                   series=${[{ label: "score Δ", values: v.score_delta }]} />` : null}
@@ -452,5 +455,7 @@
       </main>`;
   }
 
-  render(html`<${App} />`, document.getElementById("app"));
+  const root = document.getElementById("app");
+  root.textContent = "";  // the "Loading" placeholder
+  render(html`<${App} />`, root);
 })();
