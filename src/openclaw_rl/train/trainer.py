@@ -45,6 +45,9 @@ Decisions, and why:
   in bfloat16 then no longer makes the first ratio differ from 1.
 - Collective work is split into hooks (`_wrap`, `_accumulate`, the state-dict methods)
   that train/sharded.py overrides; this class is the one-process trainer.
+
+(Over 400 lines: the step, its measurement of log-probs and the weights' ways out and in
+share the model's state, and the sharded trainer overrides pieces of each.)
 """
 
 from __future__ import annotations
@@ -82,6 +85,7 @@ TIS_CAP = 2.0  # tis_cap's value when unset and some precision is below float32 
 
 class Trainer:
     sharded = False  # train/sharded.py: the policy is split over ranks, and checkpoints are sharded
+    _world_size = 1  # ranks whose gradients FSDP2 averages (train/sharded.py)
 
     def __init__(
         self,
@@ -228,10 +232,10 @@ class Trainer:
             for key in _MEAN_STATS:
                 if key in stats:
                     sums[key] += stats[key] * count
-        keys = [key for key in _MEAN_STATS]
+        keys = list(_MEAN_STATS)
         totals = self._reduce([trained_samples, trained_tokens, kl_sum, samples, *(sums[k] for k in keys)])
         trained_samples, trained_tokens, kl_sum, samples = totals[:4]
-        present = {key for key in _MEAN_STATS if key in self._stat_keys()}
+        present = self._stat_keys()
         if trained_samples:
             divisor = trained_samples / self._world_size
             for p in self.trainable:
@@ -240,8 +244,6 @@ class Trainer:
         stats = {key: value / max(trained_samples, 1.0) for key, value in zip(keys, totals[4:]) if key in present}
         stats.update(kl=kl_sum / max(samples, 1.0), trained_samples=trained_samples, trained_tokens=trained_tokens)
         return stats
-
-    _world_size = 1  # ranks whose gradients FSDP2 averages (train/sharded.py)
 
     def _stat_keys(self) -> set[str]:
         """The loss stats this trainer's method and settings report."""
