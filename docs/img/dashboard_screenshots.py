@@ -70,11 +70,11 @@ def main() -> None:
             for conversation in more:
                 if stop.is_set():
                     return
-                _talk(base, keys, [conversation])
+                _talk(base, keys, [conversation, next(more)])  # alice, then bob
 
         chatter = threading.Thread(target=chat_until_stopped, daemon=True)
         chatter.start()
-        _photograph(base, keys["root"], Path(args.out))
+        _photograph(base, keys, Path(args.out))
         stop.set()
         chatter.join(600)
     finally:
@@ -96,20 +96,18 @@ def _talk(base: str, keys: dict[str, str], conversations: list[tuple[str, str]])
                    headers={"Authorization": f"Bearer {keys[user]}"}, timeout=60)
 
 
-def _photograph(base: str, key: str, out: Path) -> None:
+def _photograph(base: str, keys: dict[str, str], out: Path) -> None:
+    """Each view as the admin root, but My data as alice (an admin's own data is empty here)."""
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=find_chromium(), headless=True, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1280, "height": 820})
-        page.goto(f"{base}/dashboard")
-        page.locator("#key-form input").fill(key)
-        page.locator("#key-form button").click()
-        page.locator("#served-version").wait_for()
-        time.sleep(8)  # a few polls, so the rate and latency charts have points
+        pages = {user: _signed_in(browser, base, keys[user]) for user in ("root", "alice")}
+        time.sleep(40)  # polls for the rate and latency charts (their window is 30 s)
         for view in VIEWS:
+            page = pages["alice" if view == "mydata" else "root"]
             page.locator(f"nav [data-view={view}]").click()
             if view == "sessions":  # the session whose poisoned hint the screen held back
-                held = httpx.get(f"{base}/v1/quarantine", headers={"Authorization": f"Bearer {key}"}).json()["data"]
-                page.locator(f"tr.session-row[data-session='{held[-1]['session_id']}']").click()
+                held = httpx.get(f"{base}/v1/quarantine", headers={"Authorization": f"Bearer {keys['root']}"}).json()
+                page.locator(f"tr.session-row[data-session='{held['data'][-1]['session_id']}']").click()
                 page.locator("#session-detail .turn").first.wait_for()
                 page.evaluate("window.scrollTo(0, 0)")
             time.sleep(2.5)
@@ -118,6 +116,15 @@ def _photograph(base: str, key: str, out: Path) -> None:
             Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
             print(f"{path}: {path.stat().st_size // 1024} KB")
         browser.close()
+
+
+def _signed_in(browser, base: str, key: str):
+    page = browser.new_context(viewport={"width": 1280, "height": 820}).new_page()
+    page.goto(f"{base}/dashboard")
+    page.locator("#key-form input").fill(key)
+    page.locator("#key-form button").click()
+    page.locator("#served-version").wait_for()
+    return page
 
 
 def _wait_for(ready, timeout_s: float, meanwhile=None) -> None:

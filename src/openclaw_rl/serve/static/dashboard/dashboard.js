@@ -7,6 +7,7 @@
   const { html, render, useState, useEffect, useRef } = window.htmPreact;
   const KEY = "openclaw-rl.key";
   const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 2000;
+  const WINDOW_S = 30;  // request rate and latency are means over this window
   const VIEWS = ["now", "sessions", "versions", "learning", "quarantine", "mydata"];
   const TITLES = { now: "Now", sessions: "Sessions", versions: "Versions", learning: "Learning",
                    quarantine: "Quarantine", mydata: "My data" };
@@ -115,7 +116,7 @@
         series: [{ label: time ? "time" : "x" },
                  ...series.map((s, i) => ({ label: s.label, stroke: s.color || COLORS[i % COLORS.length], width: 2,
                                             points: { show: x.length < 60 }, spanGaps: true }))],
-        axes: [{}, { size: 50 }],
+        axes: [{}, { size: 64 }],
       };
       plot.current = new window.uPlot(opts, data, box.current);
       plot.current._shape = shape;
@@ -146,10 +147,10 @@
                  detail=${`used ${s.used}, dropped ${s.dropped}, rejected ${s.rejected}`} />
         <${Card} label="judge queue" value=${now.queues.judge} detail="paired turns not judged yet" />
         <${Card} label="trainer queue" value=${now.queues.train} detail="samples ready for a step" />
-        <${Card} label="requests / s" value=${last ? fmt.num(last.rate, 2) : "–"}
+        <${Card} label=${`requests / s (last ${WINDOW_S} s)`} value=${last ? fmt.num(last.rate, 2) : "–"}
                  detail=${`${now.requests.requests} generation requests in all`} />
         <${Card} label="mean latency" value=${last && last.latency_ms !== null ? `${fmt.num(last.latency_ms, 0)} ms` : "–"}
-                 detail="of generation requests since the last poll" />
+                 detail=${`of generation requests, last ${WINDOW_S} s`} />
         <${Card} label="engine batch" value=${e.active_rows !== undefined ? e.active_rows : "–"}
                  detail=${e.waiting_requests !== undefined ? `${e.waiting_requests} requests waiting` : ""} />
         <${Card} label="sessions / turns" value=${`${now.sessions} / ${now.turns}`}
@@ -158,11 +159,11 @@
                  detail=${train.kl !== undefined ? `KL ${fmt.num(train.kl, 4)}, reward ${fmt.num(train.mean_reward, 2)}` : ""} />
       </div>
       <div class="charts" style=${{ marginTop: "16px" }}>
-        <${Chart} title="requests / s and engine batch (this page's polls)" time=${true} id="chart-rate" extent=${[0, 1]}
+        <${Chart} title=${`requests / s (over ${WINDOW_S} s) and engine batch`} time=${true} id="chart-rate" extent=${[0, 1]}
                   x=${history.map((h) => h.t)}
                   series=${[{ label: "requests/s", values: history.map((h) => h.rate) },
                             { label: "batch", values: history.map((h) => h.batch) }]} />
-        <${Chart} title="mean latency, ms" time=${true} id="chart-latency" x=${history.map((h) => h.t)}
+        <${Chart} title=${`mean latency of generation requests, ms (over ${WINDOW_S} s)`} time=${true} id="chart-latency" x=${history.map((h) => h.t)}
                   series=${[{ label: "latency ms", values: history.map((h) => h.latency_ms) }]} />
       </div>`;
   }
@@ -400,7 +401,7 @@
     const [needKey, setNeedKey] = useState(false);
     const [notice, setNotice] = useState(null);
     const [history, setHistory] = useState([]);
-    const previous = useRef(null);
+    const previous = useRef([]);
     const unauthorized = () => setNeedKey(true);
     const { data: now } = usePolled(needKey ? null : "/v1/dashboard/now", tick, unauthorized);
 
@@ -411,11 +412,12 @@
       return () => { clearInterval(timer); window.removeEventListener("hashchange", onHash); };
     }, []);
 
-    useEffect(() => {  // request rate and latency between two readings of the totals
+    useEffect(() => {  // request rate and mean latency over the last WINDOW_S, from readings of the totals
       if (!now) return;
-      const before = previous.current;
-      previous.current = now;
-      if (!before || now.at <= before.at) return;
+      const readings = [...previous.current.filter((r) => r.at >= now.at - WINDOW_S), now];
+      previous.current = readings;
+      const before = readings[0];
+      if (now.at <= before.at) return;
       const requests = now.requests.requests - before.requests.requests;
       const point = { t: now.at, rate: requests / (now.at - before.at),
                       latency_ms: requests > 0 ? (1000 * (now.requests.latency_s - before.requests.latency_s)) / requests : null,
@@ -426,7 +428,7 @@
     const useKey = (key) => {
       sessionStorage.setItem(KEY, key);
       setNeedKey(false);
-      previous.current = null;
+      previous.current = [];
       setTick((t) => t + 1);
     };
     const forgetKey = () => { sessionStorage.removeItem(KEY); setNeedKey(true); };
