@@ -46,7 +46,7 @@ def config(kind: str) -> TrainConfig:
     return TrainConfig(method=method, lora=lora, lr=TEST_LR[lora], micro_batch_size=2, kl_beta=kl_beta)
 
 
-def _rank(rank: int, port: int, model_dir: Path, out: Path, samples) -> None:
+def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
@@ -67,6 +67,15 @@ def _rank(rank: int, port: int, model_dir: Path, out: Path, samples) -> None:
                 torch.save(result, out / f"{kind}.pt")
             finally:
                 trainer.stop_followers()
+        trainer = ShardedTrainer(model_dir, config("full"))  # a one-process checkpoint, resumed on 2 ranks
+        if rank != 0:
+            trainer.follow()
+            return
+        try:
+            checkpoint.restore(trainer, checkpoint.load_latest(plain))
+            torch.save({"stats": trainer.step(samples), "policy": trainer.policy_state_dict()}, out / "from-plain.pt")
+        finally:
+            trainer.stop_followers()
     finally:
         dist.destroy_process_group()
 
@@ -81,8 +90,10 @@ def _free_port() -> int:
 def sharded_run(tiny_llama, tmp_path_factory):
     out = tmp_path_factory.mktemp("sharded")
     samples = make_samples(tiny_llama)
+    plain, _ = one_process(tiny_llama, "full", samples)
+    checkpoint.save(out / "plain", plain)
     started = time.monotonic()
-    mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples), nprocs=WORLD, join=True)
+    mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples, out / "plain"), nprocs=WORLD, join=True)
     seconds = time.monotonic() - started
     assert seconds < 90, f"the 2-rank run took {seconds:.0f} s"
     return out, samples
@@ -139,6 +150,15 @@ def test_a_sharded_checkpoint_resumes_in_one_process(sharded_run, tiny_llama, ki
     assert max_diff(resumed.policy_state_dict(), reference.policy_state_dict()) < TOLERANCE["weight_abs"]
     exported = checkpoint.export(out / kind, tmp_path / "export", model_dir=tiny_llama)
     assert (exported / "config.json").is_file()
+
+
+def test_a_one_process_checkpoint_resumes_on_two_ranks(sharded_run, tiny_llama) -> None:
+    out, samples = sharded_run
+    result = torch.load(out / "from-plain.pt", weights_only=False)
+    reference, stats = one_process(tiny_llama, "full", samples, steps=STEPS + 1)  # AdamW's moments matter here
+    assert (result["stats"]["train_step"], result["stats"]["policy_version"]) == (STEPS + 1, STEPS + 1)
+    assert result["stats"]["loss"] == pytest.approx(stats[-1]["loss"], rel=TOLERANCE["loss_rel"])
+    assert max_diff(result["policy"], reference.policy_state_dict()) < TOLERANCE["weight_abs"]
 
 
 def test_train_nproc_2_learns_from_the_store_and_resumes_on_one_rank(tiny_llama, tmp_path) -> None:

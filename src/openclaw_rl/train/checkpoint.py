@@ -11,7 +11,8 @@ A sharded trainer (train/sharded.py) writes `dcp/` instead of the weights and op
 a torch.distributed.checkpoint directory in which each rank wrote its shards of the
 weights (the adapter's, for LoRA; then `adapter/` holds only adapter_config.json) and of
 the AdamW state, by name. DCP reshards on load, so it resumes on any number of ranks, one
-process included; a one-process checkpoint does not resume sharded (it says so).
+process included; a one-process checkpoint resumes sharded too (each rank reads the files
+and keeps its shards).
 
 Why it survives a kill at any moment: a checkpoint is written into a hidden temporary
 directory, every file and the directory are fsynced, and only then is it renamed to
@@ -195,13 +196,8 @@ def restore(trainer: Trainer, checkpoint: Checkpoint) -> None:
         log.warning("checkpoint was trained with method %s; continuing with %s", state["method"], config.method)
     if checkpoint.sharded:
         trainer.load_sharded(checkpoint.path / DCP_DIR)
-    elif trainer.sharded:
-        raise ValueError(
-            f"checkpoint {checkpoint.path} was written by a one-process trainer; a sharded trainer resumes only "
-            "sharded checkpoints (torch.distributed.checkpoint). Resume it with --nproc 1, or start a fresh data dir")
     else:
-        trainer.load_trainable_state_dict(checkpoint.weights())
-        trainer.optimizer.load_state_dict(checkpoint.optimizer_state())
+        trainer.load_checkpoint_files(checkpoint)
     for group in trainer.optimizer.param_groups:
         group["lr"] = config.learning_rate
     trainer.train_step = checkpoint.train_step

@@ -33,9 +33,11 @@ Decisions, and why:
 - Checkpoints are torch.distributed.checkpoint directories: each rank writes its shards,
   and loading reshards to whatever the loader's ranks are, so a run saved on N ranks
   resumes on M, one process included (checkpoint.py).
+  A one-process checkpoint resumes sharded as well: every rank reads its files and keeps
+  its shards of the weights and of the AdamW state (renamed from the optimizer's indices
+  to parameter names).
 - Not here: the update gate (it decodes with the trainer's model; a sharded one would need
-  every rank to decode) and checkpoints of a one-process trainer resumed sharded: both
-  are refused with a message.
+  every rank to decode): refused with a message.
 """
 
 from __future__ import annotations
@@ -51,11 +53,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 from torch import Tensor
-from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict, set_model_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions, get_model_state_dict, set_model_state_dict, set_optimizer_state_dict,
+)
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.train import checkpoint
 from openclaw_rl.train.trainer import ADAPTER, Trainer, is_lora_parameter
 from openclaw_rl.types import Sample
 
@@ -226,6 +231,24 @@ class ShardedTrainer(Trainer):
         set_model_state_dict(self.model, state_dict, options=StateDictOptions(full_state_dict=True,
                                                                               strict=not self.config.lora))
         self.optimizer.state.clear()
+
+    @torch.no_grad()
+    def load_checkpoint_files(self, saved: checkpoint.Checkpoint) -> None:
+        """A one-process checkpoint: every rank reads it and keeps its shards of the weights and of
+        the AdamW state, whose per-index entries are renamed to the parameters' names."""
+        self._lead("load_checkpoint_files", saved)
+        weights = saved.weights()
+        self._check_keys(weights)
+        if self.config.lora:
+            weights = {_adapter_name(key): value for key, value in weights.items()}
+        full = StateDictOptions(full_state_dict=True, strict=not self.config.lora)
+        set_model_state_dict(self.model, weights, options=full)
+        plain = saved.optimizer_state()
+        names = [name for name, p in self.model.named_parameters() if p.requires_grad]  # the optimizer's order
+        by_name = {"state": {names[i]: state for i, state in plain["state"].items()},
+                   "param_groups": [{**group, "params": [names[i] for i in group["params"]]}
+                                    for group in plain["param_groups"]]}
+        set_optimizer_state_dict(self.model, self.optimizer, by_name, options=full)
 
     def anchor_reference(self) -> None:
         self._lead("anchor_reference")

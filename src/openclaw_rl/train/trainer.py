@@ -415,6 +415,11 @@ class Trainer:
                 f"missing {missing[:5]}, unknown {unknown[:5]}; was the checkpoint made from another model?"
             )
 
+    def load_checkpoint_files(self, saved: checkpoint.Checkpoint) -> None:
+        """Weights (the adapter, for LoRA) and AdamW state of a one-process checkpoint."""
+        self.load_trainable_state_dict(saved.weights())
+        self.optimizer.load_state_dict(saved.optimizer_state())
+
     def save_sharded(self, directory: Path) -> None:
         """Weights (the adapter, for LoRA) and AdamW state as a torch.distributed.checkpoint directory,
         which loads on any number of ranks (checkpoint.py)."""
