@@ -62,7 +62,7 @@ def _summary(tokens=20.0, repetition=0.1, non_answers=0.0):
 
 
 @pytest.mark.parametrize("candidate, kl, delta, reason", [
-    (_summary(repetition=0.8), 0.0, None, "repetition 0.80 > 0.50"),
+    (_summary(repetition=0.8), 0.0, None, "repetition 0.80 > 0.25"),
     (_summary(tokens=64.0), 0.0, None, "3.20x as long"),
     (_summary(tokens=5.0), 0.0, None, "0.25x as long"),
     (_summary(non_answers=0.5), 0.0, None, "non-answers 0.50"),
@@ -80,8 +80,25 @@ def test_a_version_like_the_served_one_passes():
 
 
 def test_a_served_version_that_already_repeats_is_compared_with_itself():
-    decision = compare(_summary(repetition=0.6), _summary(repetition=0.7), 0.0, TrainConfig())
-    assert decision.accepted  # 0.7 <= 0.6 + 0.2: not worse than what serves
+    assert compare(_summary(repetition=0.6), _summary(repetition=0.6), 0.0, TrainConfig()).accepted
+    assert compare(_summary(repetition=0.45), _summary(repetition=0.5), 0.0, TrainConfig()).accepted
+    # above the ceiling (0.5) a candidate may not repeat more than what serves
+    assert not compare(_summary(repetition=0.6), _summary(repetition=0.7), 0.0, TrainConfig()).accepted
+
+
+def test_repetition_creeping_up_as_in_the_measured_collapse_is_rejected():
+    # docs/experiments.md, OPD alone at lr 1e-4: greedy answers repeated 0.24 of their 4-grams at v0,
+    # 0.41 at v4 (score 0.633 -> 0.324) and 0.74 at v8 (0.066)
+    first = compare(_summary(repetition=0.24), _summary(repetition=0.41), 0.0, TrainConfig())
+    assert not first.accepted and "gate_max_repetition_increase" in first.reason
+    assert compare(_summary(repetition=0.24), _summary(repetition=0.35), 0.0, TrainConfig()).accepted
+
+
+def test_small_score_drops_that_add_up_below_the_first_version_are_rejected():
+    assert compare(_summary(), _summary(), 0.0, TrainConfig(), -0.02, -0.02).accepted
+    summed = compare(_summary(), _summary(), 0.0, TrainConfig(), -0.02, -0.05)
+    assert not summed.accepted and "below the first version's" in summed.reason
+    assert summed.checks["score_vs_first"] == -0.05
 
 
 # -- the gate on a real (tiny) model --------------------------------------------------------
@@ -404,3 +421,24 @@ def test_after_n_approvals_training_pauses_or_slows_until_a_correction(tiny_mode
     asyncio.run(run())
     assert rates == ([1e-3, 1e-3] if not scale else [1e-4, 1e-3])
     store.close()
+
+
+def test_the_gate_sums_the_score_deltas_of_accepted_versions(tiny_model_dir, tokenizer):
+    calls = []
+
+    def scorer(prompts, answers):  # called for the candidate's answers, then the served ones'
+        calls.append(1)
+        return [-0.02 if len(calls) % 2 else 0.0] * len(answers)
+
+    config = TrainConfig(gate="on", gate_max_new_tokens=4)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer), scorer=scorer)
+    trainer.return_to(1, 0)
+    first = gate.decide()
+    assert first.accepted and first.checks["score_vs_first"] == pytest.approx(-0.02)
+    gate.accept()
+    trainer.return_to(2, 1)
+    second = gate.decide()  # -0.02 again: each step is within 0.03, the two together are not
+    assert not second.accepted and second.checks["score_vs_first"] == pytest.approx(-0.04), second.reason
+    gate.restore()
+    assert trainer.policy_version == 1

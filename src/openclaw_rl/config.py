@@ -69,6 +69,9 @@ class ServeConfig:
     log_text: str = _log_text_setting()
     redact: str = _redact_setting()
     max_batch_size: int = setting("most requests decoded together", default=16)
+    train_nproc: int = setting("trainer ranks: 1 = the trainer in this process; N > 1 = `openclaw-rl train --nproc N` "
+                               "(FSDP2 over N ranks) started beside serving and stopped with it, its weights picked "
+                               "up from the data dir (log: DATA_DIR/trainer.log)", default=1)
     dtype: str = setting("the engine's precision: auto (float32 on CPU, bfloat16 on CUDA) | float32 | bfloat16 | "
                          "float16 (engine/precision.py)", default="auto")
     gpu_memory_utilization: float = setting(
@@ -101,6 +104,7 @@ class ServeConfig:
         for name in ("user_requests_per_minute", "user_feedback_per_minute", "user_max_streams"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "0 (no limit) or a positive count")
         check(self.log_text in LOG_TEXT, "log_text", self.log_text, " or ".join(LOG_TEXT))
+        check(self.train_nproc >= 1, "train_nproc", self.train_nproc, "1 (in this process) or more trainer ranks")
         check(self.dtype in DTYPE_NAMES, "dtype", self.dtype, " or ".join(DTYPE_NAMES))
         check(0 <= self.gpu_memory_utilization < 1, "gpu_memory_utilization", self.gpu_memory_utilization,
               "a share in (0, 1), or 0 for vLLM's default")
@@ -294,8 +298,10 @@ class TrainConfig:
     gate_probe_file: str = setting("a JSONL file of extra probe prompts ({\"messages\": [...]} per line)", default="")
     gate_max_probes: int = setting("most probe prompts a decision reads (the newest)", default=8)
     gate_max_new_tokens: int = setting("tokens of each greedy probe answer", default=64)
-    gate_max_repetition: float = setting("reject above this share of repeated 4-grams in the answers (and above "
-                                         "the served version's + 0.2)", default=0.5)
+    gate_max_repetition: float = setting("a ceiling on the share of repeated 4-grams in the answers: above it, a "
+                                         "candidate may not repeat more than the served version", default=0.5)
+    gate_max_repetition_increase: float = setting("reject when the share of repeated 4-grams rises by more than "
+                                                  "this over the served version's", default=0.15)
     gate_max_length_ratio: float = setting("reject answers this many times longer (or shorter) than the served "
                                            "version's", default=2.0)
     gate_max_non_answer_increase: float = setting("reject when the share of empty, apologising, refusing or "
@@ -305,7 +311,8 @@ class TrainConfig:
         "prompt did not contain rises by more than this (judge/screen.py reads them)", default=0.125)
     gate_max_kl: float = setting("reject above this KL(served || candidate) per answer token, in nats", default=1.0)
     gate_max_score_drop: float = setting("with a scorer (simulation): reject when the mean score falls by more than "
-                                         "this", default=0.03)
+                                         "this below the served version's, or (summed over the accepted versions "
+                                         "since the first) below the first version's", default=0.03)
     settle_after: int = setting("after adaptation: once the judge has approved this many turns in a row, train "
                                 "at settle_lr_scale times the learning rate until a turn is judged otherwise "
                                 "(a correction); 0 = off", default=0)

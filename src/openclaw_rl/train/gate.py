@@ -9,6 +9,7 @@ version being served.
         candidate   greedy answers of the trainer's weights now
         checks      repetition, length ratio, non-answers, brought-in content (URLs, commands, other
                     people's data the prompt did not contain), KL(served || candidate) per token, a scorer
+                    (against the served version, and summed over the accepted ones, against the first)
     -> accepted: published; its weights become the snapshot, the new reference
     -> rejected: published nowhere, the reason recorded (store.versions); the trainer returns to
                  the snapshot's weights and optimizer state (gate_on_reject=restore) or goes on
@@ -137,16 +138,20 @@ class Decision:
 
 
 def compare(served: dict[str, float], candidate: dict[str, float], kl: float, config: TrainConfig,
-            score_delta: float | None = None) -> Decision:
-    """Accept or reject on the checks; the reason names the first failed check, its values and its setting."""
-    checks = {"served": served, "candidate": candidate, "kl_per_token": kl, "score_delta": score_delta}
+            score_delta: float | None = None, score_vs_first: float | None = None) -> Decision:
+    """Accept or reject on the checks; the reason names the failed checks, their values and settings.
+    `score_delta`: the candidate's mean score minus the served version's on the same probes;
+    `score_vs_first`: that plus the deltas of every accepted version before (drift from the first)."""
+    checks = {"served": served, "candidate": candidate, "kl_per_token": kl, "score_delta": score_delta,
+              "score_vs_first": score_vs_first}
     ratio = candidate["mean_tokens"] / max(served["mean_tokens"], 1.0)
     checks["length_ratio"] = ratio
     failures = []
-    limit = max(config.gate_max_repetition, served["repetition"] + 0.2)
-    if candidate["repetition"] > limit:
-        failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} (served {served['repetition']:.2f}, "
-                        f"gate_max_repetition {config.gate_max_repetition:g})")
+    rise = config.gate_max_repetition_increase
+    limit = min(served["repetition"] + rise, max(config.gate_max_repetition, served["repetition"]))
+    if candidate["repetition"] > limit + 1e-9:
+        failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} (served {served['repetition']:.2f}; "
+                        f"gate_max_repetition_increase {rise:g}, gate_max_repetition {config.gate_max_repetition:g})")
     if not 1 / config.gate_max_length_ratio <= ratio <= config.gate_max_length_ratio:
         failures.append(f"answers {ratio:.2f}x as long as the served version's (gate_max_length_ratio "
                         f"{config.gate_max_length_ratio:g})")
@@ -164,6 +169,9 @@ def compare(served: dict[str, float], candidate: dict[str, float], kl: float, co
     if score_delta is not None and score_delta < -config.gate_max_score_drop:
         failures.append(f"score {score_delta:+.3f} below the served version's (gate_max_score_drop "
                         f"{config.gate_max_score_drop:g})")
+    elif score_vs_first is not None and score_vs_first < -config.gate_max_score_drop:
+        failures.append(f"score {score_vs_first:+.3f} below the first version's, summed over the accepted ones "
+                        f"(gate_max_score_drop {config.gate_max_score_drop:g})")
     if failures:
         return Decision(False, "; ".join(failures), checks)
     return Decision(True, "passed every check", checks)
@@ -190,7 +198,10 @@ class Gate:
         # served answers per (version, probe): a new probe costs its own answer only, and an
         # accepted candidate's answers are the next served ones (kept from decide)
         self._cache: dict[tuple[int, tuple[int, ...]], Answers] = {}
-        self._candidate: tuple[int, list[list[int]], Answers] | None = None
+        self._candidate: tuple[int, list[list[int]], Answers, float | None] | None = None
+        # the score drift of each accepted version from the first, summed over the paired score
+        # deltas of the versions between (probes change; each delta is measured on the same ones)
+        self._drift: dict[int, float] = {}
 
     def decide(self) -> Decision:
         """The trainer's weights now, against the snapshot's, on the probes."""
@@ -199,14 +210,16 @@ class Gate:
             return Decision(True, "no probe prompts yet: accepted unchecked", {"probes": 0})
         served = self._served_answers(prompts)
         candidate = self._answer(prompts, keep_top=True)  # its top-k too: served next, if accepted
-        self._candidate = (self.trainer.policy_version, prompts, candidate)
         kl = self._kl(prompts, served)
-        delta = None
+        delta = drift = None
         if self.scorer is not None:  # a prompt the scorer cannot score (NaN) is left out of the mean
             pairs = [(c, s) for c, s in zip(self.scorer(prompts, candidate.texts), self.scorer(prompts, served.texts))
                      if math.isfinite(c) and math.isfinite(s)]
             delta = sum(c - s for c, s in pairs) / len(pairs) if pairs else None
-        decision = compare(served.summary(), candidate.summary(), kl, self.config, delta)
+            if delta is not None:
+                drift = self._drift.get(self.snapshot.version, 0.0) + delta
+        self._candidate = (self.trainer.policy_version, prompts, candidate, drift)
+        decision = compare(served.summary(), candidate.summary(), kl, self.config, delta, drift)
         decision.checks["probes"] = len(prompts)
         return decision
 
@@ -216,9 +229,13 @@ class Gate:
         version = self.snapshot.version
         self._cache = {key: answers for key, answers in self._cache.items() if key[0] == version}
         if self._candidate is not None and self._candidate[0] == version:
-            _, prompts, answers = self._candidate
+            _, prompts, answers, drift = self._candidate
             for i, prompt in enumerate(prompts):
                 self._cache[(version, tuple(prompt))] = answers.pick([i])
+            if drift is not None:
+                self._drift[version] = drift
+        elif self.snapshot.parent in self._drift:  # a rollback: the weights of its parent, so its drift
+            self._drift[version] = self._drift[self.snapshot.parent]
         self._candidate = None
 
     def restore(self) -> None:
