@@ -1,9 +1,10 @@
 """A sharded trainer learning from real sessions on the default model (a check, not a test).
 
-    .venv/bin/python bench/sharded_sessions.py [--nproc 2] [--steps 2] [--sessions 8]
+    .venv/bin/python bench/sharded_sessions.py [--nproc 2] [--steps 2] [--sessions 8] [--split]
 
-Starts `openclaw-rl serve --no-train` (the default model, the embedding judge) and
-`openclaw-rl train --nproc N` on the same data dir, then plays sessions through the
+Starts `openclaw-rl serve --train-nproc N` (the default model, the embedding judge; serve
+starts `openclaw-rl train --nproc N` beside itself), or with --split `serve --no-train`
+and that trainer as a process of its own on the same data dir, then plays sessions through the
 OpenAI API: a question, the model's answer, a reply that approves or corrects it, and
 feedback that closes the second turn. The judge pairs and judges each turn, the sharded
 trainer claims the samples, trains `--steps` steps and publishes through DATA_DIR/weights,
@@ -82,38 +83,44 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=8)
     parser.add_argument("--port", type=int, default=8791)
     parser.add_argument("--timeout-s", type=float, default=1500)
+    parser.add_argument("--split", action="store_true", help="serve --no-train beside train --nproc N")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "sharded_sessions.json"))
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="sharded-sessions-"))
     url = f"http://127.0.0.1:{args.port}"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    serve = subprocess.Popen([*CLI, "serve", "--no-train", "--data-dir", str(data_dir), "--port", str(args.port),
+    train_flags = ["--batch-size", "2", "--micro-batch-size", "1", "--max-staleness", "100", "--train-threads", "1",
+                   "--lr", "1e-5"]
+    serving = ["--no-train"] if args.split else ["--train-nproc", str(args.nproc), *train_flags]
+    serve = subprocess.Popen([*CLI, "serve", *serving, "--data-dir", str(data_dir), "--port", str(args.port),
                               "--threads", "1", "--status-interval-s", "0"], env=env,
                              stdout=open(data_dir / "serve.log", "w"), stderr=subprocess.STDOUT)
     started = time.monotonic()
     results: list = []
+    train = None
     try:
         wait_up(url)
-        train = subprocess.Popen([*CLI, "train", "--data-dir", str(data_dir), "--nproc", str(args.nproc),
-                                  "--batch-size", "2", "--micro-batch-size", "1", "--max-steps", str(args.steps),
-                                  "--max-staleness", "100", "--train-threads", "1", "--lr", "1e-5"], env=env,
-                                 stdout=subprocess.PIPE, stderr=open(data_dir / "train.log", "w"), text=True)
+        if args.split:
+            train = subprocess.Popen([*CLI, "train", "--data-dir", str(data_dir), "--nproc", str(args.nproc),
+                                      "--max-steps", str(args.steps), *train_flags], env=env,
+                                     stdout=open(data_dir / "trainer.log", "w"), stderr=subprocess.STDOUT)
         with ThreadPoolExecutor(2) as pool:
             list(pool.map(lambda i: session(url, i, results), range(args.sessions)))
-        for i in itertools.count(args.sessions):  # more sessions until serving has the trainer's last version
-            if train.poll() is not None and max(v for _, v in results) >= args.steps:
+        for i in itertools.count(args.sessions):  # more sessions until serving has the trainer's v{steps}
+            if max(v for _, v in results) >= args.steps:
                 break
             if time.monotonic() - started > args.timeout_s:
                 raise RuntimeError(f"no v{args.steps} after {args.timeout_s:.0f} s; see {data_dir}")
             session(url, i, results)
-        trained = train.communicate(timeout=60)[0].strip().splitlines()[-1]
     finally:
-        serve.terminate()
-        serve.wait(30)
+        serve.terminate()  # serve --train-nproc stops its trainer with it
+        serve.wait(60)
+        if train is not None:
+            train.wait(120)
     failed = [status for status, _ in results if status != 200]
-    result = {"nproc": args.nproc, "model": "SmolLM2-135M-Instruct", "requests": len(results),
-              "failed": len(failed), "failures": failed[:5], "versions_served": sorted({v for _, v in results}),
-              "trainer": trained, "train_returncode": train.returncode,
+    result = {"mode": "split" if args.split else "serve --train-nproc", "nproc": args.nproc,
+              "model": "SmolLM2-135M-Instruct", "requests": len(results), "failed": len(failed),
+              "failures": failed[:5], "versions_served": sorted({v for _, v in results}),
               "seconds": round(time.monotonic() - started, 1), "data_dir": str(data_dir)}
     print(json.dumps(result, indent=2))
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

@@ -186,3 +186,44 @@ def test_train_nproc_2_learns_from_the_store_and_resumes_on_one_rank(tiny_llama,
     assert channel.latest_version() == 3 and channel.parent_version(3) == 2
     resumed = checkpoint.load_latest(tmp_path)
     assert not resumed.sharded and resumed.train_step == 3  # one process writes its own format again
+
+
+def test_serve_train_nproc_2_trains_beside_serving_and_stops_with_it(tiny_model_dir, tmp_path) -> None:
+    """`serve --train-nproc 2`: the sharded trainer is a child of serving; its versions reach the
+    engine through the data dir while requests keep succeeding, and it stops when serving does."""
+    import httpx
+    from conftest import LiveServer
+    from test_checkpoint import _ready_samples
+
+    store = make_store("", data_dir=tmp_path)
+    _ready_samples(store, tiny_model_dir, 4)
+    store.close()
+    train = TrainConfig(batch_size=2, micro_batch_size=1, lr=1e-3, max_staleness=100, train_poll_interval_s=0.05)
+    server = LiveServer(tiny_model_dir, tmp_path, train=train, train_nproc=2)
+    statuses = []
+    try:
+        deadline = time.monotonic() + 240
+        while server.server.engine.policy_version < 2 and time.monotonic() < deadline:
+            r = httpx.post(f"{server.base_url}/v1/chat/completions", timeout=60,
+                           json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+            statuses.append(r.status_code)
+            time.sleep(0.5)
+        assert server.server.engine.policy_version == 2, (tmp_path / "trainer.log").read_text()[-3000:]
+    finally:
+        server.stop()
+    assert statuses and set(statuses) == {200}
+    assert _processes_naming(tmp_path) == []  # torchrun and both ranks are gone
+    saved = checkpoint.load_latest(tmp_path)  # the stop let rank 0 finish with a final checkpoint
+    assert saved is not None and saved.sharded and saved.train_step >= 2
+
+
+def _processes_naming(path: Path) -> list[str]:
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            words = cmdline.read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"train" in words and str(path).encode() in words:
+            found.append(b" ".join(words).decode(errors="replace"))
+    return found

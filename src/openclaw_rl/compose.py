@@ -18,12 +18,16 @@ import asyncio
 import dataclasses
 import logging
 import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
 import uvicorn
+import yaml
 from fastapi import FastAPI
 from transformers import AutoTokenizer
 
@@ -186,7 +190,10 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         loops.append(judge_loop(server, reader, judge, teacher_targets, teacher))
         if teacher is not None:
             loops.append(_closed_at_stop(teacher))
-    if config.train:
+    if config.train and config.train_nproc > 1:  # a sharded trainer of its own beside serving
+        loops += [trainer_process(config, train, server.engine.model_dir), follow(FilesChannel(config.data_dir),
+                                                                                server.engine)]
+    elif config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
         asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
@@ -217,6 +224,52 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
         return [*extra, *found][:max(config.gate_max_probes, len(extra))]
 
     return Gate(trainer, config, tokenizer, probes, scorer), archive
+
+
+def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path):
+    """`serve --train-nproc N`: `openclaw-rl train --nproc N` on this data dir with this [train]
+    config, started with serving and stopped with it (SIGTERM to its process group: the last
+    periodic checkpoint stays good). Its output goes to DATA_DIR/trainer.log."""
+    data_dir = Path(config.data_dir)
+    settings = data_dir / "trainer-config.yaml"
+    settings.write_text(yaml.safe_dump({"train": {k: v for k, v in dataclasses.asdict(train).items()
+                                                  if v is not None}}))
+    command = [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(data_dir), "--model",
+               str(model_dir), "--nproc", str(config.train_nproc), "--config", str(settings)]
+    command += (["--resume"] if config.resume else []) + (["--store", config.store] if config.store else [])
+
+    async def run(stop: asyncio.Event) -> None:
+        with open(data_dir / "trainer.log", "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        log.info("trainer: %d ranks (pid %d), log in %s", config.train_nproc, process.pid, data_dir / "trainer.log")
+        try:
+            while not stop.is_set() and process.poll() is None:
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                except TimeoutError:
+                    pass
+            if process.poll() is not None and not stop.is_set():
+                log.error("the trainer exited with status %d; serving goes on without training (see %s)",
+                          process.returncode, data_dir / "trainer.log")
+        finally:
+            await asyncio.to_thread(_stop_group, process)
+    return run
+
+
+def _stop_group(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM to the process group `process` leads (torchrun and its ranks are in it), then wait
+    until every member is gone; SIGKILL what is left after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            process.poll()  # reap the leader, or the group never empties
+            os.killpg(process.pid, 0)  # raises once no member is left
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def _device() -> str:
@@ -291,7 +344,9 @@ def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resum
                            store_url: str) -> int:
     """One rank of a sharded `openclaw-rl train`: rank 0 runs the loop of one process with a
     ShardedTrainer, the others follow it (train/sharded.py); every rank gets an equal share
-    of the cores unless --train-threads says otherwise."""
+    of the cores unless --train-threads says otherwise. SIGTERM (torchrun passes it to every
+    rank) stops rank 0 after the step in progress, with a final checkpoint the followers
+    write their shards of, so they ignore it and end when rank 0 leads them out."""
     if config.gate == "on":
         raise ConfigError("--gate on is not supported with --nproc > 1 (the gate decodes probes with the "
                           "trainer's model); use --nproc 1 with the gate, or --gate off")
@@ -306,24 +361,29 @@ def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resum
         torch.distributed.barrier()
         model_dir = resolve_model_dir(model or None)
         if rank != 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
             sharded.ShardedTrainer(model_dir, config).follow()
             return 0
         store = make_store(store_url, data_dir=data_dir)
         trainer = load_trainer(model_dir, Path(data_dir), config, resume, store, make=sharded.ShardedTrainer)
         try:
-            return _run_train_process(store, trainer, config, Path(data_dir), max_steps)
+            return _run_train_process(store, trainer, config, Path(data_dir), max_steps, stop_on_sigterm=True)
         finally:
             trainer.stop_followers()
     finally:
         torch.distributed.destroy_process_group()
 
 
-def _run_train_process(store: Store, trainer: Trainer, config: TrainConfig, data_dir: Path, max_steps: int) -> int:
-    """The trainer's loop against the store, publishing to DATA_DIR/weights; returns the steps taken."""
+def _run_train_process(store: Store, trainer: Trainer, config: TrainConfig, data_dir: Path, max_steps: int,
+                       stop_on_sigterm: bool = False) -> int:
+    """The trainer's loop against the store, publishing to DATA_DIR/weights; returns the steps taken.
+    `stop_on_sigterm`: SIGTERM ends the loop after the step in progress, with a final checkpoint."""
     publisher = Publisher.for_trainer(trainer, [FilesChannel(data_dir)])
 
     async def main() -> int:
         stop = asyncio.Event()
+        if stop_on_sigterm:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await publisher.catch_up(trainer.policy_version, parent=trainer.parent_version)  # resumed or renumbered
 
         def on_step(stats: dict) -> None:
