@@ -62,6 +62,8 @@ def main() -> None:
         _talk(base, keys, CONVERSATIONS * 2)
         admin = {"Authorization": f"Bearer {keys['root']}"}
         more = itertools.cycle(CONVERSATIONS)
+        poison = [c for c in CONVERSATIONS if "evil.example.com" in c[1]]
+        _wait_for(lambda: _held(base, admin), 1200, lambda: _talk(base, keys, poison))  # the judge samples its hints
         _wait_for(lambda: httpx.get(f"{base}/v1/status", headers=admin).json()["train_steps"] >= args.versions, 1800,
                   lambda: _talk(base, keys, [next(more)]))
         stop = threading.Event()  # traffic goes on while the photos are taken (Now shows a rate)
@@ -106,8 +108,8 @@ def _photograph(base: str, keys: dict[str, str], out: Path) -> None:
             page = pages["alice" if view == "mydata" else "root"]
             page.locator(f"nav [data-view={view}]").click()
             if view == "sessions":  # the session whose poisoned hint the screen held back
-                held = httpx.get(f"{base}/v1/quarantine", headers={"Authorization": f"Bearer {keys['root']}"}).json()
-                page.locator(f"tr.session-row[data-session='{held['data'][-1]['session_id']}']").click()
+                held = _held(base, {"Authorization": f"Bearer {keys['root']}"})
+                page.locator(f"tr.session-row[data-session='{held[-1]['session_id']}']").click()
                 page.locator("#session-detail .turn").first.wait_for()
                 page.evaluate("window.scrollTo(0, 0)")
             time.sleep(2.5)
@@ -116,6 +118,10 @@ def _photograph(base: str, keys: dict[str, str], out: Path) -> None:
             Image.open(path).convert("RGB").quantize(colors=64).save(path, optimize=True)
             print(f"{path}: {path.stat().st_size // 1024} KB")
         browser.close()
+
+
+def _held(base: str, admin: dict[str, str]) -> list[dict]:
+    return httpx.get(f"{base}/v1/quarantine", headers=admin, timeout=60).json()["data"]
 
 
 def _signed_in(browser, base: str, key: str):
