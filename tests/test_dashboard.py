@@ -405,20 +405,23 @@ def test_a_wrong_key_is_refused_and_the_form_comes_back(teaching, chromium):
         context.close()
 
 
-def test_the_version_the_gate_decides_on_is_shown_while_it_decides():
-    from types import SimpleNamespace
+def test_the_version_the_gate_decides_on_is_shown_while_it_decides(tiny_model_dir):
+    from transformers import AutoTokenizer
 
-    from openclaw_rl.loop import _show_candidates
+    from openclaw_rl.config import TrainConfig
     from openclaw_rl.serve.metrics import Metrics
+    from openclaw_rl.train.gate import Gate
+    from openclaw_rl.train.trainer import Trainer
 
     metrics, seen = Metrics(), []
+    config = TrainConfig(gate="on", gate_max_new_tokens=2)
+    trainer = Trainer(tiny_model_dir, config, initial_version=7, device="cpu")
 
-    class Gate:  # the seam: the real gate needs a trainer and probes
-        def decide(self):
-            seen.append((metrics.candidate, metrics.gate_candidate._value.get()))
-            return "accepted"
+    def probes():  # read while the gate decides
+        seen.append((metrics.candidate, metrics.gate_candidate._value.get()))
+        return []
 
-    gate = Gate()
-    _show_candidates(gate, SimpleNamespace(policy_version=7), SimpleNamespace(metrics=metrics))
-    assert metrics.candidate is None and gate.decide() == "accepted"
+    gate = Gate(trainer, config, AutoTokenizer.from_pretrained(tiny_model_dir), probes)
+    gate.watch = metrics.show_candidate  # as loop.train_loop sets it
+    assert metrics.candidate is None and gate.decide().accepted
     assert seen == [(7, 7.0)] and metrics.candidate is None and metrics.gate_candidate._value.get() == -1

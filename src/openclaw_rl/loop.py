@@ -55,24 +55,9 @@ def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher:
         server.metrics.record_train_step(
             {**stats, "mean_reward": stats.get("reward_mean"), "mean_abs_a_opd": stats.get("opd_adv_abs_mean")})
 
-    if gate is not None:
-        _show_candidates(gate, trainer, server)
+    if gate is not None:  # while the gate decides, its candidate is shown (dashboard, Prometheus gauge)
+        gate.watch = server.metrics.show_candidate
     return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step, gate=gate, archive=archive)
-
-
-def _show_candidates(gate: Gate, trainer: Trainer, server: Server) -> None:
-    """While the gate decides on a version, its number is the server's `candidate` (the
-    dashboard's Now view, and the `openclaw_gate_candidate_version` gauge)."""
-    decide = gate.decide
-
-    def decide_shown():  # the same decision; only watched
-        server.metrics.show_candidate(trainer.policy_version)
-        try:
-            return decide()
-        finally:
-            server.metrics.show_candidate(None)
-
-    gate.decide = decide_shown  # type: ignore[method-assign]
 
 
 def status_loop(server: Server, interval_s: float) -> Background:

@@ -194,6 +194,7 @@ class Gate:
                  probes: Callable[[], list[list[int]]], scorer: Scorer | None = None) -> None:
         self.trainer, self.config, self.tokenizer = trainer, config, tokenizer
         self.probes, self.scorer = probes, scorer
+        self.watch: Callable[[int | None], None] | None = None  # told the candidate's number, then None when decided
         self.snapshot = self._take()
         # served answers per (version, probe): a new probe costs its own answer only, and an
         # accepted candidate's answers are the next served ones (kept from decide)
@@ -205,6 +206,15 @@ class Gate:
 
     def decide(self) -> Decision:
         """The trainer's weights now, against the snapshot's, on the probes."""
+        if self.watch is None:
+            return self._decide()
+        self.watch(self.trainer.policy_version)
+        try:
+            return self._decide()
+        finally:
+            self.watch(None)
+
+    def _decide(self) -> Decision:
         prompts = self.probes()
         if not prompts:
             return Decision(True, "no probe prompts yet: accepted unchecked", {"probes": 0})
