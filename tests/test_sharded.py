@@ -73,7 +73,12 @@ def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path
             return
         try:
             checkpoint.restore(trainer, checkpoint.load_latest(plain))
-            torch.save({"stats": trainer.step(samples), "policy": trainer.policy_state_dict()}, out / "from-plain.pt")
+            result = {"stats": trainer.step(samples), "policy": trainer.policy_state_dict()}
+            for group in trainer.optimizer.param_groups:  # as the runner does while settled: the ranks follow
+                group["lr"] = 0.0
+            trainer.step(samples)
+            result["after_lr_0"] = trainer.policy_state_dict()
+            torch.save(result, out / "from-plain.pt")
         finally:
             trainer.stop_followers()
     finally:
@@ -159,6 +164,7 @@ def test_a_one_process_checkpoint_resumes_on_two_ranks(sharded_run, tiny_llama) 
     assert (result["stats"]["train_step"], result["stats"]["policy_version"]) == (STEPS + 1, STEPS + 1)
     assert result["stats"]["loss"] == pytest.approx(stats[-1]["loss"], rel=TOLERANCE["loss_rel"])
     assert max_diff(result["policy"], reference.policy_state_dict()) < TOLERANCE["weight_abs"]
+    assert max_diff(result["after_lr_0"], result["policy"]) == 0.0  # rank 0's learning rate reached every shard
 
 
 def test_train_nproc_2_learns_from_the_store_and_resumes_on_one_rank(tiny_llama, tmp_path) -> None:

@@ -228,8 +228,11 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
 
 def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path):
     """`serve --train-nproc N`: `openclaw-rl train --nproc N` on this data dir with this [train]
-    config, started with serving and stopped with it (SIGTERM to its process group: the last
-    periodic checkpoint stays good). Its output goes to DATA_DIR/trainer.log."""
+    config, started with serving and stopped with it (SIGTERM to its process group: rank 0
+    finishes its step and writes a final checkpoint). Its output goes to DATA_DIR/trainer.log."""
+    if train.gate == "on":
+        raise ConfigError("--gate on is not supported with --train-nproc > 1 (the gate decodes probes with the "
+                          "trainer's model); use --train-nproc 1 with the gate, or --gate off")
     data_dir = Path(config.data_dir)
     settings = data_dir / "trainer-config.yaml"
     settings.write_text(yaml.safe_dump({"train": {k: v for k, v in dataclasses.asdict(train).items()

@@ -18,7 +18,8 @@ Decisions, and why:
   checkpoint.py call the trainer as they call a one-process one; nothing above this
   module knows the policy is sharded.
 - A step scatters micro-batches: batch.py pads per micro-batch, so rank r receives its
-  samples (`scatter_object_list`) and collates them itself. Every rank must run the same
+  samples (`scatter_object_list`) and collates them itself, with rank 0's learning rate
+  (the runner lowers it while settled: train/runner.py). Every rank must run the same
   number of forwards and backwards (each one gathers the layers from all ranks), so a
   rank short of micro-batches runs a copy of one with a zero loss (padding).
 - Gradients: FSDP2 averages them over the ranks; the one-process trainer divides the
@@ -133,6 +134,8 @@ class ShardedTrainer(Trainer):
         return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
 
     def _wrap(self, model: torch.nn.Module, reference: torch.nn.Module | None):
+        """FSDP2 over the models as loaded on the CPU: fully_shard moves one block at a time to the
+        device and keeps 1/N of it there, so no rank ever holds the whole model on a GPU."""
         compute = self.compute_dtype
         policy = MixedPrecisionPolicy(param_dtype=compute, reduce_dtype=torch.float32) \
             if compute != torch.float32 else MixedPrecisionPolicy()
@@ -180,10 +183,13 @@ class ShardedTrainer(Trainer):
         """Rank 0: train on `samples` with every rank; a follower: its share of them. Returns
         rank 0's stats of the whole batch (a follower's are of no use)."""
         self._lead("step")
-        shares = self._shares(list(samples)) if self.rank == 0 else None
+        rates = [group["lr"] for group in self.optimizer.param_groups]  # rank 0's: the runner may change them
+        shares = [(share, rates) for share in self._shares(list(samples))] if self.rank == 0 else None
         box: list = [None]
         dist.scatter_object_list(box, shares, src=0)
-        self._share = box[0]
+        self._share, rates = box[0]
+        for group, rate in zip(self.optimizer.param_groups, rates):
+            group["lr"] = rate
         return super().step(samples if self.rank == 0 else [s for chunk, _ in self._share for s in chunk])
 
     def _shares(self, samples: list[Sample]) -> list[list[tuple[list[Sample], bool]]]:

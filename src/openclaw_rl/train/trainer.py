@@ -111,7 +111,7 @@ class Trainer:
         self.method.check(self.loss_params)
         # full fine-tuning: float32 master weights; a LoRA base is frozen, so it is held as it computes
         load_dtype = self.compute_dtype if config.lora else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=load_dtype).to(self.device)
+        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=load_dtype)  # on the CPU: `_wrap` places it
         self.reference: torch.nn.Module | None = None
         if config.lora:
             model = _add_lora(model, config)
@@ -138,8 +138,8 @@ class Trainer:
         return "cuda" if torch.cuda.is_available() else "cpu"
 
     def _wrap(self, model: torch.nn.Module, reference: torch.nn.Module | None):
-        """The models as they train (sharded: FSDP2); one process: as they are."""
-        return model, reference
+        """The models as they train, on the device (sharded: FSDP2 moves each block's shards there)."""
+        return model.to(self.device), reference.to(self.device) if reference is not None else None
 
     @property
     def _autocast(self) -> bool:
