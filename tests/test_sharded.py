@@ -233,3 +233,15 @@ def _processes_naming(path: Path) -> list[str]:
         if b"train" in words and str(path).encode() in words:
             found.append(b" ".join(words).decode(errors="replace"))
     return found
+
+
+def test_the_gate_and_a_sharded_trainer_are_refused_together_with_the_fix(tiny_model_dir, tmp_path,
+                                                                          monkeypatch) -> None:
+    from openclaw_rl.compose import train_process, trainer_process
+    from openclaw_rl.config import ConfigError, ServeConfig
+
+    monkeypatch.setenv("WORLD_SIZE", "2")  # a rank under torchrun: refused before it joins the group
+    with pytest.raises(ConfigError, match="--gate on is not supported with --nproc > 1.*--gate off"):
+        train_process(str(tmp_path), str(tiny_model_dir), TrainConfig(gate="on"), resume=False)
+    with pytest.raises(ConfigError, match="--gate on is not supported with --train-nproc > 1"):
+        trainer_process(ServeConfig(data_dir=str(tmp_path), train_nproc=2), TrainConfig(gate="on"), tiny_model_dir)
