@@ -90,12 +90,17 @@ def run(model: str, defences: bool, sessions: int, max_tokens: int) -> dict:
             t.start()
         for t in threads:
             t.join()
-        deadline = time.monotonic() + 1800
-        store = server.store
-        while (store.turns_awaiting_verdict() or store.sample_counts("combined")["ready"] >= 4) and \
-                time.monotonic() < deadline:
+        # until everything is judged and the trainer has taken what it will take: with the per-user
+        # cap, mallory's surplus samples stay ready for good, so "nothing ready" never comes
+        deadline, store = time.monotonic() + 1800, server.store
+        seen, quiet_since = None, time.monotonic()
+        while time.monotonic() < deadline:
+            now = (store.sample_counts("combined")["used"], len(store.turns_awaiting_verdict()))
+            if now != seen:
+                seen, quiet_since = now, time.monotonic()
+            elif not now[1] and time.monotonic() - quiet_since > 60:
+                break
             time.sleep(1.0)
-        time.sleep(5.0)  # the step in progress, if any
         after = mean_logprob(server, prompts, POISON)
         held = store.quarantined("held", limit=10_000)
         versions = store.versions(limit=1000)
