@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -110,6 +111,7 @@ def run(model: str, defences: bool, sessions: int, max_tokens: int) -> dict:
                          store._db.execute("SELECT payload FROM samples WHERE payload IS NOT NULL").fetchall()]
     finally:
         thread.stop()
+        shutil.rmtree(data_dir, ignore_errors=True)  # its version archive holds GBs of weights
     per_step: dict[int, int] = {}
     for step, owner in used:
         per_step[step] = per_step.get(step, 0) + (owner == "mallory")
