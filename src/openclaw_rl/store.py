@@ -203,6 +203,9 @@ _TURN_COLUMNS = (
 )
 
 
+# the turns the judge has yet to judge: a main turn whose next state arrived, with no verdict
+_AWAITING_VERDICT = "kind = 'main' AND next_state IS NOT NULL AND id NOT IN (SELECT turn_id FROM verdicts)"
+
 class StoreError(RuntimeError):
     """A store operation that cannot be done as asked (unknown session, nothing open, ...)."""
 
@@ -493,11 +496,7 @@ class Store:
 
     def turns_awaiting_verdict(self, limit: int = 32) -> list[Turn]:
         """Main turns whose next state has arrived and that have no verdict yet, oldest first."""
-        return self._turn_where(
-            "kind = 'main' AND next_state IS NOT NULL AND id NOT IN (SELECT turn_id FROM verdicts) "
-            "ORDER BY id LIMIT ?",
-            (limit,),
-        )
+        return self._turn_where(f"{_AWAITING_VERDICT} ORDER BY id LIMIT ?", (limit,))
 
     def write_verdict(self, verdict: Verdict) -> bool:
         """Record a turn's verdict; False (nothing written) if the turn was deleted meanwhile."""
@@ -783,9 +782,7 @@ class Store:
     def judge_backlog(self) -> int:
         """Main turns whose next state arrived and that the judge has not judged yet."""
         with self._lock:
-            (count,) = self._execute(
-                "SELECT COUNT(*) FROM turns WHERE kind = 'main' AND next_state IS NOT NULL "
-                "AND id NOT IN (SELECT turn_id FROM verdicts)").fetchone()
+            (count,) = self._execute(f"SELECT COUNT(*) FROM turns WHERE {_AWAITING_VERDICT}").fetchone()
         return int(count)
 
     def judged_turns(self, limit: int = 5000, owner: str | None = None) -> list[dict[str, Any]]:
