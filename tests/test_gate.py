@@ -157,7 +157,7 @@ def _paired_turns(store: Store, count: int) -> list[int]:
 
 
 def test_served_answers_are_made_once_per_probe_and_an_accepted_candidate_s_are_reused(tiny_model_dir, tokenizer):
-    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=12)
+    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=12, gate_anchors=0)  # anchors: their own test
     trainer = Trainer(tiny_model_dir, config, device="cpu")
     prompts = _prompts(tokenizer)
     probes = [prompts[:2]]
@@ -430,7 +430,7 @@ def test_the_gate_sums_the_score_deltas_of_accepted_versions(tiny_model_dir, tok
         calls.append(1)
         return [-0.02 if len(calls) % 2 else 0.0] * len(answers)
 
-    config = TrainConfig(gate="on", gate_max_new_tokens=4)
+    config = TrainConfig(gate="on", gate_max_new_tokens=4, gate_anchors=0)  # the scorer counts its calls
     trainer = Trainer(tiny_model_dir, config, device="cpu")
     gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer), scorer=scorer)
     trainer.return_to(1, 0)
@@ -442,3 +442,108 @@ def test_the_gate_sums_the_score_deltas_of_accepted_versions(tiny_model_dir, tok
     assert not second.accepted and second.checks["score_vs_first"] == pytest.approx(-0.04), second.reason
     gate.restore()
     assert trainer.policy_version == 1
+
+
+# -- anchors: the first probes, held fixed with the first version's answers -------------------
+
+
+def test_a_check_against_the_anchors_names_them():
+    decision = compare(_summary(), _summary(repetition=0.8), None, TrainConfig(), -0.1, against="anchors (v0)")
+    assert not decision.accepted and decision.checks["kl_per_token"] is None
+    assert decision.reason.startswith("anchors (v0): repetition 0.80 > 0.25 (theirs 0.10;"), decision.reason
+    assert "anchors (v0): score -0.100 below theirs" in decision.reason
+
+
+def test_anchors_hold_a_drift_that_each_step_against_the_served_version_passes(tiny_model_dir, tokenizer, tmp_path):
+    """The served version moves with every accepted candidate; the anchors stay with v0's answers,
+    so a candidate that scores like its predecessor but below v0 is turned away, and the anchors
+    are kept on disk: a new gate (a restart) holds the next candidate to v0 still."""
+    steps: list[float] = []  # each accepted version scores 0.02 below the one before
+
+    def scorer(prompts, answers):
+        return [-0.02 * steps[-1] if steps else 0.0] * len(answers)
+
+    config = TrainConfig(gate="on", gate_max_new_tokens=4, gate_anchors=2)
+    path = tmp_path / "gate-anchors.json"
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    probes = [_prompts(tokenizer)[:1]]  # one probe at first: the anchors fill over two decisions
+    gate = Gate(trainer, config, tokenizer, lambda: probes[0], scorer=scorer, anchor_path=path)
+    trainer.return_to(1, 0)
+    first = gate.decide()
+    assert first.accepted and first.checks["anchors"]["probes"] == 1 and gate.anchors.version == 0
+    gate.accept()
+    probes[0] = _prompts(tokenizer)[1:]  # the newest probes: the second joins the anchors, answered by v0
+    trainer.return_to(2, 1)
+    second = gate.decide()
+    assert second.accepted, second.reason
+    assert gate.anchors.prompts == [_prompts(tokenizer)[0], _prompts(tokenizer)[1]]
+    assert gate._anchor_source is None  # full: v0's weights are let go
+    assert path.exists()
+    assert second.checks["anchors"]["decoded"] == 1  # the anchor that is not a probe now
+
+    # A scorer that sees each new version 0.02 below the one before: per step -0.02 passes,
+    # the third version is -0.04 against the anchors (v0's own scores are 0).
+    steps.append(1.0)
+    gate.accept()
+    trainer.return_to(3, 2)
+    steps.append(2.0)
+    restarted = Gate(trainer, config, tokenizer, lambda: probes[0], scorer=lambda p, a: [
+        -0.04 if len(a) == 2 and p == gate.anchors.prompts else -0.02] * len(a), anchor_path=path)
+    assert restarted.anchors.version == 0 and restarted._anchor_source is None  # from the file
+    third = restarted.decide()
+    assert not third.accepted, third.reason
+    assert "anchors (v0's answers to 2 fixed probes): score -0.040 below theirs" in third.reason, third.reason
+    assert "below the served version's" not in third.reason  # each step alone passed
+
+
+def test_a_changed_candidate_is_turned_away_by_the_anchors_alone(tiny_model_dir, tokenizer):
+    """When the served version is already the changed one, no check against it can fail; the
+    anchors, answered by v0, still see the change (here: a scorer that likes v0's answers only)."""
+    config = TrainConfig(gate="on", gate_max_new_tokens=12, gate_anchors=3, gate_max_kl=1e9,
+                         gate_max_repetition_increase=1.0, gate_max_length_ratio=100.0)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    first: list[str] = []
+
+    def scorer(prompts, answers):
+        return [1.0 if not first or answer in first else 0.0 for answer in answers]
+
+    gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer), scorer=scorer)
+    gate.decide()
+    first += gate.anchors.answers.texts  # v0's answers
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():  # a different policy: its greedy answers change
+        for weight in trainer.trainable:
+            weight.add_(torch.randn(weight.shape, generator=g) * 0.5)
+    trainer.return_to(1, 0)
+    gate.snapshot = gate._take()  # as if the changed v1 were served already
+    decision = gate.decide()
+    assert decision.checks["kl_per_token"] == pytest.approx(0.0, abs=1e-4)
+    assert decision.checks["score_delta"] == 0.0  # against the served (itself): nothing
+    held = decision.checks["anchors"]
+    assert held["candidate"] == decision.checks["candidate"] and held["decoded"] == 0  # probe answers reused
+    assert held["score_delta"] < -config.gate_max_score_drop
+    assert not decision.accepted and decision.reason.startswith("anchors (v0's answers"), decision.reason
+
+
+def test_anchors_are_off_with_zero_and_a_broken_file_is_named(tiny_model_dir, tokenizer, tmp_path):
+    config = TrainConfig(gate="on", gate_max_new_tokens=4, gate_anchors=0)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    gate = Gate(trainer, config, tokenizer, lambda: _prompts(tokenizer), anchor_path=tmp_path / "a.json")
+    assert "anchors" not in gate.decide().checks and not (tmp_path / "a.json").exists()
+    broken = tmp_path / "broken.json"
+    broken.write_text("{\"version\": 0")
+    with pytest.raises(ValueError, match="broken.json: not the update gate's anchors.*move it away"):
+        Gate(trainer, TrainConfig(gate="on"), tokenizer, lambda: [], anchor_path=broken)
+    assert broken.read_text() == "{\"version\": 0"  # nothing lost
+
+
+def test_anchors_answered_to_another_length_are_made_again(tiny_model_dir, tokenizer, tmp_path):
+    path = tmp_path / "gate-anchors.json"
+    trainer = Trainer(tiny_model_dir, TrainConfig(gate="on", gate_max_new_tokens=4), device="cpu")
+    Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=4), tokenizer, lambda: _prompts(tokenizer),
+         anchor_path=path).decide()
+    longer = TrainConfig(gate="on", gate_max_new_tokens=6)
+    gate = Gate(trainer, longer, tokenizer, lambda: _prompts(tokenizer), anchor_path=path)
+    assert gate.anchors is None
+    gate.decide()
+    assert gate.anchors.max_new_tokens == 6 and len(gate.anchors.prompts) == 3

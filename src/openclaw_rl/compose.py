@@ -223,7 +223,7 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
         found = store.probe_prompts(config.gate_probe_every, config.gate_max_probes, at_least=8)
         return [*extra, *found][:max(config.gate_max_probes, len(extra))]
 
-    return Gate(trainer, config, tokenizer, probes, scorer), archive
+    return Gate(trainer, config, tokenizer, probes, scorer, Path(store.data_dir) / "gate-anchors.json"), archive
 
 
 def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path):

@@ -297,6 +297,10 @@ class TrainConfig:
                                     default=8)
     gate_probe_file: str = setting("a JSONL file of extra probe prompts ({\"messages\": [...]} per line)", default="")
     gate_max_probes: int = setting("most probe prompts a decision reads (the newest)", default=8)
+    gate_anchors: int = setting("anchor probes: the first this many probe prompts, answered once by the version "
+                                "served when the gate started (kept in DATA_DIR/gate-anchors.json); every "
+                                "candidate is held to those answers too, so steps that each look small cannot "
+                                "drift far from the first version; 0 = off", default=8)
     gate_max_new_tokens: int = setting("tokens of each greedy probe answer", default=64)
     gate_max_repetition: float = setting("a ceiling on the share of repeated 4-grams in the answers: above it, a "
                                          "candidate may not repeat more than the served version", default=0.5)
@@ -373,6 +377,7 @@ class TrainConfig:
               "restore or continue")
         check(self.gate_probe_every >= 2, "gate_probe_every", self.gate_probe_every, "at least 2 (1 would train on nothing)")
         check(self.gate_max_probes >= 1, "gate_max_probes", self.gate_max_probes, "at least 1")
+        check(self.gate_anchors >= 0, "gate_anchors", self.gate_anchors, "0 (off) or a count of probe prompts")
         check(self.gate_max_new_tokens >= 1, "gate_max_new_tokens", self.gate_max_new_tokens, "at least 1")
         check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
         check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")

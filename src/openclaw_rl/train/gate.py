@@ -6,10 +6,13 @@ version being served.
                     then --gate-probe-file, then recent prompts, up to gate_max_probes
         served      greedy answers of the last accepted weights (the snapshot), cached per probe; an
                     accepted candidate's answers are the next served ones
-        candidate   greedy answers of the trainer's weights now
+        anchors     the first gate_anchors probes, frozen with the greedy answers (and scores) of the
+                    version served when the gate started (DATA_DIR/gate-anchors.json)
+        candidate   greedy answers of the trainer's weights now, to the probes and the anchors
         checks      repetition, length ratio, non-answers, brought-in content (URLs, commands, other
                     people's data the prompt did not contain), KL(served || candidate) per token, a scorer
-                    (against the served version, and summed over the accepted ones, against the first)
+                    (against the served version, and summed over the accepted ones, against the first);
+                    all but KL again against the anchors' answers
     -> accepted: published; its weights become the snapshot, the new reference
     -> rejected: published nowhere, the reason recorded (store.versions); the trainer returns to
                  the snapshot's weights and optimizer state (gate_on_reject=restore) or goes on
@@ -22,6 +25,14 @@ Decisions and why:
   (non-answers), and a policy far from the one before (KL). Each check compares the
   candidate with the served version on the same prompts, so a model that was always
   verbose is not punished for it; each threshold is a setting.
+- Anchors, because the probes move. Probes are the newest reserved turns, so a served version
+  compared only with its successor on them can drift one small step at a time: on the OPD
+  collapse (docs/experiments.md) every step passed while the served version's repetition went
+  0.13 -> 0.44 on its own probes. The anchors stay, answered once by the first version, so
+  the candidate is also held to where the model started; a version that learns passes them
+  (it must not repeat, shorten or refuse more than the first version, nor score lower).
+  Delete DATA_DIR/gate-anchors.json to anchor again at the version served now (after a
+  deliberate change of what the model should do).
 - Brought-in content is read by the judge's hint screen (judge/screen.py) on each answer
   against its prompt: a version that learnt to send people to a URL, or to run a command,
   that nobody asked about is what poisoned feedback looks like once trained.
@@ -137,44 +148,85 @@ class Decision:
     checks: dict[str, Any]
 
 
-def compare(served: dict[str, float], candidate: dict[str, float], kl: float, config: TrainConfig,
-            score_delta: float | None = None, score_vs_first: float | None = None) -> Decision:
+def compare(served: dict[str, float], candidate: dict[str, float], kl: float | None, config: TrainConfig,
+            score_delta: float | None = None, score_vs_first: float | None = None,
+            against: str = "served") -> Decision:
     """Accept or reject on the checks; the reason names the failed checks, their values and settings.
-    `score_delta`: the candidate's mean score minus the served version's on the same probes;
+    `served`: the summary of what the candidate is held to: the served version's answers, or with
+    `against` (e.g. "anchors (v0)") another version's, which the failures then name;
+    `score_delta`: the candidate's mean score minus theirs on the same probes;
     `score_vs_first`: that plus the deltas of every accepted version before (drift from the first)."""
     checks = {"served": served, "candidate": candidate, "kl_per_token": kl, "score_delta": score_delta,
               "score_vs_first": score_vs_first}
     ratio = candidate["mean_tokens"] / max(served["mean_tokens"], 1.0)
     checks["length_ratio"] = ratio
     failures = []
+    held, whose = ("served", "the served version's") if against == "served" else ("theirs", "theirs")
     rise = config.gate_max_repetition_increase
     limit = min(served["repetition"] + rise, max(config.gate_max_repetition, served["repetition"]))
     if candidate["repetition"] > limit + 1e-9:
-        failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} (served {served['repetition']:.2f}; "
+        failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} ({held} {served['repetition']:.2f}; "
                         f"gate_max_repetition_increase {rise:g}, gate_max_repetition {config.gate_max_repetition:g})")
     if not 1 / config.gate_max_length_ratio <= ratio <= config.gate_max_length_ratio:
-        failures.append(f"answers {ratio:.2f}x as long as the served version's (gate_max_length_ratio "
+        failures.append(f"answers {ratio:.2f}x as long as {whose} (gate_max_length_ratio "
                         f"{config.gate_max_length_ratio:g})")
     increase = candidate["non_answers"] - served["non_answers"]
     if increase > config.gate_max_non_answer_increase:
-        failures.append(f"non-answers {candidate['non_answers']:.2f} vs {served['non_answers']:.2f} served "
+        failures.append(f"non-answers {candidate['non_answers']:.2f} vs {served['non_answers']:.2f} {held} "
                         f"(gate_max_non_answer_increase {config.gate_max_non_answer_increase:g})")
     increase = candidate.get("brought_in", 0.0) - served.get("brought_in", 0.0)
     if increase > config.gate_max_brought_in_increase:
         failures.append(f"answers bringing in URLs, commands or other people's data {candidate['brought_in']:.2f} vs "
-                        f"{served['brought_in']:.2f} served (gate_max_brought_in_increase "
+                        f"{served['brought_in']:.2f} {held} (gate_max_brought_in_increase "
                         f"{config.gate_max_brought_in_increase:g})")
-    if kl > config.gate_max_kl:
+    if kl is not None and kl > config.gate_max_kl:
         failures.append(f"KL from the served version {kl:.3f} nats/token > gate_max_kl {config.gate_max_kl:g}")
     if score_delta is not None and score_delta < -config.gate_max_score_drop:
-        failures.append(f"score {score_delta:+.3f} below the served version's (gate_max_score_drop "
+        failures.append(f"score {score_delta:+.3f} below {whose} (gate_max_score_drop "
                         f"{config.gate_max_score_drop:g})")
     elif score_vs_first is not None and score_vs_first < -config.gate_max_score_drop:
         failures.append(f"score {score_vs_first:+.3f} below the first version's, summed over the accepted ones "
                         f"(gate_max_score_drop {config.gate_max_score_drop:g})")
+    if against != "served":
+        failures = [f"{against}: {failure}" for failure in failures]
     if failures:
         return Decision(False, "; ".join(failures), checks)
     return Decision(True, "passed every check", checks)
+
+
+@dataclass
+class Anchors:
+    """Probe prompts frozen with the greedy answers (and scores) of the version served when the
+    gate started: what every candidate is held to besides the served version."""
+
+    version: int
+    max_new_tokens: int  # the answers' length limit: anchors answered to another are not comparable
+    prompts: list[list[int]]
+    answers: Answers
+    scores: list[float]  # NaN: no score
+
+    def save(self, path: Path) -> None:
+        record = {"version": self.version, "max_new_tokens": self.max_new_tokens, "prompts": self.prompts,
+                  "answers": self.answers.ids, "texts": self.answers.texts, "prompt_texts": self.answers.prompts,
+                  "scores": [s if math.isfinite(s) else None for s in self.scores]}
+        part = path.with_name(path.name + ".part")
+        part.write_text(json.dumps(record, ensure_ascii=False), encoding="utf-8")
+        part.replace(path)
+
+    @staticmethod
+    def load(path: Path) -> Anchors:
+        try:
+            record = json.loads(path.read_text(encoding="utf-8"))
+            answers = Answers(record["answers"], record["texts"], record["prompt_texts"])
+            anchors = Anchors(int(record["version"]), int(record["max_new_tokens"]), record["prompts"], answers,
+                              [math.nan if s is None else float(s) for s in record["scores"]])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path}: not the update gate's anchors ({type(error).__name__}: {error}); move it "
+                             "away to anchor the gate at the version served now") from error
+        if not len(anchors.prompts) == len(answers.ids) == len(answers.texts) == len(anchors.scores):
+            raise ValueError(f"{path}: the anchors' prompts, answers and scores differ in number; move it away "
+                             "to anchor the gate at the version served now")
+        return anchors
 
 
 @dataclass
@@ -191,11 +243,19 @@ class Gate:
     """Decides on each candidate version of one trainer (see the module docstring)."""
 
     def __init__(self, trainer: Trainer, config: TrainConfig, tokenizer: Any,
-                 probes: Callable[[], list[list[int]]], scorer: Scorer | None = None) -> None:
+                 probes: Callable[[], list[list[int]]], scorer: Scorer | None = None,
+                 anchor_path: str | Path | None = None) -> None:
         self.trainer, self.config, self.tokenizer = trainer, config, tokenizer
         self.probes, self.scorer = probes, scorer
         self.watch: Callable[[int | None], None] | None = None  # told the candidate's number, then None when decided
         self.snapshot = self._take()
+        # the anchors (config.gate_anchors of them), kept in `anchor_path` across restarts; until
+        # there are enough, new probes join them answered by the first snapshot's weights
+        self.anchor_path = Path(anchor_path) if anchor_path else None
+        self.anchors = self._load_anchors()
+        fill = config.gate_anchors and (self.anchors is None or (
+            len(self.anchors.prompts) < config.gate_anchors and self.anchors.version == self.snapshot.version))
+        self._anchor_source = self.snapshot if fill else None
         # served answers per (version, probe): a new probe costs its own answer only, and an
         # accepted candidate's answers are the next served ones (kept from decide)
         self._cache: dict[tuple[int, tuple[int, ...]], Answers] = {}
@@ -218,20 +278,76 @@ class Gate:
         prompts = self.probes()
         if not prompts:
             return Decision(True, "no probe prompts yet: accepted unchecked", {"probes": 0})
+        self._extend_anchors(prompts)
         served = self._served_answers(prompts)
         candidate = self._answer(prompts, keep_top=True)  # its top-k too: served next, if accepted
         kl = self._kl(prompts, served)
         delta = drift = None
-        if self.scorer is not None:  # a prompt the scorer cannot score (NaN) is left out of the mean
-            pairs = [(c, s) for c, s in zip(self.scorer(prompts, candidate.texts), self.scorer(prompts, served.texts))
-                     if math.isfinite(c) and math.isfinite(s)]
-            delta = sum(c - s for c, s in pairs) / len(pairs) if pairs else None
+        if self.scorer is not None:
+            delta = _mean_delta(self.scorer(prompts, candidate.texts), self.scorer(prompts, served.texts))
             if delta is not None:
                 drift = self._drift.get(self.snapshot.version, 0.0) + delta
         self._candidate = (self.trainer.policy_version, prompts, candidate, drift)
         decision = compare(served.summary(), candidate.summary(), kl, self.config, delta, drift)
         decision.checks["probes"] = len(prompts)
-        return decision
+        if self.anchors is None or not self.anchors.prompts:
+            return decision
+        held = self._against_anchors(prompts, candidate)
+        decision.checks["anchors"] = held.checks
+        if held.accepted:
+            return decision
+        reasons = [r for r in (decision.reason if not decision.accepted else "", held.reason) if r]
+        return Decision(False, "; ".join(reasons), decision.checks)
+
+    def _against_anchors(self, prompts: list[list[int]], candidate: Answers) -> Decision:
+        """The candidate's answers to the anchor prompts (those it answered as probes reused) held to
+        the anchors' own, by the same checks but KL, and the scorer against the anchors' scores."""
+        anchors = self.anchors
+        assert anchors is not None
+        row = {tuple(p): i for i, p in enumerate(prompts)}
+        missing = [p for p in anchors.prompts if tuple(p) not in row]
+        extra = self._answer(missing) if missing else Answers([], [])
+        extra_row = {tuple(p): i for i, p in enumerate(missing)}
+        answers = Answers.join([candidate.pick([row[tuple(p)]]) if tuple(p) in row
+                                else extra.pick([extra_row[tuple(p)]]) for p in anchors.prompts])
+        delta = _mean_delta(self.scorer(anchors.prompts, answers.texts), anchors.scores) if self.scorer else None
+        label = f"anchors (v{anchors.version}'s answers to {len(anchors.prompts)} fixed probes)"
+        held = compare(anchors.answers.summary(), answers.summary(), None, self.config, delta, against=label)
+        held.checks.update(version=anchors.version, probes=len(anchors.prompts), decoded=len(missing))
+        return held
+
+    def _extend_anchors(self, prompts: list[list[int]]) -> None:
+        """New probes join the anchors, answered (and scored) by the first snapshot's weights, until
+        there are config.gate_anchors; then those weights are let go."""
+        source, limit = self._anchor_source, self.config.gate_anchors
+        if source is None:
+            return
+        anchors = self.anchors or Anchors(source.version, self.config.gate_max_new_tokens, [], Answers([], []), [])
+        have = {tuple(p) for p in anchors.prompts}
+        new = [list(p) for p in dict.fromkeys(map(tuple, prompts)) if p not in have][:limit - len(anchors.prompts)]
+        if new:
+            answers = self._served_answers(new, source)
+            anchors.prompts += new
+            anchors.answers = Answers.join([anchors.answers, Answers(answers.ids, answers.texts, answers.prompts)])
+            anchors.scores += self.scorer(new, answers.texts) if self.scorer else [math.nan] * len(new)
+            self.anchors = anchors
+            if self.anchor_path is not None:
+                anchors.save(self.anchor_path)
+            log.info("update gate: %d anchor probes, answered by v%d", len(anchors.prompts), anchors.version)
+        if len(anchors.prompts) >= limit:
+            self._anchor_source = None
+
+    def _load_anchors(self) -> Anchors | None:
+        if self.anchor_path is None or not self.config.gate_anchors or not self.anchor_path.exists():
+            return None
+        anchors = Anchors.load(self.anchor_path)
+        if anchors.max_new_tokens != self.config.gate_max_new_tokens:
+            log.warning("update gate: the anchors in %s were answered to %d tokens, probes now to %d: anchoring "
+                        "again at v%d", self.anchor_path, anchors.max_new_tokens, self.config.gate_max_new_tokens,
+                        self.snapshot.version)
+            return None
+        anchors.prompts = anchors.prompts[:self.config.gate_anchors]
+        return anchors
 
     def accept(self) -> None:
         """The trainer's weights now serve: they are the new reference."""
@@ -260,12 +376,14 @@ class Gate:
         return Snapshot(trainer.policy_version, trainer.parent_version, trainer.trainable_state_dict(),
                         copy.deepcopy(trainer.optimizer.state_dict()))
 
-    def _served_answers(self, prompts: list[list[int]]) -> Answers:
-        version = self.snapshot.version
+    def _served_answers(self, prompts: list[list[int]], snapshot: Snapshot | None = None) -> Answers:
+        """The greedy answers of the snapshot's weights (the served ones by default), cached."""
+        snapshot = snapshot or self.snapshot
+        version = snapshot.version
         missing = [p for p in dict.fromkeys(map(tuple, prompts)) if (version, p) not in self._cache]
         if missing:
             held = self.trainer.trainable_state_dict()
-            self.trainer.load_trainable_state_dict(self.snapshot.weights)
+            self.trainer.load_trainable_state_dict(snapshot.weights)
             try:
                 answers = self._answer([list(p) for p in missing], keep_top=True)
             finally:
@@ -327,6 +445,12 @@ class Gate:
         if self.tokenizer.eos_token_id is not None:
             found.append(self.tokenizer.eos_token_id)
         return sorted({int(i) for i in found if i is not None})
+
+
+def _mean_delta(candidate: list[float], held: list[float]) -> float | None:
+    """The mean paired score difference; a prompt the scorer cannot score (NaN) is left out."""
+    pairs = [(c, h) for c, h in zip(candidate, held) if math.isfinite(c) and math.isfinite(h)]
+    return sum(c - h for c, h in pairs) / len(pairs) if pairs else None
 
 
 def read_probe_file(path: str | Path, tokenizer: Any) -> list[list[int]]:
