@@ -93,3 +93,14 @@ def test_judge_worker_records_oracle_verdicts_and_samples(tmp_path):
     assert store.verdicts([recorded.id])[recorded.id].judge == "oracle"
     assert store.sample_counts("binary")["ready"] == 1
     store.close()
+
+
+def test_probe_problems_ask_nothing_played_or_held_out_and_repeat_with_the_seed():
+    from openclaw_rl.eval.problems import probe_problems
+
+    played, heldout = train_problems(0, 40), heldout_problems(16)
+    probes = probe_problems(0, 16, [*played, *heldout])
+    questions = [p.question for p in probes]
+    assert len(set(questions)) == 16 and not set(questions) & {p.question for p in [*played, *heldout]}
+    assert [p.question for p in probe_problems(0, 16, [*played, *heldout])] == questions
+    assert [p.question for p in probe_problems(1, 16)] != questions

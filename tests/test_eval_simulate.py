@@ -62,11 +62,19 @@ def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_r
     # lr 1 on the tiny model: every candidate drifts far from the served one, so the gate turns them away
     code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
                  str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
-                 "--parallel", "3", "--max-updates", "2", "--eval-every", "1", "--gate", "on", "--lr", "1"])
+                 "--parallel", "3", "--max-updates", "2", "--eval-every", "1", "--gate", "on", "--lr", "1",
+                 "--gate-probes", "3"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     decisions = {x["version"]: x["gate"] for x in lines if x["event"] == "version"}
+    # the probes: 3 more problems of the persona, asked as first messages (then reserved turns, up to
+    # --gate-max-probes), the 3 held as anchors by v0
+    asked = [json.loads(line)["messages"] for line in (out / "binary" / "gate-probes.jsonl").read_text().splitlines()]
+    assert len(asked) == 3 and all(len(m) == 1 and m[0]["role"] == "user" for m in asked)
+    checked = [x["checks"] for x in lines if x["event"] == "version" and x["gate"] in ("accepted", "rejected")]
+    assert checked and all(c["probes"] >= 3 and c["anchors"]["probes"] == 3 and c["anchors"]["version"] == 0
+                           and c["anchors"]["decoded"] == 0 for c in checked)
     assert decisions[0] == "base" and {1, 2} <= set(decisions)
     assert summary["gate"] == "on" and summary["rejected_versions"] == sum(g == "rejected" for g in decisions.values())
     assert summary["rejected_versions"] >= 1

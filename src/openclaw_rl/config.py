@@ -530,6 +530,10 @@ class SimulateConfig:
     max_hints: int = setting("candidate hints per turn (each one costs a teacher forward pass)", default=3)
     gate: str = setting("the update gate (train --gate): on adds a score check by the persona's rubric on the "
                         "probes; every version's decision goes to metrics.jsonl", default="off")
+    gate_probes: int = setting("with --gate on: this many more of the persona's problems (neither played nor "
+                               "held out), asked as first messages like the held-out ones, are the gate's probe "
+                               "file and its anchors; 0: the server's own probes (reserved turns) only",
+                               default=16)
     settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
                                 "correction (train --settle-after); 0 = off", default=0)
     kl_beta: float = setting("k3 KL penalty to the reference policy (train --kl-beta); 0 = off", default=0.0)

@@ -57,7 +57,7 @@ from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
-from openclaw_rl.eval.problems import heldout_problems, train_problems
+from openclaw_rl.eval.problems import heldout_problems, probe_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
@@ -186,13 +186,21 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         if progress:
             progress(method=method, updates=version)
 
+    probes = probe_problems(config.seed, config.gate_probes, [*problems, *heldout]) if config.gate == "on" else []
+    probe_file = run_dir / "gate-probes.jsonl"
+    if probes:
+        probe_file.parent.mkdir(parents=True, exist_ok=True)
+        probe_file.write_text("".join(json.dumps({"messages": [{"role": "user", "content": persona.first_message(p)}]})
+                                      + "\n" for p in probes), encoding="utf-8")
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
     train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
                         settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
-                        gate_max_new_tokens=config.eval_max_tokens)  # probe answers scored as held-out ones are
-    scorer = rubric_scorer(persona, [*problems, *heldout], tokenizer_of(config)) if config.gate == "on" else None
+                        gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
+                        **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
+    scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
+              if config.gate == "on" else None)
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
                             channels=[CallbackChannel(on_publish)], scorer=scorer)
     thread = ServerThread(app, port)

@@ -330,6 +330,22 @@ def train_problems(seed: int, n: int) -> list[Problem]:
     return problems
 
 
+def probe_problems(seed: int, n: int, avoid: list[Problem] = ()) -> list[Problem]:
+    """`n` problems for the update gate's probes: drawn like training ones (the same people), from
+    a stream of their own, none asking the question of a problem in `avoid`."""
+    names, taken = list(TEMPLATES), {p.question for p in avoid}
+    problems: list[Problem] = []
+    i = 0
+    while len(problems) < n:
+        rng = random.Random(f"probe:{seed}:{i}")
+        problem = make_problem(rng.choice(names), rng, TRAIN_PEOPLE, f"probe-{seed}-{i:05d}")
+        if problem.question not in taken:
+            taken.add(problem.question)
+            problems.append(problem)
+        i += 1
+    return problems
+
+
 def heldout_problems(n: int = 16) -> list[Problem]:
     """The fixed evaluation set: every template in turn, people never used in training."""
     names = list(TEMPLATES)
