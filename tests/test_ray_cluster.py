@@ -252,3 +252,52 @@ def test_two_judges_share_the_turns_and_leave_none_unjudged(on_ray):
 def test_an_environment_pool_runs_as_an_actor(on_ray):
     pool = on_ray["pool"]
     assert pool["tasks"] >= 1 and pool["observation"] and pool["status"]["size"] == 1
+
+
+@pytest.mark.slow
+def test_a_sharded_trainer_runs_one_actor_per_rank_and_serves_its_versions(tiny_model_dir, tmp_path):
+    """`serve --ray --train-nproc 2`: two trainer actors, reserved together by a placement group,
+    form one FSDP2 process group (gloo here); rank 0 runs the loop and publishes, rank 1 trains
+    its share of every step, and the replica serves the versions they make."""
+    import ray
+    from openai import OpenAI
+
+    from openclaw_rl.cluster.deploy import actor_roles, deploy
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    ray.init(num_cpus=5, include_dashboard=False, object_store_memory=200 * 2**20)
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), port=free_port(), status_interval_s=0.0,
+                        train_nproc=2)
+    judge, cluster = JudgeConfig(judge="embedding", poll_interval_s=0.1), RayConfig(ray="local", ray_replicas=1,
+                                                                                    ray_judges=1)
+    assert actor_roles(serve, judge, cluster).count("trainer") == 2
+    try:
+        deployment = deploy(serve, judge, TrainConfig(method="binary", batch_size=2, lr=1e-3,
+                                                      train_poll_interval_s=0.1, checkpoint_every=100), cluster)
+        gateway = deployment.gateway_url
+        client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
+        results: list[dict] = []
+        deadline, i = time.monotonic() + 300, 0
+        while httpx.get(f"{gateway}/healthz").json()["policy_version"] < 1 and time.monotonic() < deadline:
+            threads = [threading.Thread(target=_session, args=(client, gateway, i + k, results)) for k in range(4)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            i += 4
+        version = httpx.get(f"{gateway}/healthz").json()["policy_version"]
+        deployment.stop()
+        follower_steps = ray.get(deployment.running["trainer rank 1"])
+        leader_steps = ray.get(deployment.running["trainer"])
+    finally:
+        ray.shutdown()
+    assert results and all(r["ok"] for r in results), [r for r in results if not r["ok"]]
+    assert version >= 1 and leader_steps >= 1 and follower_steps == leader_steps  # every step on both ranks
+
+
+def test_a_sharded_trainer_with_the_gate_is_refused_before_any_actor_starts():
+    from openclaw_rl.cluster.deploy import _trainer
+
+    serve = ServeConfig(train_nproc=2)
+    with pytest.raises(ConfigError, match="--gate on is not supported with --train-nproc > 1"):
+        _trainer(serve, TrainConfig(gate="on"), remote=None, resources={"CPU": 4})

@@ -12,7 +12,8 @@ here; deploy.py wraps them with `ray.remote` and the resources each one gets.
   own copy of the policy for teacher scoring, kept current like the replicas' (pushed
   by the trainer actor, or, when there is none, read from the files channel before each
   batch of turns, as the standalone judge does).
-- `TrainerActor`: the trainer loop; its publisher (train/weights.py) writes version v to
+- `TrainerActor`: the trainer loop (with `--train-nproc N`, one actor per rank of a sharded
+  trainer, placed together by a placement group); its publisher (train/weights.py) writes version v to
   the files channel (DATA_DIR/weights, for restarts and `serve --no-train`), then a
   `RayChannel` puts it once into Ray's object store, from which every replica and judge
   loads it: a LoRA trainer's adapter alone to those whose engines hot-load adapters,
@@ -213,17 +214,67 @@ def _ray_put(value: Any) -> Any:
 
 
 class TrainerActor:
-    def __init__(self, config: ServeConfig, train: TrainConfig):
-        from openclaw_rl.engine.loading import resolve_model_dir
-        from openclaw_rl.compose import load_trainer
+    """The trainer loop on Ray. With `serve --train-nproc N` there are N of these, one per rank
+    of a sharded trainer (train/sharded.py): each `join`s the process group at rank 0's
+    `address`, rank 0 runs the loop as a one-rank trainer does (`catch_up`, `run`), and the
+    others `follow` it until it leads them out. One rank loads the policy in __init__."""
 
+    def __init__(self, config: ServeConfig, train: TrainConfig, rank: int = 0, world: int = 1):
         _one_torch_thread()
-        self.data_dir = config.data_dir
+        self.serve, self.data_dir, self.rank, self.world = config, config.data_dir, rank, world
         self.config = dataclasses.replace(train, train_threads=train.train_threads or 1)
-        self.store = open_store(config)
-        self.trainer = load_trainer(resolve_model_dir(config.model or None), Path(config.data_dir), self.config,
-                                    config.resume, self.store)
+        self.store = None
+        self.trainer = None
         self._stop: asyncio.Event | None = None
+        if world == 1:
+            self._load(None)
+
+    def address(self) -> tuple[str, int]:
+        """Rank 0: where the other ranks meet it (this node, a free port)."""
+        from openclaw_rl.net import free_port
+
+        return _node_ip(), free_port("0.0.0.0")
+
+    async def join(self, address: tuple[str, int]) -> None:
+        """Join the process group at rank 0's `address` and load this rank's shards of the policy
+        (every rank at once: sharding the model is collective)."""
+        await asyncio.to_thread(self._load, address)
+
+    def _load(self, address: tuple[str, int] | None) -> None:
+        from openclaw_rl.compose import load_trainer
+        from openclaw_rl.engine.loading import resolve_model_dir
+
+        make: Any = None
+        if address is not None:
+            import os
+
+            import torch.distributed
+
+            from openclaw_rl.train import sharded
+
+            os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",  # Ray: one GPU each
+                              MASTER_ADDR=address[0], MASTER_PORT=str(address[1]))
+            sharded.init_from_env()
+            if self.rank == 0:
+                resolve_model_dir(self.serve.model or None)  # converts the bundled model once, before the others look
+            torch.distributed.barrier()
+            if self.rank != 0:
+                self.trainer = sharded.ShardedTrainer(resolve_model_dir(self.serve.model or None), self.config)
+                return
+            make = sharded.ShardedTrainer
+        self.store = open_store(self.serve)
+        self.trainer = load_trainer(resolve_model_dir(self.serve.model or None), Path(self.data_dir), self.config,
+                                    self.serve.resume, self.store, **({"make": make} if make else {}))
+
+    async def follow(self) -> int:
+        """Ranks > 0: run what rank 0 leads until it stops them; the steps taken."""
+        import torch.distributed
+
+        try:
+            await asyncio.to_thread(self.trainer.follow)
+        finally:
+            torch.distributed.destroy_process_group()
+        return self.trainer.train_step
 
     async def catch_up(self, subscribers: list) -> int:
         """Bring the files channel and every subscriber to the version the trainer holds (a resumed
@@ -244,6 +295,11 @@ class TrainerActor:
             await run_trainer(self.store, self.trainer, self.config, publisher, self._stop, gate=gate, archive=archive)
         finally:
             self.store.close()
+            if self.world > 1:
+                import torch.distributed
+
+                await asyncio.to_thread(self.trainer.stop_followers)
+                torch.distributed.destroy_process_group()
         return self.trainer.train_step
 
     async def _publisher(self, subscribers: list) -> Publisher:

@@ -4,8 +4,8 @@
     -> trainer, replicas, judges, env pools -> sync every replica to the trainer's version
     -> trainer and judges run -> gateway on --host/--port of this machine -> until stopped
 
-Placement follows resources: with GPUs in the cluster every replica, judge and the
-trainer takes one (`num_gpus=1`; a judge holds a copy of the policy for teacher
+Placement follows resources: with GPUs in the cluster every replica, judge and trainer
+rank (`--train-nproc N`: N ranks of one sharded trainer, reserved together) takes one (`num_gpus=1`; a judge holds a copy of the policy for teacher
 scoring), else each takes one CPU; env pools take a CPU, the gateway nothing (it relays
 bytes). The gateway is pinned to the node this command runs on, so users call the
 address they started it with. Ray places the rest.
@@ -77,12 +77,17 @@ def placement(role: str, resources: dict[str, float]) -> dict[str, Any]:
     return {"num_cpus": 1}
 
 
+def bundle(role: str, resources: dict[str, float]) -> dict[str, float]:
+    """What one actor of `role` takes, by Ray's resource names ({"CPU": 1, "GPU": 1})."""
+    return {key.removeprefix("num_").upper().replace("CPUS", "CPU").replace("GPUS", "GPU"): amount
+            for key, amount in placement(role, resources).items()}
+
+
 def check_fits(roles: list[str], resources: dict[str, float]) -> None:
     """Fail now, naming the shortfall, rather than leave actors pending forever."""
     want: dict[str, float] = {}
     for role in roles:
-        for key, amount in placement(role, resources).items():
-            name = key.removeprefix("num_").upper().replace("CPUS", "CPU").replace("GPUS", "GPU")
+        for name, amount in bundle(role, resources).items():
             want[name] = want.get(name, 0) + amount
     for name, amount in want.items():
         if amount > resources.get(name, 0):
@@ -103,7 +108,7 @@ def env_pools(spec: str) -> list[tuple[str, int]]:
 
 def actor_roles(serve: ServeConfig, judge: JudgeConfig, cluster: RayConfig) -> list[str]:
     """One entry per actor to start."""
-    return ((["trainer"] if serve.train else []) + ["replica"] * cluster.ray_replicas
+    return (["trainer"] * (serve.train_nproc if serve.train else 0) + ["replica"] * cluster.ray_replicas
             + ["judge"] * (cluster.ray_judges if judge.judge != "off" else 0)
             + ["env_pool"] * len(env_pools(cluster.ray_env_pools)) + ["gateway"])
 
@@ -122,13 +127,15 @@ class Deployment:
     judges: list[Any]
     trainer: Any | None
     env_actors: list[Any]
-    running: dict[str, Any] = field(default_factory=dict)  # "trainer", "judge i" -> the ref of its run()
+    running: dict[str, Any] = field(default_factory=dict)  # "trainer", "trainer rank r", "judge i" -> its run()
+    trainer_ranks: list[Any] = field(default_factory=list)  # a sharded trainer's ranks > 0
 
     def stop(self) -> None:
         ray = _ray()
         ray.get(self.gateway.stop.remote())
         # the trainer first: the step in progress may still publish to the judges and replicas
-        stages = [{"trainer": self.trainer}] if self.trainer else []
+        stages = [{"trainer": self.trainer, **{f"trainer rank {r}": rank for r, rank in
+                                               enumerate(self.trainer_ranks, 1)}}] if self.trainer else []
         stages.append({f"judge {i}": judge for i, judge in enumerate(self.judges)})
         for stage in stages:
             ray.get([actor.stop.remote() for actor in stage.values()])
@@ -138,7 +145,8 @@ class Deployment:
                 except Exception:  # a part that failed already said so; the rest still stop
                     log.exception("%s ended with an error", name)
         ray.get([part.stop.remote() for part in [*self.replicas, *self.env_actors]])
-        for actor in [self.gateway, *self.replicas, *self.judges, *self.env_actors, *filter(None, [self.trainer])]:
+        for actor in [self.gateway, *self.replicas, *self.judges, *self.env_actors, *filter(None, [self.trainer]),
+                      *self.trainer_ranks]:
             ray.kill(actor)
 
 
@@ -159,7 +167,9 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     def remote(cls: type, role: str, **options: Any):
         return ray.remote(cls).options(**placement(role, resources), **options)
 
-    trainer = remote(actors.TrainerActor, "trainer").remote(serve, train) if serve.train else None
+    trainer, followers = None, []
+    if serve.train:
+        trainer, followers = _trainer(serve, train, remote, resources)
     lora_rank = train.lora_rank if serve.train and train.lora else 0  # adapter slots for a vLLM replica
     replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train, index=i,
                                                          lora_rank=lora_rank)
@@ -174,7 +184,7 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     replica_urls = ray.get([r.url.remote() for r in replicas], timeout=_READY_TIMEOUT_S)
     env_urls = dict(zip([name for name, _ in pools], ray.get([e.url.remote() for e in env_actors],
                                                             timeout=_READY_TIMEOUT_S)))
-    running = {}
+    running = {f"trainer rank {r}": rank.follow.remote() for r, rank in enumerate(followers, 1)}
     if trainer is not None:
         subscribers = [*replicas, *judges]
         ray.get(trainer.catch_up.remote(subscribers))  # --resume: every replica and judge starts at its version
@@ -188,7 +198,33 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                      ).remote(replica_urls, serve.host, serve.port, serve.request_timeout_s)
     gateway_url = ray.get(gateway.url.remote(), timeout=_READY_TIMEOUT_S)
     return Deployment(gateway_url, replica_urls, env_urls, token, gateway, replicas, judges, trainer, env_actors,
-                      running)
+                      running, followers)
+
+
+def _trainer(serve: ServeConfig, train: TrainConfig, remote, resources: dict[str, float]) -> tuple[Any, list[Any]]:
+    """The trainer actor, or with --train-nproc N its N ranks (rank 0, then the others): one
+    placement group reserves them all at once (PACK: on as few nodes as fit, for the collectives),
+    so no rank starts while another waits for resources, and they join rank 0's process group."""
+    ray = _ray()
+    from openclaw_rl.cluster import actors
+
+    nproc = serve.train_nproc
+    if nproc == 1:
+        return remote(actors.TrainerActor, "trainer").remote(serve, train), []
+    if train.gate == "on":
+        raise ConfigError("--gate on is not supported with --train-nproc > 1 (the gate decodes probes with the "
+                          "trainer's model); use --train-nproc 1 with the gate, or --gate off")
+    from ray.util.placement_group import placement_group
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    group = placement_group([bundle("trainer", resources)] * nproc, strategy="PACK")
+    ray.get(group.ready(), timeout=_READY_TIMEOUT_S)
+    ranks = [remote(actors.TrainerActor, "trainer", scheduling_strategy=PlacementGroupSchedulingStrategy(
+        group, placement_group_bundle_index=r)).remote(serve, train, r, nproc) for r in range(nproc)]
+    address = ray.get(ranks[0].address.remote(), timeout=_READY_TIMEOUT_S)
+    ray.get([rank.join.remote(address) for rank in ranks], timeout=_READY_TIMEOUT_S)
+    log.info("trainer: %d ranks (FSDP2), rank 0 at %s:%d", nproc, *address)
+    return ranks[0], ranks[1:]
 
 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
