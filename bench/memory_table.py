@@ -11,6 +11,9 @@ Parameter counts are exact: each Qwen3 shape is built from its config on the met
   under FSDP2 (train/sharded.py), which also gathers one block at a time in bfloat16;
 - LoRA: the frozen base held in bfloat16 (2 bytes, also divided by N under FSDP2) plus
   16 bytes per adapter parameter;
+- QLoRA (`lora_4bit`): the decoder's linear weights in 4-bit NF4 with double-quantized
+  scales (4.127 bits = 0.516 bytes each), the rest (embeddings, norms) in float32 as peft's
+  k-bit preparation casts them (4 bytes), plus 16 bytes per adapter parameter; one GPU;
 - the engine (vLLM, --dtype bfloat16): 2 bytes per parameter plus its KV cache,
   2 (K and V) x layers x KV heads x head dim x 2 bytes per token, sized here for
   --kv-tokens tokens in flight.
@@ -49,8 +52,12 @@ HEADROOM = 0.85
 GB = 1e9
 
 
-def counts(name: str, lora_rank: int) -> tuple[int, int, int]:
-    """(parameters, LoRA parameters at `lora_rank`, KV-cache bytes per token in bfloat16)."""
+NF4_BYTES = 4.127 / 8  # 4-bit codes + an 8-bit scale per 64 weights + a float32 per 256 scales
+
+
+def counts(name: str, lora_rank: int) -> tuple[int, int, int, int]:
+    """(parameters, of them in the decoder's linear layers, LoRA parameters at `lora_rank`,
+    KV-cache bytes per token in bfloat16)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     hidden, inter, layers, heads, kv, tied = QWEN3[name]
@@ -60,21 +67,23 @@ def counts(name: str, lora_rank: int) -> tuple[int, int, int]:
     with torch.device("meta"):
         model = Qwen3ForCausalLM(config)
     params = sum(p.numel() for p in model.parameters())
+    linear = sum(m.weight.numel() for m in model.model.layers.modules() if isinstance(m, torch.nn.Linear))
     adapter = sum(lora_rank * (m.in_features + m.out_features) for n, m in model.named_modules()
                   if isinstance(m, torch.nn.Linear) and n.rsplit(".", 1)[-1] in LORA_TARGETS)
-    return params, adapter, 2 * layers * kv * HEAD_DIM * 2
+    return params, linear, adapter, 2 * layers * kv * HEAD_DIM * 2
 
 
 def row(name: str, lora_rank: int, kv_tokens: int) -> dict:
-    params, adapter, kv_per_token = counts(name, lora_rank)
+    params, linear, adapter, kv_per_token = counts(name, lora_rank)
     full, lora = 16 * params, 2 * params + 16 * adapter
+    qlora = NF4_BYTES * linear + 4 * (params - linear) + 16 * adapter
     engine = 2 * params + kv_per_token * kv_tokens
-    fits = {f"{gb}GB": {"full": (full + engine) / GB <= HEADROOM * gb, "lora": (lora + engine) / GB <= HEADROOM * gb}
-            for gb in GPUS_GB}
+    fits = {f"{gb}GB": {kind: (size + engine) / GB <= HEADROOM * gb
+                        for kind, size in (("full", full), ("lora", lora), ("qlora", qlora))} for gb in GPUS_GB}
     ranks_for_full = {f"{gb}GB": next((n for n in (1, 2, 4, 8, 16, 32, 64)  # None: the engine alone does not fit
                                        if (full / n + engine) / GB <= HEADROOM * gb), None) for gb in GPUS_GB}
     return {"model": name, "parameters": params, "lora_parameters": adapter, "full_trainer_gb": full / GB,
-            "lora_trainer_gb": lora / GB, "engine_gb": engine / GB, "kv_cache_gb_per_1k_tokens": kv_per_token * 1e3 / GB,
+            "lora_trainer_gb": lora / GB, "qlora_trainer_gb": qlora / GB, "engine_gb": engine / GB, "kv_cache_gb_per_1k_tokens": kv_per_token * 1e3 / GB,
             "colocated_fits_one_gpu": fits, "gpus_for_full_colocated": ranks_for_full}
 
 
@@ -85,17 +94,17 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "memory_table.json"))
     args = parser.parse_args()
     rows = [row(name, args.lora_rank, args.kv_tokens) for name in QWEN3]
-    print("| model | parameters | full FT trainer | LoRA trainer (bf16 base) | vLLM engine (bf16 + KV) | "
-          + " | ".join(f"{gb} GB: full / LoRA" for gb in GPUS_GB) + " |")
-    print("|---|---|---|---|---|" + "---|" * len(GPUS_GB))
+    print("| model | parameters | full FT trainer | LoRA trainer (bf16 base) | QLoRA trainer (4-bit base) | "
+          "vLLM engine (bf16 + KV) | " + " | ".join(f"{gb} GB: full / LoRA / QLoRA" for gb in GPUS_GB) + " |")
+    print("|---|---|---|---|---|---|" + "---|" * len(GPUS_GB))
     for r in rows:
         cells = []
         for gb in GPUS_GB:
             fit, n = r["colocated_fits_one_gpu"][f"{gb}GB"], r["gpus_for_full_colocated"][f"{gb}GB"]
             full = "yes" if fit["full"] else f"no ({n} with FSDP2)" if n else "no"
-            cells.append(f"{full} / {'yes' if fit['lora'] else 'no'}")
+            cells.append(f"{full} / {'yes' if fit['lora'] else 'no'} / {'yes' if fit['qlora'] else 'no'}")
         print(f"| {r['model']} | {r['parameters'] / 1e9:.2f} B | {r['full_trainer_gb']:.1f} GB | "
-              f"{r['lora_trainer_gb']:.1f} GB | {r['engine_gb']:.1f} GB | " + " | ".join(cells) + " |")
+              f"{r['lora_trainer_gb']:.1f} GB | {r['qlora_trainer_gb']:.1f} GB | {r['engine_gb']:.1f} GB | " + " | ".join(cells) + " |")
     Path(args.out).write_text(json.dumps({"lora_rank": args.lora_rank, "kv_tokens": args.kv_tokens,
                                           "headroom": HEADROOM, "rows": rows}, indent=2) + "\n")
     print(f"wrote {args.out}")

@@ -256,6 +256,9 @@ class TrainConfig:
     lora: bool = setting("train a LoRA adapter on the attention and MLP projections instead of every weight",
                        default=False)
     lora_rank: int = setting("LoRA rank r", default=16)
+    lora_4bit: bool = setting("with --lora: hold the frozen base in 4-bit NF4 (bitsandbytes, QLoRA; an eighth of "
+                              "float32's memory for its linear weights) while the adapter trains in float32; "
+                              "publishing dequantizes the base to merge the adapter into it", default=False)
     lora_alpha: int = setting("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
     lr: float | None = setting("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
     batch_size: int = setting("ready samples per training step (the paper's batch)", default=16)
@@ -348,6 +351,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(bool(self.method), "method", self.method, "a method name (train/methods.py checks it is one)")
         check(self.lora_rank >= 1, "lora_rank", self.lora_rank, "at least 1 (16 is a sensible default)")
+        check(self.lora or not self.lora_4bit, "lora_4bit", self.lora_4bit,
+              "only with lora = true (a 4-bit base cannot be fine-tuned in full)")
         check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha, "a positive number (32 with rank 16)")
         check(self.lr is None or self.lr > 0, "lr", self.lr, "a positive learning rate, or unset for the default")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")

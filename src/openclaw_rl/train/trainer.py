@@ -39,7 +39,8 @@ Decisions, and why:
   MixedPrecisionPolicy in train/sharded.py), so an update smaller than bfloat16's
   resolution is not rounded away. A LoRA base is frozen, so it is held in the compute
   precision itself (half the memory) while the adapter trains in float32; the KL
-  reference copy likewise.
+  reference copy likewise; with `lora_4bit` it is held in 4-bit NF4 (bitsandbytes, QLoRA)
+  and dequantized only to merge the adapter for publishing.
 - Truncated importance sampling (`tis_cap`, train/losses.py): on the first pass over a
   batch the trainer's own log-probs are kept as the PPO ratio's base; an engine sampling
   in bfloat16 then no longer makes the first ratio differ from 1.
@@ -111,7 +112,11 @@ class Trainer:
         self.method.check(self.loss_params)
         # full fine-tuning: float32 master weights; a LoRA base is frozen, so it is held as it computes
         load_dtype = self.compute_dtype if config.lora else torch.float32
-        model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=load_dtype)  # on the CPU: `_wrap` places it
+        self.quantized = config.lora and config.lora_4bit
+        if self.quantized:  # placed on the device as it loads (a 4-bit model is not moved after)
+            model = _load_4bit(self.model_dir, self.compute_dtype, self.device, sharded=self.sharded)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(self.model_dir, dtype=load_dtype)  # `_wrap` places it
         self.reference: torch.nn.Module | None = None
         if config.lora:
             model = _add_lora(model, config)
@@ -139,6 +144,8 @@ class Trainer:
 
     def _wrap(self, model: torch.nn.Module, reference: torch.nn.Module | None):
         """The models as they train, on the device (sharded: FSDP2 moves each block's shards there)."""
+        if self.quantized:
+            return model, None  # loaded on the device; a LoRA trainer has no reference copy
         return model.to(self.device), reference.to(self.device) if reference is not None else None
 
     @property
@@ -357,6 +364,7 @@ class Trainer:
         for name, p in base.named_parameters():
             if is_lora_parameter(name):
                 continue
+            p = _dense(p)  # a 4-bit base weight dequantized (bitsandbytes), else itself
             # merged in float32: a bf16 base would round a small delta away
             value = p.detach().float() + deltas[name].float() if name in deltas else p.detach()
             merged[name.replace(".base_layer.", ".")] = value.to("cpu", copy=True)
@@ -486,6 +494,37 @@ def _enable_checkpointing(model: torch.nn.Module, config: TrainConfig) -> list[t
     for layer in layers:
         layer.training = False
     return layers
+
+
+def _load_4bit(model_dir: Path, compute_dtype: torch.dtype, device: torch.device, sharded: bool) -> torch.nn.Module:
+    """The base model with its linear weights in 4-bit NF4 (bitsandbytes, double-quantized), computing
+    in `compute_dtype`, on `device`; norms and embeddings in float32 (peft's k-bit preparation)."""
+    if sharded:
+        raise ValueError("lora_4bit is not supported with a sharded trainer (--nproc > 1): FSDP2 does not shard "
+                         "bitsandbytes' 4-bit weights; use --nproc 1, or lora_4bit = false")
+    try:
+        import bitsandbytes  # noqa: F401  (transformers loads through it)
+    except ImportError as error:
+        raise ValueError("lora_4bit needs bitsandbytes: pip install 'openclaw-rl[qlora]' (bitsandbytes==0.50.2, "
+                         "which runs 4-bit weights on CPUs as well as CUDA)") from error
+    from peft import prepare_model_for_kbit_training
+    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+
+    quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                                      bnb_4bit_compute_dtype=compute_dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, quantization_config=quantization,
+                                                 device_map={"": str(device)})
+    return prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
+
+
+def _dense(p: torch.Tensor) -> torch.Tensor:
+    """A weight as a dense tensor: a bitsandbytes 4-bit one dequantized, any other unchanged."""
+    state = getattr(p, "quant_state", None)
+    if state is None:
+        return p
+    import bitsandbytes.functional as bnbf
+
+    return bnbf.dequantize_4bit(p.data, state)
 
 
 def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
