@@ -139,6 +139,20 @@ def _session(client, gateway: str, i: int, results: list) -> None:
                         "session": headers["X-Session-Id"], "error": r.text})
 
 
+def _play_until(client, gateway: str, version: int, within_s: float) -> list[dict]:
+    """Sessions, four at a time, until the gateway serves `version` (or time runs out); their results."""
+    results: list[dict] = []
+    deadline, i = time.monotonic() + within_s, 0
+    while httpx.get(f"{gateway}/healthz").json()["policy_version"] < version and time.monotonic() < deadline:
+        threads = [threading.Thread(target=_session, args=(client, gateway, i + k, results)) for k in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        i += 4
+    return results
+
+
 @pytest.fixture(scope="module")
 def on_ray(tiny_model_dir, tmp_path_factory):
     import ray
@@ -160,16 +174,7 @@ def on_ray(tiny_model_dir, tmp_path_factory):
         deploy_s = time.monotonic() - started - ray_start_s
         gateway = deployment.gateway_url
         client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
-        results: list[dict] = []
-        deadline = time.monotonic() + 420
-        i = 0
-        while httpx.get(f"{gateway}/healthz").json()["policy_version"] < 2 and time.monotonic() < deadline:
-            threads = [threading.Thread(target=_session, args=(client, gateway, i + k, results)) for k in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            i += 4
+        results = _play_until(client, gateway, version=2, within_s=420)
         streamed = client.chat.completions.with_raw_response.create(
             model="tiny", messages=[{"role": "user", "content": "Count to three."}], max_tokens=6, stream=True)
         stream = {"version": int(streamed.headers["x-policy-version"]), "chunks": list(streamed.parse())}
@@ -276,15 +281,7 @@ def test_a_sharded_trainer_runs_one_actor_per_rank_and_serves_its_versions(tiny_
                                                       train_poll_interval_s=0.1, checkpoint_every=100), cluster)
         gateway = deployment.gateway_url
         client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)
-        results: list[dict] = []
-        deadline, i = time.monotonic() + 300, 0
-        while httpx.get(f"{gateway}/healthz").json()["policy_version"] < 1 and time.monotonic() < deadline:
-            threads = [threading.Thread(target=_session, args=(client, gateway, i + k, results)) for k in range(4)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            i += 4
+        results = _play_until(client, gateway, version=1, within_s=300)
         version = httpx.get(f"{gateway}/healthz").json()["policy_version"]
         deployment.stop()
         follower_steps = ray.get(deployment.running["trainer rank 1"])
