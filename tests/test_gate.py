@@ -547,3 +547,7 @@ def test_anchors_answered_to_another_length_are_made_again(tiny_model_dir, token
     assert gate.anchors is None
     gate.decide()
     assert gate.anchors.max_new_tokens == 6 and len(gate.anchors.prompts) == 3
+    fewer = Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=6, gate_anchors=2), tokenizer,
+                 lambda: _prompts(tokenizer), anchor_path=path)
+    assert len(fewer.anchors.prompts) == len(fewer.anchors.answers.ids) == len(fewer.anchors.scores) == 2
+    assert fewer.decide().checks["anchors"]["probes"] == 2

@@ -346,8 +346,9 @@ class Gate:
                         "again at v%d", self.anchor_path, anchors.max_new_tokens, self.config.gate_max_new_tokens,
                         self.snapshot.version)
             return None
-        anchors.prompts = anchors.prompts[:self.config.gate_anchors]
-        return anchors
+        keep = self.config.gate_anchors  # fewer than the file holds: the first of them
+        return Anchors(anchors.version, anchors.max_new_tokens, anchors.prompts[:keep],
+                       anchors.answers.pick(list(range(min(keep, len(anchors.prompts))))), anchors.scores[:keep])
 
     def accept(self) -> None:
         """The trainer's weights now serve: they are the new reference."""
