@@ -234,7 +234,8 @@ def test_a_hung_call_times_out_and_the_env_is_replaced():
     with live_pool(size=1, call_timeout_s=0.5) as live, live.client() as client, client.lease() as env:
         env.reset("to-3")
         with pytest.raises(RemoteEnvError, match="did not finish step within call_timeout_s=0.5") as error:
-            env.step(Action("hang", {"seconds": 1.2}))
+            env.step(Action("hang", {"seconds": 4.0}))  # long past the timeout: `not hung.closed` below must
+            # still hold on a loaded machine (1.2 s left 0.7 s for it, and CI once missed that)
         assert error.value.code == "env_timeout" and error.value.status == 504
         hung, fresh = live.made
         assert live.status()["replaced"] == 1 and not hung.closed
