@@ -318,6 +318,11 @@ while True:
     samples, _ = store.claim_samples("combined", 2, 0, 2, 1, 1)
     if not samples:
         break
+    if not claimed:  # a second barrier: each claims once before either claims again, so the claims interleave
+        pathlib.Path(str(here) + ".claimed").touch()  # even when one process starts seconds after the other
+        deadline = time.time() + 60
+        while not pathlib.Path(str(other) + ".claimed").exists() and time.time() < deadline:
+            time.sleep(0.001)
     claimed += [s.turn_id for s in samples]
     time.sleep(0.02)  # a trainer steps between claims; this also spreads the claims out
 store.close()
