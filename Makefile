@@ -7,7 +7,10 @@ STAMP  := $(VENV)/.installed
 VLLM_VENV  ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: run test test-slow test-vllm vllm-venv bench bench-vllm install system-deps clean
+LLAMACPP_VENV  ?= .venv-llamacpp
+LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
+
+.PHONY: run test test-slow test-vllm vllm-venv llamacpp-venv bench bench-vllm install system-deps clean
 
 install: $(STAMP)
 
@@ -46,6 +49,16 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
+# llama.cpp, the baseline of bench/decode.py, in a venv of its own: llama-cpp-python has no
+# CPU wheel on PyPI, so pip builds it from the sdist (12-18 min on two cores, once).
+$(LLAMACPP_STAMP):
+	$(PYTHON) -m venv $(LLAMACPP_VENV)
+	$(LLAMACPP_VENV)/bin/python -m pip install --quiet --upgrade pip
+	CMAKE_BUILD_PARALLEL_LEVEL=2 $(LLAMACPP_VENV)/bin/python -m pip install --quiet llama-cpp-python==0.3.36
+	touch $(LLAMACPP_STAMP)
+
+llamacpp-venv: $(LLAMACPP_STAMP)
+
 run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve
 
@@ -61,8 +74,9 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 	$(VENV)/bin/pytest -q -m vllm tests/vllm
 
 # TRL (the baseline of train_step.py) only here; torch stays pinned to the CPU build.
-bench: $(STAMP)
+bench: $(STAMP) $(LLAMACPP_STAMP)
 	$(PY) -m pip install --quiet -e '.[bench]' torch==2.13.0
+	$(PY) bench/decode.py
 	$(PY) bench/serve_overhead.py
 	$(PY) bench/serve_during_training.py
 	$(PY) bench/judge_agreement.py
@@ -75,4 +89,4 @@ bench-vllm: $(STAMP) $(VLLM_STAMP)
 	$(PY) bench/engines.py
 
 clean:
-	rm -rf $(VENV) $(VLLM_VENV) openclaw-data
+	rm -rf $(VENV) $(VLLM_VENV) $(LLAMACPP_VENV) openclaw-data

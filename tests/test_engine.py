@@ -13,9 +13,11 @@ from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.types import SamplingParams, TokenStep
 
 
-@pytest.fixture(scope="module")
-def engine(tiny_model_dir):
-    eng = LocalEngine(tiny_model_dir, max_batch_size=4)
+@pytest.fixture(scope="module", params=["auto", "hf"])
+def engine(tiny_model_dir, request):
+    """Each test on both decoders: the fused one (what Llama-family models get) and transformers' forward."""
+    eng = LocalEngine(tiny_model_dir, max_batch_size=4, decoder=request.param)
+    assert eng.decoder == ("FusedDecoder" if request.param == "auto" else "HFDecoder")
     yield eng
     asyncio.run(eng.aclose())
 

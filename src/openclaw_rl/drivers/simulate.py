@@ -38,6 +38,7 @@ import logging
 import multiprocessing
 import queue
 import random
+import statistics
 import threading
 import time
 from collections.abc import Callable
@@ -250,6 +251,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             time.sleep(1.0)
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
+        samples = server.store.sample_counts(get_method(method).name)
+        steps = list(server.metrics.train_history)
     finally:
         thread.stop()
         evaluator.close()
@@ -287,6 +290,11 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "curve": [list(p) for p in points],
         "mean_rubric_of_all_responses": sum(rewards) / len(rewards) if rewards else None,
         "wall_time_s": round(time.monotonic() - started, 1),
+        # what became of the judged samples: trained on, dropped as stale, rejected, still waiting
+        "samples": samples,
+        "stale_share": round(samples["dropped"] / max(1, sum(samples.values())), 3),
+        "train_tokens_per_s_median": (round(statistics.median(s["tokens_per_s"] for s in steps), 1)
+                                      if steps else None),
     }
 
 
@@ -392,6 +400,9 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
                                                                          for m, r in runs.items()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),
+        "stale_share": first["stale_share"] if single else {m: r["stale_share"] for m, r in runs.items()},
+        "train_tokens_per_s_median": (first["train_tokens_per_s_median"] if single
+                                      else {m: r["train_tokens_per_s_median"] for m, r in runs.items()}),
         "updates": first["updates"] if single else {m: r["updates"] for m, r in runs.items()},
         "score_before": first["score_before"] if single else {m: r["score_before"] for m, r in runs.items()},
         "score_after": first["score_after"] if single else {m: r["score_after"] for m, r in runs.items()},

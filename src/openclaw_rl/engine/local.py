@@ -4,29 +4,23 @@ Why our own loop and not `model.generate`: fp32 decode of a small model on CPU i
 memory-bound, so the only big win is to share each pass over the weights between many
 requests. One worker thread owns the model and runs, forever:
 
-    admit waiting requests -> prefill them together -> merge their KV cache into the batch
-    -> one decode step for every row -> drop finished rows (and their cache)
+    admit waiting requests -> prefill them into free rows -> one decode step for every row
+    -> sample each row's next token (and its log-prob) -> drop finished rows
 
-New requests join the running batch at the next step (continuous batching): their
-left-padded cache is padded to the batch's length and concatenated. Each row keeps its
-own rotary positions, so padding never shifts a position. Models whose cache is not a
-plain per-layer key/value list (sliding windows, state-space layers) fall back to
-dynamic batching: newcomers wait until the batch drains.
+New requests join the running batch at the next step (continuous batching). The forward
+passes and the KV cache belong to a decoder (decoder.py): a hand-written one over a
+per-row cache for the Llama family, transformers' own forward for other models.
 
 The same thread runs scoring jobs and weight updates between steps, so only one torch
 computation touches the model at a time (two pools on two cores slow each other 5-10x).
 A weight update waits for the rows in flight to finish, admits nothing meanwhile, then
 swaps: every response comes from exactly one policy version and no request is refused.
-
-(Just over 400 lines: the decode loop, its cache surgery and its job queue share one
-thread's state, and splitting them would spread that state across files.)
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 import os
 import threading
@@ -35,12 +29,12 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import torch
-import torch.nn.functional as F
 
 from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
 )
+from openclaw_rl.engine.decoder import make_decoder
 from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
 from openclaw_rl.types import SamplingParams, Score, TokenStep
@@ -91,6 +85,7 @@ class LocalEngine:
         policy_version: int = 0,
         device: str | None = None,
         dtype: str = "auto",
+        decoder: str = "auto",
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,18 +103,13 @@ class LocalEngine:
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
-        # transformers renamed `past_key_values` to `cache` (5.x); speak whichever it knows.
-        forward_params = inspect.signature(self.model.forward).parameters
-        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
-        self._accepts_logits_to_keep = "logits_to_keep" in forward_params
+        self._decoder = make_decoder(self.model, self.pad_token_id, decoder)  # auto | fused | hf
+        self.decoder = type(self._decoder).__name__
 
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Request] = collections.deque()
         self._jobs: collections.deque[_Job] = collections.deque()
         self._rows: list[_Row] = []
-        self._cache: Any = None
-        self._mask: torch.Tensor | None = None  # (B, S) 1 = real token, 0 = left padding
-        self._can_merge = True
         self._stopping = False
         self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0}
         self._thread = threading.Thread(target=self._run, name="openclaw-engine", daemon=True)
@@ -253,7 +243,7 @@ class LocalEngine:
                 self._jobs.remove(job)
             idle_job_waiting = any(j.needs_idle for j in self._jobs)
             admit: list[_Request] = []
-            if not idle_job_waiting and (self._can_merge or not self._rows):
+            if not idle_job_waiting and (self._decoder.can_join or not self._rows):
                 while self._waiting and len(self._rows) + len(admit) < self.max_batch_size:
                     request = self._waiting.popleft()
                     if not request.cancelled:
@@ -299,55 +289,24 @@ class LocalEngine:
         return generator
 
     def _admit(self, requests: list[_Request]) -> None:
-        from transformers import DynamicCache
-
-        width = max(len(r.prompt_ids) for r in requests)
-        ids = torch.full((len(requests), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(requests), width), dtype=torch.long)
-        for i, request in enumerate(requests):
-            n = len(request.prompt_ids)
-            ids[i, width - n :] = torch.tensor(request.prompt_ids)
-            mask[i, width - n :] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.model.config)
-        logits = self._forward(ids, mask, positions, cache, last_only=True)
+        logits = self._decoder.prefill([request.prompt_ids for request in requests])
         self._counters["prefills"] += 1
         rows = []
         for request in requests:
             rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator))
             request.emit(Started(self.policy_version, len(request.prompt_ids)))
-        self._sample(rows, logits)
-        if self._rows:
-            self._cache, self._mask = _merge_caches(self._cache, self._mask, cache, mask)
-        else:
-            self._cache, self._mask = cache, mask
-            self._can_merge = _is_plain_cache(cache)
         self._rows.extend(rows)
+        self._sample(rows, logits)
         self._counters["max_batch_seen"] = max(self._counters["max_batch_seen"], len(self._rows))
         self._prune()
 
     def _decode_step(self) -> None:
-        ids = torch.tensor([[row.pending_token] for row in self._rows], dtype=torch.long)
-        positions = torch.tensor([[row.position] for row in self._rows], dtype=torch.long)
-        self._mask = torch.cat([self._mask, torch.ones((len(self._rows), 1), dtype=torch.long)], dim=-1)
-        logits = self._forward(ids, self._mask, positions, self._cache, last_only=True)
+        logits = self._decoder.step([row.pending_token for row in self._rows], [row.position for row in self._rows])
         for row in self._rows:
             row.position += 1
         self._counters["decode_steps"] += 1
         self._sample(self._rows, logits)
         self._prune()
-
-    def _forward(self, ids, mask, positions, cache, *, last_only: bool) -> torch.Tensor:
-        kwargs = dict(
-            input_ids=ids.to(self.device),
-            attention_mask=mask.to(self.device),
-            position_ids=positions.to(self.device),
-            use_cache=True,
-        )
-        kwargs[self._cache_kwarg] = cache
-        if last_only and self._accepts_logits_to_keep:
-            kwargs["logits_to_keep"] = 1
-        return self.model(**kwargs).logits[:, -1, :]  # (B, V)
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> None:
         params = [row.request.params for row in rows]
@@ -383,19 +342,11 @@ class LocalEngine:
             self._reset_batch()
             return
         self._rows = [self._rows[i] for i in keep]
-        index = torch.tensor(keep, device=self.device)
-        self._cache.batch_select_indices(index)
-        self._mask = self._mask[keep]
-        # Columns that are padding for every remaining row are dead weight: crop them.
-        lead = int((self._mask.cumsum(-1) == 0).sum(-1).min())
-        if lead and self._can_merge:
-            for layer in self._cache.layers:
-                layer.keys = layer.keys[:, :, lead:, :]
-                layer.values = layer.values[:, :, lead:, :]
-            self._mask = self._mask[:, lead:]
+        self._decoder.keep(keep)
 
     def _reset_batch(self) -> None:
-        self._rows, self._cache, self._mask = [], None, None
+        self._rows = []
+        self._decoder.reset()
 
     def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
         ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=self.device)
@@ -429,26 +380,3 @@ def _eos_ids(model, tokenizer) -> set[int]:
         elif source:
             ids.update(source)
     return ids
-
-
-def _is_plain_cache(cache) -> bool:
-    from transformers.cache_utils import DynamicLayer
-
-    layers = getattr(cache, "layers", None)
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
-
-
-def _merge_caches(cache_a, mask_a: torch.Tensor, cache_b, mask_b: torch.Tensor):
-    """Stack two left-padded batches: pad the shorter on the left, concatenate rows."""
-    width = max(mask_a.shape[1], mask_b.shape[1])
-
-    def pad(t: torch.Tensor, dim_len: int) -> torch.Tensor:  # (B, H, S, D) -> (B, H, width, D)
-        return F.pad(t, (0, 0, width - dim_len, 0))
-
-    for layer_a, layer_b in zip(cache_a.layers, cache_b.layers):
-        layer_a.keys = torch.cat([pad(layer_a.keys, mask_a.shape[1]), pad(layer_b.keys, mask_b.shape[1])])
-        layer_a.values = torch.cat([pad(layer_a.values, mask_a.shape[1]), pad(layer_b.values, mask_b.shape[1])])
-    mask = torch.cat(
-        [F.pad(mask_a, (width - mask_a.shape[1], 0)), F.pad(mask_b, (width - mask_b.shape[1], 0))]
-    )
-    return cache_a, mask

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import collections
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 
@@ -49,6 +51,7 @@ class Metrics:
         self.gate_candidate.set(-1)
         self.candidate: int | None = None  # the version the gate is deciding on now, if any
         self.last_train: dict[str, float] = {}
+        self.train_history: collections.deque[dict[str, float]] = collections.deque(maxlen=10_000)
 
     def show_candidate(self, version: int | None) -> None:
         self.candidate = version
@@ -70,6 +73,7 @@ class Metrics:
 
     def record_train_step(self, stats: dict) -> None:
         self.last_train = {name: stats[name] for name in self.train if isinstance(stats.get(name), (int, float))}
+        self.train_history.append({k: float(v) for k, v in stats.items() if isinstance(v, (int, float))})
         for name, gauge in self.train.items():
             if isinstance(stats.get(name), (int, float)):
                 gauge.set(stats[name])

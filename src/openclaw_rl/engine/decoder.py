@@ -1,0 +1,409 @@
+"""The forward passes behind the local engine's decode loop: one batch of rows and its KV cache.
+
+The engine (local.py) owns scheduling (who joins, sampling, who finishes); a decoder
+owns the model's state for the rows in the batch. Both decoders give the same logits:
+
+- `FusedDecoder`, for the Llama family (Llama, Mistral without a sliding window, Qwen2,
+  Qwen3): the decoder layers written out over the model's own parameters, with a KV
+  cache pre-allocated per row. Why: at batch 1 a 135M model's decode step is ~40 ms of
+  weight reads, and transformers' generic forward adds as much again in per-layer
+  Python (cache objects, masks, hooks); and with a cache per row, a request joins the
+  running batch by writing its prefill into a free row instead of re-padding and copying
+  everyone's cache. Rows are compact (row i of the cache is row i of the batch), each
+  row's keys sit at its own positions 0..n-1 (no left padding), so a row's attention
+  sees exactly its own tokens. The cache grows by doubling, in rows and in positions.
+  It reads the parameters in place, so a weight swap (a copy into them) needs nothing.
+- `HFDecoder`, for everything else: transformers' forward over a left-padded
+  DynamicCache, merged when requests join (continuous batching) when the cache is a
+  plain key/value list, else dynamic batching (newcomers wait for the batch to drain).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from openclaw_rl.engine import kernels
+
+_FUSED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+_MIN_POSITIONS = 256
+_PACK_TOKENS = 1024  # prompts prefilled as one sequence, up to this many tokens together
+
+
+class Decoder(Protocol):
+    can_join: bool  # rows may join a running batch
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Append one row per prompt to the batch; the logits of each prompt's last token (n, V)."""
+
+    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+        """Feed each row its next token at its position; the logits (B, V)."""
+
+    def keep(self, rows: list[int]) -> None:
+        """Keep these rows (ascending), in this order; drop the rest."""
+
+    def reset(self) -> None:
+        """Drop every row."""
+
+
+def make_decoder(model, pad_token_id: int, kind: str = "auto") -> Decoder:
+    """`kind`: auto (fused when the model is of the Llama family), fused, or hf."""
+    reason = fused_unsupported(model)
+    if kind == "fused" and reason:
+        raise ValueError(f"the fused decoder cannot run this model: {reason}")
+    if kind == "hf" or reason:
+        return HFDecoder(model, pad_token_id)
+    return FusedDecoder(model)
+
+
+def fused_unsupported(model) -> str | None:
+    """Why the fused decoder cannot run `model`, or None."""
+    config = model.config
+    if config.model_type not in _FUSED_TYPES:
+        return f"model type {config.model_type!r} (supported: {', '.join(_FUSED_TYPES)})"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    if getattr(config, "pretraining_tp", 1) != 1:
+        return "pretraining_tp > 1"
+    if getattr(config, "sliding_window", None) and getattr(config, "use_sliding_window", True):
+        return "a sliding attention window"
+    if getattr(config, "layer_types", None) and any(t != "full_attention" for t in config.layer_types):
+        return "layers other than full attention"
+    for name in ("attention_multiplier", "logits_scaling", "embedding_multiplier"):
+        if getattr(config, name, None) not in (None, 1, 1.0):
+            return f"{name} = {getattr(config, name)}"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "layers") or not hasattr(inner, "rotary_emb"):
+        return "no model.layers / model.rotary_emb"
+    return None
+
+
+class FusedDecoder:
+    can_join = True
+
+    def __init__(self, model):
+        config = model.config
+        self.model = model
+        inner = model.model
+        self.embed = inner.embed_tokens.weight
+        self.norm = inner.norm
+        self.lm_head = model.lm_head.weight
+        use_kernels = (self.embed.device.type == "cpu" and self.embed.dtype == torch.float32
+                       and kernels.available())
+        self.kernels = use_kernels
+        self.layers = [_Layer(layer, use_kernels) for layer in inner.layers]
+        self._linear = _kernel_linear if use_kernels else _torch_linear
+        self.n_heads = config.num_attention_heads
+        self.n_kv = getattr(config, "num_key_value_heads", None) or self.n_heads
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // self.n_heads
+        self.scale = self.head_dim ** -0.5
+        self.max_positions = int(getattr(config, "max_position_embeddings", 2048))
+        self._rotary = inner.rotary_emb
+        self._cos = self._sin = None  # (positions, D), made as far as needed
+        self._keys = self._values = None  # (L, rows, H_kv, positions, D)
+        self.rows = 0
+        self._lengths: list[int] = []
+
+    # -- the cache --------------------------------------------------------------------
+
+    def _reserve(self, rows: int, positions: int) -> None:
+        positions = min(max(positions, 1), self.max_positions)
+        have_rows, have_pos = (0, 0) if self._keys is None else (self._keys.shape[1], self._keys.shape[3])
+        if rows <= have_rows and positions <= have_pos:
+            return
+        new_rows = max(rows, have_rows, 1) if rows <= have_rows else max(rows, 2 * have_rows)
+        new_pos = have_pos if positions <= have_pos else min(max(positions, 2 * have_pos, _MIN_POSITIONS),
+                                                              self.max_positions)
+        ref = self.embed
+        shape = (len(self.layers), new_rows, self.n_kv, new_pos, self.head_dim)
+        keys = torch.empty(shape, dtype=ref.dtype, device=ref.device)
+        values = torch.empty(shape, dtype=ref.dtype, device=ref.device)
+        if self._keys is not None and self.rows:
+            used = max(self._lengths)
+            keys[:, : self.rows, :, :used] = self._keys[:, : self.rows, :, :used]
+            values[:, : self.rows, :, :used] = self._values[:, : self.rows, :, :used]
+        self._keys, self._values = keys, values
+        self._rope_table(new_pos)
+
+    def _rope_table(self, positions: int) -> None:
+        if self._cos is not None and self._cos.shape[0] >= positions:
+            return
+        ids = torch.arange(positions, device=self.embed.device)[None]
+        probe = torch.zeros(1, dtype=self.embed.dtype, device=self.embed.device)
+        cos, sin = self._rotary(probe, ids)  # honours the model's rope scaling
+        self._cos, self._sin = cos[0].to(self.embed.dtype), sin[0].to(self.embed.dtype)
+
+    def keep(self, rows: list[int]) -> None:
+        if rows == list(range(self.rows)):
+            return
+        if rows:
+            used = max(self._lengths[i] for i in rows)
+            moved = [(new, old) for new, old in enumerate(rows) if new != old]
+            if moved:
+                dst = [n for n, _ in moved]
+                src = torch.tensor([o for _, o in moved], device=self.embed.device)
+                self._keys[:, dst[0] : dst[-1] + 1, :, :used] = self._keys[:, :, :, :used].index_select(1, src)
+                self._values[:, dst[0] : dst[-1] + 1, :, :used] = self._values[:, :, :, :used].index_select(1, src)
+        self._lengths = [self._lengths[i] for i in rows]
+        self.rows = len(rows)
+
+    def reset(self) -> None:
+        self.rows, self._lengths = 0, []
+        self._keys = self._values = None  # a long conversation's cache is not kept after it ends
+
+    # -- the passes -------------------------------------------------------------------
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        self._reserve(self.rows + len(prompts), max(len(p) for p in prompts) + 1)
+        before, out = self.rows, []
+        try:
+            for pack in _packs(prompts, _PACK_TOKENS):
+                out.append(self._prefill_pack(pack))
+        except BaseException:  # all or none: the engine retries the prompts one by one
+            self.rows, self._lengths = before, self._lengths[:before]
+            raise
+        return torch.cat(out)
+
+    def _prefill_pack(self, prompts: list[list[int]]) -> torch.Tensor:
+        """Several prompts as one sequence (one pass over the weights), each attending only to
+        itself (a block-diagonal causal mask) at its own positions 0..n-1; each prompt's
+        keys and values go to its own row of the cache."""
+        device = self.embed.device
+        lengths = [len(p) for p in prompts]
+        ends = torch.tensor(lengths, device=device).cumsum(0)
+        starts = [int(e) - n for e, n in zip(ends, lengths)]
+        positions = torch.cat([torch.arange(n, device=device) for n in lengths])
+        x = F.embedding(torch.tensor([t for p in prompts for t in p], device=device), self.embed)[None]  # (1, T, hidden)
+        cos, sin = self._cos[positions][None], self._sin[positions][None]  # (1, T, D)
+        mask = None
+        if len(prompts) > 1:
+            segment = torch.repeat_interleave(torch.arange(len(prompts), device=device), torch.tensor(lengths, device=device))
+            mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
+        total, rows = x.shape[1], range(self.rows, self.rows + len(prompts))
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (1, H, T, D)
+            for row, start, n in zip(rows, starts, lengths):
+                self._keys[i, row, :, :n] = k[0, :, start : start + n]
+                self._values[i, row, :, :n] = v[0, :, start : start + n]
+            attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
+                                                  enable_gqa=self.n_kv != self.n_heads)
+            x = layer.finish(x, attn.transpose(1, 2).reshape(1, total, -1))
+        self.rows += len(prompts)
+        self._lengths.extend(lengths)
+        return self._linear(_norm(self.norm, x[0, ends - 1]), self.lm_head, None)  # (n, V)
+
+    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+        b = self.rows
+        self._reserve(b, max(positions) + 1)
+        if self.kernels and b <= kernels.MAX_ROWS:
+            logits = self._step_kernels(tokens, positions)
+            self._lengths = [p + 1 for p in positions]
+            return logits
+        device = self.embed.device
+        pos = torch.tensor(positions, device=device)
+        length = max(positions) + 1
+        x = F.embedding(torch.tensor(tokens, device=device), self.embed)[:, None]  # (B, 1, hidden)
+        cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # (B, 1, D)
+        rows = torch.arange(b, device=device)
+        # keys beyond a row's own length are another row's padding: masked out
+        mask = (torch.arange(length, device=device)[None] <= pos[:, None])[:, None, None]  # (B, 1, 1, S)
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (B, H, 1, D)
+            keys, values = self._keys[i], self._values[i]
+            keys[rows, :, pos] = k[:, :, 0]
+            values[rows, :, pos] = v[:, :, 0]
+            attn = F.scaled_dot_product_attention(q, keys[:b, :, :length], values[:b, :, :length], attn_mask=mask,
+                                                  scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
+            x = layer.finish(x, attn.reshape(b, 1, -1))
+        self._lengths = [p + 1 for p in positions]
+        return self._linear(_norm(self.norm, x[:, 0]), self.lm_head, None)
+
+
+    def _step_kernels(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+        """The same step, each layer as eight calls into the compiled kernels (kernels.py)."""
+        ops, device = kernels.ops(), self.embed.device
+        pos = torch.tensor(positions, device=device)
+        x = F.embedding(torch.tensor(tokens, device=device), self.embed)  # (B, hidden), the residual stream
+        norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
+        h = ops.rms_norm(x, self.layers[0].input_norm.weight, self.layers[0].input_norm.variance_epsilon)
+        for i, (layer, next_norm) in enumerate(zip(self.layers, norms)):
+            q, k, v = (_biased(ops.gemv(h, proj.weight), proj.bias) for proj in (layer.q, layer.k, layer.v))
+            if layer.q_norm is not None:
+                q = _norm(layer.q_norm, q.view(q.shape[0], -1, self.head_dim)).reshape(q.shape)
+                k = _norm(layer.k_norm, k.view(k.shape[0], -1, self.head_dim)).reshape(k.shape)
+            attn = ops.decode_attention(q, k, v, self._cos, self._sin, self._keys[i], self._values[i], pos, self.scale)
+            h = ops.add_rms_norm(x, _biased(ops.gemv(attn, layer.o.weight), layer.o.bias),
+                                 layer.post_norm.weight, layer.post_norm.variance_epsilon)
+            up = ops.silu_mul(_biased(ops.gemv(h, layer.gate.weight), layer.gate.bias),
+                              _biased(ops.gemv(h, layer.up.weight), layer.up.bias))
+            h = ops.add_rms_norm(x, _biased(ops.gemv(up, layer.down.weight), layer.down.bias),
+                                 next_norm.weight, next_norm.variance_epsilon)
+        return ops.gemv(h, self.lm_head)
+
+
+def _packs(prompts: list[list[int]], limit: int) -> list[list[list[int]]]:
+    """Consecutive prompts grouped up to `limit` tokens (a longer prompt is a pack of its own)."""
+    packs: list[list[list[int]]] = []
+    size = 0
+    for prompt in prompts:
+        if packs and size + len(prompt) <= limit:
+            packs[-1].append(prompt)
+            size += len(prompt)
+        else:
+            packs.append([prompt])
+            size = len(prompt)
+    return packs
+
+
+def _biased(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return y if bias is None else y + bias
+
+
+class _Layer:
+    """One decoder layer's parameters, read in place (a weight swap copies into them)."""
+
+    def __init__(self, layer, use_kernels: bool):
+        attn, mlp = layer.self_attn, layer.mlp
+        self.linear = _kernel_linear if use_kernels else _torch_linear
+        self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
+        self.q, self.k, self.v, self.o = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
+        self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3
+        self.gate, self.up, self.down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+
+    def qkv(self, x, cos, sin, n_heads, n_kv, head_dim):
+        b, t, _ = x.shape
+        h = _norm(self.input_norm, x)
+        q = self.linear(h, self.q.weight, self.q.bias).view(b, t, n_heads, head_dim)
+        k = self.linear(h, self.k.weight, self.k.bias).view(b, t, n_kv, head_dim)
+        v = self.linear(h, self.v.weight, self.v.bias).view(b, t, n_kv, head_dim)
+        if self.q_norm is not None:
+            q, k = _norm(self.q_norm, q), _norm(self.k_norm, k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
+        cos, sin = cos[:, None], sin[:, None]
+        return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
+
+    def finish(self, x, attn):
+        linear = self.linear
+        x = x + linear(attn, self.o.weight, self.o.bias)
+        h = _norm(self.post_norm, x)
+        return x + linear(F.silu(linear(h, self.gate.weight, self.gate.bias)) * linear(h, self.up.weight, self.up.bias),
+                          self.down.weight, self.down.bias)
+
+
+def _torch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return F.linear(x, weight, bias)
+
+
+def _kernel_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """A few rows (a decode step): the streaming kernel; many (a prefill): torch's GEMM."""
+    rows = x.numel() // x.shape[-1]
+    if rows > kernels.MAX_ROWS:
+        return F.linear(x, weight, bias)
+    y = kernels.ops().gemv(x.reshape(rows, x.shape[-1]), weight).view(*x.shape[:-1], weight.shape[0])
+    return y if bias is None else y + bias
+
+
+def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm as one fused op (same eps and weight)."""
+    return F.rms_norm(x, module.weight.shape, module.weight, module.variance_epsilon)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class HFDecoder:
+    """transformers' forward over a left-padded DynamicCache (see the module docstring)."""
+
+    def __init__(self, model, pad_token_id: int):
+        import inspect
+
+        self.model, self.pad_token_id = model, pad_token_id
+        forward_params = inspect.signature(model.forward).parameters
+        # transformers renamed `past_key_values` to `cache` (5.x); speak whichever it knows.
+        self._cache_kwarg = "cache" if "cache" in forward_params else "past_key_values"
+        self._accepts_logits_to_keep = "logits_to_keep" in forward_params
+        self.can_join = True
+        self.reset()
+
+    @property
+    def rows(self) -> int:
+        return 0 if self._mask is None else self._mask.shape[0]
+
+    def reset(self) -> None:
+        self._cache: Any = None
+        self._mask: torch.Tensor | None = None  # (B, S) 1 = real token, 0 = left padding
+        self.can_join = True
+
+    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+        from transformers import DynamicCache
+
+        width = max(len(p) for p in prompts)
+        ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for i, prompt in enumerate(prompts):
+            ids[i, width - len(prompt):] = torch.tensor(prompt)
+            mask[i, width - len(prompt):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        cache = DynamicCache(config=self.model.config)
+        logits = self._forward(ids, mask, positions, cache)
+        if self._mask is not None:
+            self._cache, self._mask = _merge_caches(self._cache, self._mask, cache, mask)
+        else:
+            self._cache, self._mask = cache, mask
+            self.can_join = _is_plain_cache(cache)
+        return logits
+
+    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+        ids = torch.tensor([[t] for t in tokens], dtype=torch.long)
+        self._mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=-1)
+        return self._forward(ids, self._mask, torch.tensor([[p] for p in positions]), self._cache)
+
+    def keep(self, rows: list[int]) -> None:
+        if rows == list(range(self.rows)):
+            return
+        if not rows:
+            self.reset()
+            return
+        self._cache.batch_select_indices(torch.tensor(rows, device=self.model.device))
+        self._mask = self._mask[rows]
+        # Columns that are padding for every remaining row are dead weight: crop them.
+        lead = int((self._mask.cumsum(-1) == 0).sum(-1).min())
+        if lead and self.can_join:
+            for layer in self._cache.layers:
+                layer.keys = layer.keys[:, :, lead:, :]
+                layer.values = layer.values[:, :, lead:, :]
+            self._mask = self._mask[:, lead:]
+
+    def _forward(self, ids, mask, positions, cache) -> torch.Tensor:
+        device = self.model.device
+        kwargs = dict(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
+                      use_cache=True)
+        kwargs[self._cache_kwarg] = cache
+        if self._accepts_logits_to_keep:
+            kwargs["logits_to_keep"] = 1
+        return self.model(**kwargs).logits[:, -1, :]  # (B, V)
+
+
+def _is_plain_cache(cache) -> bool:
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+
+
+def _merge_caches(cache_a, mask_a: torch.Tensor, cache_b, mask_b: torch.Tensor):
+    """Stack two left-padded batches: pad the shorter on the left, concatenate rows."""
+    width = max(mask_a.shape[1], mask_b.shape[1])
+
+    def pad(t: torch.Tensor, dim_len: int) -> torch.Tensor:  # (B, H, S, D) -> (B, H, width, D)
+        return F.pad(t, (0, 0, width - dim_len, 0))
+
+    for layer_a, layer_b in zip(cache_a.layers, cache_b.layers):
+        layer_a.keys = torch.cat([pad(layer_a.keys, mask_a.shape[1]), pad(layer_b.keys, mask_b.shape[1])])
+        layer_a.values = torch.cat([pad(layer_a.values, mask_a.shape[1]), pad(layer_b.values, mask_b.shape[1])])
+    mask = torch.cat([F.pad(mask_a, (width - mask_a.shape[1], 0)), F.pad(mask_b, (width - mask_b.shape[1], 0))])
+    return cache_a, mask

@@ -1,0 +1,280 @@
+"""CPU kernels for the fused decoder's decode step: compiled once, cached, optional.
+
+Why: a decode step of B <= 16 rows multiplies a few vectors by every weight matrix, so
+it is bound by how fast the weights stream from memory. MKL's sgemm/sgemv reach about
+11-12 GB/s on two cores here (one core's worth), llama.cpp's kernels about 20 GB/s on the
+same weights. `gemv` reads each weight row once for all rows of the batch (AVX2 + FMA,
+eight rows of x per pass, the row in L1), split across torch's own intra-op threads
+(at::parallel_for), so no second OpenMP pool competes with torch's.
+
+`available()` compiles the extension with torch.utils.cpp_extension on first use
+(~1 min, g++ and ninja) into the cache dir and says whether it can be used: only on
+x86-64 CPUs with AVX2 and FMA, and never when OPENCLAW_KERNELS=0. Without it the
+decoder multiplies with torch (the same result to float rounding, slower).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import platform
+import threading
+
+import torch
+
+from openclaw_rl.engine.loading import cache_dir
+
+log = logging.getLogger(__name__)
+
+MAX_ROWS = 16  # larger batches (and prefill) multiply with torch: there the weights are reused enough
+
+_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+static inline float hsum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  __m128 sh = _mm_movehdup_ps(lo);
+  __m128 s = _mm_add_ps(lo, sh);
+  sh = _mm_movehl_ps(sh, s);
+  return _mm_cvtss_f32(_mm_add_ss(s, sh));
+}
+
+// y[j, n + r] = sum_k x[j, k] * w[n + r, k] for R rows of w and NB rows of x: R * NB
+// independent accumulators keep the FMA units busy while the w rows stream in.
+template <int R, int NB>
+static inline void tile(const float* w, const float* x, int64_t K, float* y, int64_t N) {
+  __m256 acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8) {
+    if constexpr (NB <= 4) {  // x in registers, R rows of w share them
+      __m256 xv[NB];
+      for (int j = 0; j < NB; ++j) xv[j] = _mm256_loadu_ps(x + j * K + k);
+      for (int r = 0; r < R; ++r) {
+        __m256 wv = _mm256_loadu_ps(w + r * K + k);
+        for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_fmadd_ps(wv, xv[j], acc[r][j]);
+      }
+    } else {  // too many rows of x for the registers: read them from L1
+      for (int r = 0; r < R; ++r) {
+        __m256 wv = _mm256_loadu_ps(w + r * K + k);
+        for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + j * K + k), acc[r][j]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) {
+      float s = hsum(acc[r][j]);
+      for (int64_t t = k; t < K; ++t) s += w[r * K + t] * x[j * K + t];
+      y[j * N + r] = s;
+    }
+}
+
+template <int NB>
+static void rows(const float* w, const float* x, int64_t K, float* y, int64_t N, int64_t begin, int64_t end) {
+  constexpr int R = NB <= 1 ? 8 : (NB <= 2 ? 4 : (NB <= 4 ? 2 : 1));
+  int64_t n = begin;
+  for (; n + R <= end; n += R) tile<R, NB>(w + n * K, x, K, y + n, N);
+  for (; n < end; ++n) tile<1, NB>(w + n * K, x, K, y + n, N);
+}
+
+torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "gemv: x (B, K) and w (N, K)");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "gemv: float32 only");
+  x = x.contiguous();
+  TORCH_CHECK(w.is_contiguous(), "gemv: w must be contiguous");
+  const int64_t B = x.size(0), K = x.size(1), N = w.size(0);
+  auto y = torch::empty({B, N}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = w.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  at::parallel_for(0, N, 32, [&](int64_t begin, int64_t end) {
+    for (int64_t b0 = 0; b0 < B; b0 += 8) {  // each pass reads this thread's rows of w once
+      const float* xb = xp + b0 * K;
+      float* yb = yp + b0 * N;
+      switch ((int)std::min<int64_t>(8, B - b0)) {
+        case 1: rows<1>(wp, xb, K, yb, N, begin, end); break;
+        case 2: rows<2>(wp, xb, K, yb, N, begin, end); break;
+        case 3: rows<3>(wp, xb, K, yb, N, begin, end); break;
+        case 4: rows<4>(wp, xb, K, yb, N, begin, end); break;
+        case 5: rows<5>(wp, xb, K, yb, N, begin, end); break;
+        case 6: rows<6>(wp, xb, K, yb, N, begin, end); break;
+        case 7: rows<7>(wp, xb, K, yb, N, begin, end); break;
+        default: rows<8>(wp, xb, K, yb, N, begin, end); break;
+      }
+    }
+  });
+  return y;
+}
+
+// out[b] = x[b] * rsqrt(mean(x[b]^2) + eps) * w, for rows of x (B, H); with r: x += r first (in place).
+static void norm_rows(float* x, const float* r, const float* w, float eps, float* out, int64_t B, int64_t H) {
+  for (int64_t b = 0; b < B; ++b) {
+    float* xr = x + b * H;
+    if (r) for (int64_t i = 0; i < H; ++i) xr[i] += r[b * H + i];
+    float ss = 0.f;
+    for (int64_t i = 0; i < H; ++i) ss += xr[i] * xr[i];
+    const float inv = 1.f / std::sqrt(ss / H + eps);
+    for (int64_t i = 0; i < H; ++i) out[b * H + i] = w[i] * (xr[i] * inv);
+  }
+}
+
+torch::Tensor rms_norm(torch::Tensor x, torch::Tensor w, double eps) {
+  TORCH_CHECK(x.is_contiguous() && x.scalar_type() == at::kFloat, "rms_norm: contiguous float32 x");
+  auto out = torch::empty_like(x);
+  const int64_t H = x.size(-1);
+  norm_rows(x.data_ptr<float>(), nullptr, w.data_ptr<float>(), (float)eps, out.data_ptr<float>(), x.numel() / H, H);
+  return out;
+}
+
+// x += r in place, then the norm of x.
+torch::Tensor add_rms_norm(torch::Tensor x, torch::Tensor r, torch::Tensor w, double eps) {
+  TORCH_CHECK(x.is_contiguous() && r.is_contiguous() && x.sizes() == r.sizes(), "add_rms_norm: same-shape contiguous");
+  auto out = torch::empty_like(x);
+  const int64_t H = x.size(-1);
+  norm_rows(x.data_ptr<float>(), r.data_ptr<float>(), w.data_ptr<float>(), (float)eps, out.data_ptr<float>(),
+            x.numel() / H, H);
+  return out;
+}
+
+torch::Tensor silu_mul(torch::Tensor g, torch::Tensor u) {
+  TORCH_CHECK(g.is_contiguous() && u.is_contiguous() && g.sizes() == u.sizes(), "silu_mul: same-shape contiguous");
+  auto out = torch::empty_like(g);
+  const float* gp = g.data_ptr<float>();
+  const float* up = u.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t n = g.numel();
+  for (int64_t i = 0; i < n; ++i) op[i] = gp[i] / (1.f + std::exp(-gp[i])) * up[i];
+  return out;
+}
+
+// One decode step of attention for B rows, each at its own position p_b:
+// rotate q (B, Hq*D) and k (B, Hk*D) with the rotary tables (P, D) at p_b (transformers'
+// rotate_half convention), write k and v (B, Hk*D) into the layer's cache (R, Hk, S, D) at
+// p_b, attend each query head to its key head's positions 0..p_b. Returns (B, Hq*D).
+torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor cos,
+                               torch::Tensor sin, torch::Tensor keys, torch::Tensor values,
+                               torch::Tensor positions, double scale) {
+  TORCH_CHECK(q.is_contiguous() && k.is_contiguous() && v.is_contiguous(), "decode_attention: contiguous q, k, v");
+  TORCH_CHECK(keys.is_contiguous() && values.is_contiguous() && cos.is_contiguous() && sin.is_contiguous(),
+              "decode_attention: contiguous cache and tables");
+  const int64_t B = q.size(0), Hk = keys.size(1), S = keys.size(2), D = keys.size(3);
+  const int64_t Hq = q.size(1) / D, G = Hq / Hk, half = D / 2;
+  auto out = torch::empty_like(q);
+  const int64_t* pos = positions.data_ptr<int64_t>();
+  float* qp = q.data_ptr<float>();
+  const float* kp = k.data_ptr<float>();
+  const float* vp = v.data_ptr<float>();
+  const float* cp = cos.data_ptr<float>();
+  const float* sp = sin.data_ptr<float>();
+  float* K = keys.data_ptr<float>();
+  float* V = values.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const float sc = (float)scale;
+  at::parallel_for(0, B * Hk, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> scores, qr(D);
+    for (int64_t task = begin; task < end; ++task) {
+      const int64_t b = task / Hk, h = task % Hk, p = pos[b];
+      TORCH_CHECK(p >= 0 && p < S, "decode_attention: position outside the cache");
+      const float* c = cp + p * D;
+      const float* s = sp + p * D;
+      float* kd = K + ((b * Hk + h) * S + p) * D;
+      float* vd = V + ((b * Hk + h) * S + p) * D;
+      const float* ks = kp + (b * Hk + h) * D;
+      for (int64_t d = 0; d < D; ++d) {
+        const float rot = d < half ? -ks[d + half] : ks[d - half];
+        kd[d] = ks[d] * c[d] + rot * s[d];
+        vd[d] = vp[(b * Hk + h) * D + d];
+      }
+      const float* Kh = K + (b * Hk + h) * S * D;
+      const float* Vh = V + (b * Hk + h) * S * D;
+      scores.resize(p + 1);
+      for (int64_t g = 0; g < G; ++g) {
+        const int64_t hq = h * G + g;
+        const float* qs = qp + (b * Hq + hq) * D;
+        for (int64_t d = 0; d < D; ++d) {
+          const float rot = d < half ? -qs[d + half] : qs[d - half];
+          qr[d] = qs[d] * c[d] + rot * s[d];
+        }
+        float best = -INFINITY;
+        for (int64_t t = 0; t <= p; ++t) {
+          const float* kt = Kh + t * D;
+          float acc = 0.f;
+#pragma omp simd reduction(+ : acc)
+          for (int64_t d = 0; d < D; ++d) acc += qr[d] * kt[d];
+          scores[t] = acc * sc;
+          best = std::max(best, scores[t]);
+        }
+        float total = 0.f;
+        for (int64_t t = 0; t <= p; ++t) { scores[t] = std::exp(scores[t] - best); total += scores[t]; }
+        float* o = op + (b * Hq + hq) * D;
+        for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
+        for (int64_t t = 0; t <= p; ++t) {
+          const float wgt = scores[t] / total;
+          const float* vt = Vh + t * D;
+#pragma omp simd
+          for (int64_t d = 0; d < D; ++d) o[d] += wgt * vt[d];
+        }
+      }
+    }
+  });
+  return out;
+}
+"""
+
+# -fopenmp for at::parallel_for's pragmas only: nothing links a second OpenMP runtime, so the
+# kernels run on the libgomp torch already loaded, in torch's own thread pool.
+_FLAGS = ["-O3", "-mavx2", "-mfma", "-fopenmp"]
+_lock = threading.Lock()
+_module = None
+_tried = False
+
+
+def available() -> bool:
+    """Whether the compiled kernels can be used here (compiling them on first call)."""
+    global _module, _tried
+    with _lock:
+        if _tried:
+            return _module is not None
+        _tried = True
+        reason = _unsupported()
+        if reason:
+            log.info("decode kernels off: %s; multiplying with torch", reason)
+            return False
+        try:
+            _module = _build()
+        except Exception as error:  # no compiler, no ninja, a failed build: torch's kernels still work
+            log.warning("decode kernels could not be built (%s); multiplying with torch (slower)",
+                        str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__)
+        return _module is not None
+
+
+def _unsupported() -> str | None:
+    if os.environ.get("OPENCLAW_KERNELS", "1") == "0":
+        return "OPENCLAW_KERNELS=0"
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return f"not an x86-64 CPU ({platform.machine()})"
+    if torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        return f"the CPU lacks AVX2 (torch reports {torch.backends.cpu.get_cpu_capability()})"
+    return None
+
+
+def _build():
+    from torch.utils.cpp_extension import load_inline
+
+    key = hashlib.sha256("\n".join([_SOURCE, torch.__version__, *_FLAGS]).encode()).hexdigest()[:12]
+    build_dir = cache_dir() / "kernels" / key
+    build_dir.mkdir(parents=True, exist_ok=True)
+    if not any(build_dir.glob("*.so")):
+        log.info("compiling the decode kernels once (about a minute) into %s", build_dir)
+    return load_inline(name=f"openclaw_decode_{key}", cpp_sources=_SOURCE, functions=["gemv", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention"],
+                       extra_cflags=_FLAGS, build_directory=str(build_dir), verbose=False)
+
+
+def ops():
+    """The compiled module (gemv, rms_norm, add_rms_norm, silu_mul, decode_attention); needs available()."""
+    return _module
