@@ -13,10 +13,10 @@ how llama.cpp itself serves several sequences at once (llama-server, llama-batch
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import statistics
 import time
+from pathlib import Path
 
 import llama_cpp as lc
 import numpy as np
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--requests", required=True, help="JSON: prompts, long_prompt, batches, new_tokens, repeats")
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
-    spec = json.loads(open(args.requests).read())
+    spec = json.loads(Path(args.requests).read_text())
     batches, new_tokens, repeats = spec["batches"], spec["new_tokens"], spec["repeats"]
     longest = max(max(len(p) for p in spec["prompts"]) + new_tokens, len(spec["long_prompt"])) + 8
     runner = Runner(args.gguf, args.threads, max(batches), longest)

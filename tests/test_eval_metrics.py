@@ -73,3 +73,49 @@ def test_curve_title_names_the_judge_and_shouts_oracle():
     assert "ORACLE judge" in curve_title("oracle", "teacher") and "teacher" in curve_title("oracle", "teacher")
     assert curve_title("local") == "Personalization score, judge: local"
     assert "ORACLE" not in curve_title("embedding", "student")
+
+
+def test_sessions_to_adaptation_is_where_the_first_run_of_three_accepts_begins():
+    from openclaw_rl.eval.metrics import acceptance, sessions_to_adaptation
+
+    assert sessions_to_adaptation([True, True, False, True, True, True, False]) == 4
+    assert sessions_to_adaptation([True, True, True]) == 1
+    assert sessions_to_adaptation([True, False, True, True, False]) is None
+    assert sessions_to_adaptation([]) is None
+    stats = acceptance([False] * 8 + [True] * 4)
+    assert stats == {"sessions_to_adaptation": 9, "accept_rate": 0.333, "accept_rate_last_10": 0.4}
+
+
+def test_the_curve_shows_the_accepted_sessions_beside_the_score(tmp_path):
+    import matplotlib.image
+
+    from openclaw_rl.eval.metrics import plot_curves
+
+    points = [(0, 0, 0.5), (4, 2, 0.6), (8, 4, 0.7)]
+    plain = plot_curves({"combined": points}, tmp_path / "plain.png", judge="embedding")
+    marked = plot_curves({"combined": points}, tmp_path / "marked.png", judge="embedding",
+                         accepted={"combined": [False, True, False, True, True, True, False, True]})
+    assert (matplotlib.image.imread(plain) != matplotlib.image.imread(marked)).any()
+
+
+def test_the_seed_aggregator_reports_the_median_its_interval_and_the_runs_that_never_adapted(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "adaptation_seeds.py"
+    dirs = []
+    for seed, flags in enumerate([[False, True, True, True], [False, False, True, True, True, False],
+                                  [False, False, False, False]]):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        from openclaw_rl.eval.metrics import acceptance
+
+        (run / "summary.json").write_text(json.dumps({"runs": {"combined": {"accepted": flags, **acceptance(flags)}}}))
+        dirs.append(str(run))
+    done = subprocess.run([sys.executable, str(script), f"trained={','.join(dirs)}", "--figure",
+                           str(tmp_path / "fig.png")], capture_output=True, text=True, check=True)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| trained"))
+    # 2, 3 and the never-adapted run counted as 4 + 1 = 5: median 3
+    assert "| 3 | 3 [" in row and "1 of 3 (counted as length + 1)" in row
+    assert (tmp_path / "fig.png").is_file()

@@ -224,3 +224,31 @@ def test_a_non_answer_earns_nothing_for_what_it_leaves_out(persona, problem, non
     for seed in range(20):  # five checks fail for one reason, and the user says it once
         text = persona.reply(problem, non_answer, 0, random.Random(seed)).text
         assert sum(text.count(fix) for fix in persona.no_answer_fixes) <= 1, text
+
+
+def test_a_persona_from_outside_the_package_by_module_and_attribute():
+    from openclaw_rl.eval.student import STUDENT as student
+
+    assert get_persona("openclaw_rl.eval.student:STUDENT") is student
+    with pytest.raises(ValueError, match="not an openclaw_rl.eval.personas.Persona"):
+        get_persona("math:pi")
+    with pytest.raises(ValueError, match="importing no_such_module_here failed"):
+        get_persona("no_such_module_here:USER")
+
+
+def test_the_documented_example_persona_loads_rubrics_and_replies():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, as the docs say
+    try:
+        brief = get_persona("docs.examples.brief_persona:BRIEF")
+    finally:
+        sys.path.pop(0)
+    problem = CRAYONS
+    good = f"The answer is {problem.answer}."
+    assert brief.rubric(problem, good) == pytest.approx(1.0)
+    long_wrong = "word " * 120
+    assert brief.rubric(problem, long_wrong) < 0.5
+    reply = brief.reply(problem, long_wrong, 0, random.Random(0))
+    assert not reply.satisfied

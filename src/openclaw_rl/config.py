@@ -508,7 +508,8 @@ class AgentConfig:
 class SimulateConfig:
     """Simulated users: `openclaw-rl simulate` and `openclaw-rl demo`."""
 
-    persona: str = setting("student | teacher", default="student")
+    persona: str = setting("student | teacher | module:ATTR (a Persona of your own: docs/experiments.md)",
+                           default="student")
     sessions: int = setting("sessions to play", default=32)
     method: str = setting("binary | opd | combined | topk | stepwise | module:ATTR, or several separated by commas "
                           "(each trains a server of its own)", default="combined")

@@ -55,7 +55,7 @@ from openclaw_rl.compose import build_app, build_server
 from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig, TrainConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.engine.loading import resolve_model_dir
-from openclaw_rl.eval.metrics import FirstAnswer, first_answers, plot_curves
+from openclaw_rl.eval.metrics import FirstAnswer, acceptance, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, probe_problems, train_problems
@@ -207,6 +207,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
+    accepted: dict[int, bool] = {}  # by start order: the first answer approved without a correction
 
     def play(index: int, problem) -> None:
         nonlocal played
@@ -218,7 +219,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             played += 1
             rewards.extend(t.score for t in session.turns)
             count = played
-        recorder.write(event="session", method=method, sessions=count, session_id=session.session_id,
+        accepted[index] = bool(session.turns) and session.turns[0].reply_kind == "approve"
+        recorder.write(event="session", method=method, sessions=count, index=index + 1, accepted=accepted[index],
+                       session_id=session.session_id,
                        problem=problem.id, turns=len(session.turns), first_score=session.first_score,
                        satisfied=session.satisfied, replies=[t.reply_kind for t in session.turns],
                        error=session.error, updates=server.engine.policy_version)
@@ -292,6 +295,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "wall_time_s": round(time.monotonic() - started, 1),
         # what became of the judged samples: trained on, dropped as stale, rejected, still waiting
         "samples": samples,
+        # the paper's adaptation metric, over the sessions in start order (eval/metrics.py)
+        "accepted": [accepted[i] for i in sorted(accepted)],
+        **acceptance([accepted[i] for i in sorted(accepted)]),
         "stale_share": round(samples["dropped"] / max(1, sum(samples.values())), 3),
         "train_tokens_per_s_median": (round(statistics.median(s["tokens_per_s"] for s in steps), 1)
                                       if steps else None),
@@ -372,7 +378,8 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
     else:
         runs = {method: _run_in_child(config, method, progress) for method in config.methods}
     plot_curves({m: [tuple(p) for p in r["curve"]] for m, r in runs.items()}, out / "curve.png",
-                judge="oracle" if config.judge == "oracle" else config.judge, persona=config.persona)
+                judge="oracle" if config.judge == "oracle" else config.judge, persona=config.persona,
+                accepted={m: r.get("accepted", []) for m, r in runs.items()})
     first = next(iter(runs.values()))
     single = len(runs) == 1
     summary = {
@@ -400,6 +407,9 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
                                                                          for m, r in runs.items()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),
+        **({k: first[k] for k in ("sessions_to_adaptation", "accept_rate", "accept_rate_last_10")} if single else
+           {k: {m: r[k] for m, r in runs.items()} for k in ("sessions_to_adaptation", "accept_rate",
+                                                           "accept_rate_last_10")}),
         "stale_share": first["stale_share"] if single else {m: r["stale_share"] for m, r in runs.items()},
         "train_tokens_per_s_median": (first["train_tokens_per_s_median"] if single
                                       else {m: r["train_tokens_per_s_median"] for m, r in runs.items()}),

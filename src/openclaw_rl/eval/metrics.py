@@ -72,11 +72,14 @@ def curve_title(judge: str, persona: str | None = None) -> str:
 
 
 def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judge: str,
-                persona: str | None = None) -> Path:
+                persona: str | None = None, accepted: dict[str, Sequence[bool]] | None = None) -> Path:
     """Score against sessions and against updates, one labelled line per method, as a PNG.
 
     `runs` maps a method name to its points (sessions, updates, score). The title names
     the judge, and says "ORACLE judge" when the reward came from the persona's rubric.
+    `accepted` (per method, in session start order): beside the score against sessions,
+    each accepted session as a tick at the bottom and the acceptance of the last 5
+    sessions as a dashed line, so the adaptation metric can be read off the same plot.
     """
     try:
         import matplotlib
@@ -96,7 +99,14 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
         ordered = sorted(points)
         sessions, updates, scores = ([p[i] for p in ordered] for i in range(3))
         by_sessions.plot(sessions, scores, marker="o", label=method)
-        by_updates.plot(updates, scores, marker="o", label=method)
+        line, = by_updates.plot(updates, scores, marker="o", label=method)
+        flags = list((accepted or {}).get(method, ()))
+        if flags:
+            rolling = [sum(flags[max(0, i - 4): i + 1]) / len(flags[max(0, i - 4): i + 1]) for i in range(len(flags))]
+            by_sessions.plot(range(1, len(flags) + 1), rolling, linestyle="--", color=line.get_color(), alpha=0.7,
+                             label=f"{method}: accepted, last 5")
+            hits = [i + 1 for i, ok in enumerate(flags) if ok]
+            by_sessions.plot(hits, [0.02] * len(hits), linestyle="", marker="|", markersize=10, color=line.get_color())
     by_sessions.set_xlabel("sessions played")
     by_updates.set_xlabel("policy updates")
     by_sessions.set_ylabel("personalization score (held-out first answers)")
@@ -110,3 +120,26 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def sessions_to_adaptation(accepted: list[bool], run: int = 3) -> int | None:
+    """The paper's (v2) adaptation metric: the 1-based index, in start order, of the first
+    session that begins `run` accepted sessions in a row (accepted: the user approved the
+    first answer without a correction); None when the stream never has such a run."""
+    streak = 0
+    for index, ok in enumerate(accepted, start=1):
+        streak = streak + 1 if ok else 0
+        if streak == run:
+            return index - run + 1
+    return None
+
+
+def acceptance(accepted: list[bool], last: int = 10) -> dict[str, float | int | None]:
+    """Acceptance over the stream and over its last `last` sessions, and the adaptation index."""
+    tail = accepted[-last:]
+    return {
+        "sessions_to_adaptation": sessions_to_adaptation(accepted),
+        "accept_rate": round(sum(accepted) / len(accepted), 3) if accepted else None,
+        f"accept_rate_last_{last}": round(sum(tail) / len(tail), 3) if tail else None,
+    }
+

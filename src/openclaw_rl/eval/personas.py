@@ -238,7 +238,18 @@ PERSONA_NAMES = ("student", "teacher")
 
 def get_persona(name: str) -> Persona:
     """The persona called `name` (imported here, not at the top: each persona module
-    imports this one)."""
+    imports this one), or `module:ATTR`: a Persona (or a function of no arguments that
+    returns one) from outside the package."""
+    if ":" in name:
+        from openclaw_rl.plugins import import_named
+
+        found = import_named(name, f"persona {name!r}")
+        if callable(found) and not isinstance(found, Persona):
+            found = found()
+        if not isinstance(found, Persona):
+            raise ValueError(f"persona {name!r} cannot be loaded: it is a {type(found).__name__}, not an "
+                             "openclaw_rl.eval.personas.Persona (or a function returning one)")
+        return found
     if name == "student":
         from openclaw_rl.eval.student import STUDENT
 
