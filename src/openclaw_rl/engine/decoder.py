@@ -118,8 +118,10 @@ class FusedDecoder:
                                                               self.max_positions)
         ref = self.embed
         shape = (len(self.layers), new_rows, self.n_kv, new_pos, self.head_dim)
-        keys = torch.empty(shape, dtype=ref.dtype, device=ref.device)
-        values = torch.empty(shape, dtype=ref.dtype, device=ref.device)
+        # zeros, not empty: the torch path attends over whole cache rows under a mask, and masked
+        # garbage that happens to be NaN would still poison the softmax (NaN + -inf)
+        keys = torch.zeros(shape, dtype=ref.dtype, device=ref.device)
+        values = torch.zeros(shape, dtype=ref.dtype, device=ref.device)
         if self._keys is not None and self.rows:
             used = max(self._lengths)
             keys[:, : self.rows, :, :used] = self._keys[:, : self.rows, :, :used]
