@@ -255,6 +255,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
         samples = server.store.sample_counts(get_method(method).name)
+        in_order = [accepted[i] for i in sorted(accepted)]
         steps = list(server.metrics.train_history)
     finally:
         thread.stop()
@@ -296,8 +297,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         # what became of the judged samples: trained on, dropped as stale, rejected, still waiting
         "samples": samples,
         # the paper's adaptation metric, over the sessions in start order (eval/metrics.py)
-        "accepted": [accepted[i] for i in sorted(accepted)],
-        **acceptance([accepted[i] for i in sorted(accepted)]),
+        "accepted": in_order,
+        **acceptance(in_order),
         "stale_share": round(samples["dropped"] / max(1, sum(samples.values())), 3),
         "train_tokens_per_s_median": (round(statistics.median(s["tokens_per_s"] for s in steps), 1)
                                       if steps else None),

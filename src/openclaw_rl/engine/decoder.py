@@ -94,6 +94,8 @@ class FusedDecoder:
                        and kernels.available())
         self.kernels = use_kernels
         self.layers = [_Layer(layer, use_kernels) for layer in inner.layers]
+        # the norm that follows each layer's MLP: the next layer's input norm, the final one last
+        self._next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         self._linear = _kernel_linear if use_kernels else _torch_linear
         self.n_heads = config.num_attention_heads
         self.n_kv = getattr(config, "num_key_value_heads", None) or self.n_heads
@@ -228,9 +230,8 @@ class FusedDecoder:
         ops, device = kernels.ops(), self.embed.device
         pos = torch.tensor(positions, device=device)
         x = F.embedding(torch.tensor(tokens, device=device), self.embed)  # (B, hidden), the residual stream
-        norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         h = ops.rms_norm(x, self.layers[0].input_norm.weight, self.layers[0].input_norm.variance_epsilon)
-        for i, (layer, next_norm) in enumerate(zip(self.layers, norms)):
+        for i, (layer, next_norm) in enumerate(zip(self.layers, self._next_norms)):
             q, k, v = (_biased(ops.gemv(h, proj.weight), proj.bias) for proj in (layer.q, layer.k, layer.v))
             if layer.q_norm is not None:
                 q = _norm(layer.q_norm, q.view(q.shape[0], -1, self.head_dim)).reshape(q.shape)
