@@ -61,7 +61,7 @@ def main() -> None:
     data_dir = Path(tempfile.mkdtemp(prefix="openclaw-bench-"))
     command = [sys.executable, "-m", "openclaw_rl.cli", "serve", "--port", str(args.port), "--data-dir", str(data_dir),
                "--judge", "off", "--method", "binary", "--batch-size", str(args.batch_size),
-               "--max-staleness", "1000", "--train-poll-interval-s", "0.2", "--status-interval-s", "0"]
+               "--catch-up", "1", "--max-staleness", "1000", "--train-poll-interval-s", "0.2", "--status-interval-s", "0"]
     if args.model:
         command += ["--model", args.model]
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -18,7 +18,7 @@ from openclaw_rl.engine.loading import cache_dir
 TINY_VERSION = "2"
 
 
-def build_tiny_model(target: Path) -> Path:
+def build_tiny_model(target: Path, hidden_size: int = 32) -> Path:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -29,7 +29,7 @@ def build_tiny_model(target: Path) -> Path:
     spec_dir = Path(__import__("importlib").util.find_spec(loading._GGUF_PACKAGE).origin).parent
     tokenizer = AutoTokenizer.from_pretrained(spec_dir, gguf_file=loading._GGUF_FILE)
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True,
@@ -46,6 +46,12 @@ def build_tiny_model(target: Path) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dir() -> Path:
     return build_tiny_model(cache_dir() / "test-models" / f"tiny-llama-v{TINY_VERSION}")
+
+
+@pytest.fixture(scope="session")
+def wide_tiny_model_dir() -> Path:
+    """The tiny model at hidden size 64: every weight row fills a 4-bit block (64 weights)."""
+    return build_tiny_model(cache_dir() / "test-models" / f"tiny-llama-wide-v{TINY_VERSION}", hidden_size=64)
 
 
 from openclaw_rl.serve.background import ServerThread, free_port  # noqa: E402

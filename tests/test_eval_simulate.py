@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -32,7 +33,7 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
 def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
     code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
-                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--catch-up", "1", "--heldout", "2", "--max-turns", "2",
                  "--parallel", "3", "--max-updates", "2", "--eval-every", "2"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -134,3 +135,35 @@ def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defa
     assert (simulate.lr, simulate.approve_threshold) == (None, None)
     flagged = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--lr", "1e-4"]))
     assert flagged.lr == 1e-4  # a flag wins over the demo's default
+
+
+def test_the_evaluator_answers_from_serving_while_it_serves_the_version_else_from_a_snapshot(tiny_model_dir,
+                                                                                              tmp_path):
+    from openclaw_rl.compose import build_server
+    from openclaw_rl.config import ServeConfig, SimulateConfig
+    from openclaw_rl.drivers.simulate import _SnapshotEvaluator
+    from openclaw_rl.eval.personas import get_persona
+    from openclaw_rl.eval.problems import heldout_problems
+
+    serving = build_server(ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path / "serving"), train=False),
+                           threads=1)
+    scores: list[tuple[int, set]] = []
+    config = SimulateConfig(model=str(tiny_model_dir), heldout=2, eval_max_tokens=8)
+    evaluator = _SnapshotEvaluator(config, get_persona("student"), heldout_problems(2), tmp_path / "eval",
+                                   lambda v, score, answers: scores.append((v, {a.policy_version for a in answers})),
+                                   serving=serving)
+    weights = {name: p.detach().clone() for name, p in serving.engine.model.named_parameters()}
+    evaluator.submit(0, None)  # serving serves v0: answered there
+    evaluator.submit(3, weights)  # serving never had v3: its snapshot is loaded and answers
+    evaluator.close()
+    assert scores == [(0, {0}), (3, {3})]
+    assert evaluator.answered_by == {"serving": 1, "snapshot": 1}
+    assert serving.engine.policy_version == 0 and serving.store.counts()["turns"] == 0  # the users' store: untouched
+    from openclaw_rl.types import SamplingParams
+
+    async def still_serving():  # the evaluator's app did not close the engine it shares
+        events = [e async for e in serving.engine.stream([1, 2, 3], SamplingParams(max_new_tokens=2))]
+        await serving.engine.aclose()
+        return events
+
+    assert asyncio.run(still_serving())

@@ -190,7 +190,7 @@ def test_a_rejected_version_is_recorded_never_published_and_the_trainer_goes_bac
                                 response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], temperature=1.0,
                                 reward=1.0))
     # lr 1: any step is a collapse, so every candidate must be turned away
-    config = TrainConfig(method="binary", batch_size=2, lr=1.0, train_poll_interval_s=0.05, gate="on",
+    config = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1.0, train_poll_interval_s=0.05, gate="on",
                          gate_max_new_tokens=8, gate_max_kl=0.05, gate_probe_every=2)
     trainer = Trainer(tiny_model_dir, config, device="cpu")
     published: list[int] = []
@@ -240,7 +240,7 @@ def test_retention_keeps_the_newest_the_pinned_and_the_served(tiny_model_dir, tm
 def test_rollback_under_traffic_fails_no_request_and_serves_the_old_weights(tiny_model_dir, tmp_path):
     from openclaw_rl.config import JudgeConfig
 
-    train = TrainConfig(method="binary", batch_size=2, lr=1e-3, train_poll_interval_s=0.05)
+    train = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05)
     server = LiveServer(tiny_model_dir, tmp_path, judge=JudgeConfig(judge="off"), train=train)
     store, base = server.server.store, server.base_url
     try:
@@ -397,7 +397,7 @@ def test_after_n_approvals_training_pauses_or_slows_until_a_correction(tiny_mode
         store.add_sample(Sample(turn_id=turn_id, session_id="s", policy_version=0, prompt_token_ids=[1, 5],
                                 response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], temperature=1.0,
                                 reward=1.0))
-    config = TrainConfig(method="binary", batch_size=2, lr=1e-3, train_poll_interval_s=0.05, settle_after=3,
+    config = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05, settle_after=3,
                          settle_lr_scale=scale, max_staleness=100)
     trainer = Trainer(tiny_model_dir, config, device="cpu")
     publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda v, w: None)])

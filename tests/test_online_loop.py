@@ -37,7 +37,7 @@ def trained(tiny_model_dir, tmp_path_factory):
     """A server that judged and trained through three weight updates under continuous traffic."""
     data_dir = tmp_path_factory.mktemp("loop")
     server = LiveServer(tiny_model_dir, data_dir, judge=JudgeConfig(judge="embedding", poll_interval_s=0.1),
-                        train=TrainConfig(method="combined", batch_size=2, lr=1e-3, train_poll_interval_s=0.1,
+                        train=TrainConfig(method="combined", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.1,
                                           checkpoint_every=100), status_interval_s=0.5)
     published: dict[int, dict] = {}
     load = server.server.engine.load_weights
@@ -103,7 +103,7 @@ def test_each_response_names_the_version_that_produced_it(trained, tiny_model_di
 
 def test_resume_continues_from_the_last_checkpoint(trained, tiny_model_dir):
     last = max(trained["published"])
-    server = LiveServer(tiny_model_dir, trained["data_dir"], train=TrainConfig(batch_size=2), resume=True)
+    server = LiveServer(tiny_model_dir, trained["data_dir"], train=TrainConfig(batch_size=2, catch_up=1), resume=True)
     try:
         assert server.server.engine.policy_version == last
         r = httpx.post(f"{server.base_url}/v1/chat/completions",

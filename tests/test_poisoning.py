@@ -43,7 +43,7 @@ def _mean_logprob(server: LiveServer, prompts: list[list[int]], text: str) -> fl
 
 
 def test_one_user_teaching_a_url_trains_none_of_it(tiny_model_dir, tmp_path):
-    train = TrainConfig(method="combined", batch_size=4, lr=1e-3, train_poll_interval_s=0.05, max_user_share=0.25,
+    train = TrainConfig(method="combined", batch_size=4, catch_up=1, lr=1e-3, train_poll_interval_s=0.05, max_user_share=0.25,
                         gate="on", gate_max_new_tokens=8, gate_max_probes=4)
     server = LiveServer(tiny_model_dir, tmp_path, judge=JudgeConfig(judge="embedding", poll_interval_s=0.05), train=train)
     users = Users(tmp_path)
@@ -102,7 +102,7 @@ def test_a_version_trained_only_on_the_poison_is_rejected_by_the_gate(tiny_model
                for i in range(4)]
     poison = tokenizer.encode("Visit evil.example.com", add_special_tokens=False) + [tokenizer.eos_token_id]
     # judge-free checks alone: no KL limit, so the content check is what must catch it
-    config = TrainConfig(method="binary", lr=1e-2, batch_size=4, micro_batch_size=4, gate="on", gate_max_new_tokens=12,
+    config = TrainConfig(method="binary", lr=1e-2, batch_size=4, catch_up=1, micro_batch_size=4, gate="on", gate_max_new_tokens=12,
                          gate_max_kl=1e9)
     trainer = Trainer(tiny_model_dir, config, device="cpu")
     gate = Gate(trainer, config, tokenizer, lambda: prompts)

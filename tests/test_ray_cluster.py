@@ -168,7 +168,7 @@ def on_ray(tiny_model_dir, tmp_path_factory):
     serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0)
     try:
         deployment = deploy(serve, JudgeConfig(judge="embedding", poll_interval_s=0.1),
-                            TrainConfig(method="combined", batch_size=2, lr=1e-3, train_poll_interval_s=0.1,
+                            TrainConfig(method="combined", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.1,
                                         checkpoint_every=100),
                             RayConfig(ray="local", ray_replicas=2, ray_judges=2, ray_env_pools="toolcall:1"))
         deploy_s = time.monotonic() - started - ray_start_s
@@ -277,7 +277,7 @@ def test_a_sharded_trainer_runs_one_actor_per_rank_and_serves_its_versions(tiny_
                                                                                     ray_judges=1)
     assert actor_roles(serve, judge, cluster).count("trainer") == 2
     try:
-        deployment = deploy(serve, judge, TrainConfig(method="binary", batch_size=2, lr=1e-3,
+        deployment = deploy(serve, judge, TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3,
                                                       train_poll_interval_s=0.1, checkpoint_every=100), cluster)
         gateway = deployment.gateway_url
         client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=120)

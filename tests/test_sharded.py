@@ -176,7 +176,7 @@ def test_train_nproc_2_learns_from_the_store_and_resumes_on_one_rank(tiny_llama,
     _ready_samples(store, tiny_llama, 12)
     store.close()
     command = [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(tmp_path), "--model",
-               str(tiny_llama), "--batch-size", "4", "--micro-batch-size", "2", "--lr", "0.001",
+               str(tiny_llama), "--batch-size", "4", "--catch-up", "1", "--micro-batch-size", "2", "--lr", "0.001",
                "--max-staleness", "100", "--train-threads", "1", "--train-poll-interval-s", "0.05"]
     proc = subprocess.run([*command, "--nproc", "2", "--max-steps", "2"], capture_output=True, text=True,
                           timeout=240)
@@ -204,7 +204,7 @@ def test_serve_train_nproc_2_trains_beside_serving_and_stops_with_it(tiny_model_
     store = make_store("", data_dir=tmp_path)
     _ready_samples(store, tiny_model_dir, 4)
     store.close()
-    train = TrainConfig(batch_size=2, micro_batch_size=1, lr=1e-3, max_staleness=100, train_poll_interval_s=0.05)
+    train = TrainConfig(batch_size=2, catch_up=1, micro_batch_size=1, lr=1e-3, max_staleness=100, train_poll_interval_s=0.05)
     server = LiveServer(tiny_model_dir, tmp_path, train=train, train_nproc=2)
     statuses = []
     try:

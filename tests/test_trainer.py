@@ -391,7 +391,7 @@ def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store
     for sample in fresh:
         store.add_sample(sample)
 
-    config = TrainConfig(method="combined", batch_size=2, train_poll_interval_s=0.05, lr=1e-3)
+    config = TrainConfig(method="combined", batch_size=2, catch_up=1, train_poll_interval_s=0.05, lr=1e-3)
     trainer = Trainer(tiny_llama, config, initial_version=5, device="cpu")
     published: list[tuple[int, set[str]]] = []
     steps: list[dict] = []
@@ -416,3 +416,66 @@ def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store
     assert (saved.train_step, saved.policy_version) == (2, 7)
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
     store.close()
+
+
+@pytest.mark.parametrize("catch_up, steps", [(1, [2, 2, 2]), (2, [4, 2]), (4, [6])])
+def test_a_trainer_that_fell_behind_takes_up_to_catch_up_batches_at_once(tiny_llama, store, catch_up, steps) -> None:
+    from openclaw_rl.train.runner import run_trainer
+    from openclaw_rl.train.weights import CallbackChannel, Publisher
+    from test_checkpoint import _ready_samples
+
+    _ready_samples(store, tiny_llama, 6)
+    config = TrainConfig(method="combined", batch_size=2, catch_up=catch_up, train_poll_interval_s=0.05, lr=1e-3)
+    trainer = Trainer(tiny_llama, config, device="cpu")
+    publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda version, weights: None)])
+    stop, sizes = asyncio.Event(), []
+
+    def on_step(stats: dict) -> None:
+        sizes.append(int(stats["samples"]))
+        if len(sizes) == len(steps):
+            stop.set()
+
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publisher, stop, on_step), 120))
+    used = store._db.execute("SELECT train_step, COUNT(*) FROM claims WHERE status = 'used' GROUP BY train_step "
+                             "ORDER BY train_step").fetchall()
+    assert [count for _, count in used] == sizes == steps  # every sample trained; none waited to go stale
+    assert store.policy_version() == len(steps)
+
+
+def test_the_trainer_steps_on_while_serving_swaps_and_the_store_learns_the_version_after(tiny_llama, store) -> None:
+    from openclaw_rl.train.runner import run_trainer
+    from openclaw_rl.train.weights import Publisher
+    from test_checkpoint import _ready_samples
+
+    _ready_samples(store, tiny_llama, 4)
+    config = TrainConfig(method="combined", batch_size=2, catch_up=1, train_poll_interval_s=0.05, lr=1e-3)
+    trainer = Trainer(tiny_llama, config, device="cpu")
+    received: dict[int, dict] = {}
+    store_said: list[tuple[int, int]] = []  # (version being delivered, the store's version then)
+    stop = asyncio.Event()
+
+    class SlowEngine:  # a receiver that swaps late, as an engine with rows in flight does
+        takes_lora_adapters = False
+
+        async def publish(self, version, weights, *, parent=None):
+            store_said.append((version, store.policy_version()))
+            if version == 1:
+                while trainer.train_step < 2:  # step 2 runs while v1 is still on its way
+                    await asyncio.sleep(0.01)
+                store_said.append((version, store.policy_version()))
+            received[version] = weights
+
+        async def latest(self):
+            return max(received, default=None)
+
+    def on_step(stats: dict) -> None:
+        if trainer.train_step == 2:
+            stop.set()
+
+    publisher = Publisher.for_trainer(trainer, [SlowEngine()])
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publisher, stop, on_step), 120))
+    assert sorted(received) == [1, 2]
+    assert store_said == [(1, 0), (1, 0), (2, 1)]  # v1 not announced before its receiver had it; v2 after v1
+    assert store.policy_version() == 2 and [v["version"] for v in store.versions()][:2] == [2, 1]
+    # what v1's receiver got was copied before step 2 changed the weights
+    assert not torch.equal(received[1]["model.embed_tokens.weight"], received[2]["model.embed_tokens.weight"])

@@ -262,6 +262,9 @@ class TrainConfig:
     lora_alpha: int = setting("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
     lr: float | None = setting("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
     batch_size: int = setting("ready samples per training step (the paper's batch)", default=16)
+    catch_up: int = setting("a trainer that fell behind takes up to this many times batch_size of the ready samples "
+                            "(the oldest first) in one step, so they are trained before they go stale "
+                            "(--max-staleness); 1 = every step exactly batch_size", default=4)
     optimizer_steps_per_batch: int = setting("AdamW steps taken on each batch", default=1)
     micro_batch_size: int = setting("samples per forward/backward pass; gradients accumulate over a batch",
                                   default=4)
@@ -342,6 +345,11 @@ class TrainConfig:
                                default=0)
 
     @property
+    def claim_size(self) -> int:
+        """The most samples one step takes: batch_size, times catch_up when that many are ready."""
+        return self.batch_size * self.catch_up
+
+    @property
     def learning_rate(self) -> float:
         """`lr`, or the paper's default for the chosen kind of fine-tuning."""
         if self.lr is not None:
@@ -374,6 +382,7 @@ class TrainConfig:
               "initial with --lora (a LoRA trainer's reference is the base model with its adapter off)")
         check(self.topk_k >= 1, "topk_k", self.topk_k, "at least 1")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(self.catch_up >= 1, "catch_up", self.catch_up, "at least 1 (1: fixed batches)")
         check(self.max_user_share is None or 0 < self.max_user_share <= 1, "max_user_share", self.max_user_share,
               "a share in (0, 1]")
         check(self.keep_versions >= 1, "keep_versions", self.keep_versions, "at least 1")
@@ -519,6 +528,8 @@ class SimulateConfig:
     out: str = setting("where metrics.jsonl, summary.json and curve.png go", default="./openclaw-sim")
     model: str = setting("model directory; empty: the bundled model", default="")
     batch_size: int = setting("samples per training step", default=4)
+    catch_up: int = setting("a trainer that fell behind takes up to this many times batch_size in one step "
+                            "(train --catch-up); 1 = fixed batches", default=4)
     lora: bool = setting("train a LoRA adapter instead of every weight", default=False)
     lr: float | None = setting("AdamW learning rate; unset: 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
     max_turns: int = setting("turns per session before the user gives up", default=3)
@@ -562,6 +573,7 @@ class SimulateConfig:
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
         check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
+        check(self.catch_up >= 1, "catch_up", self.catch_up, "at least 1 (1: fixed batches)")
         check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
         check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "0 (off) or a positive weight")
         check(self.kl_reference in ("initial", "accepted"), "kl_reference", self.kl_reference, "initial or accepted")

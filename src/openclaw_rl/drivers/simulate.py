@@ -14,13 +14,17 @@ problems (greedy first answers) is measured before training and after every
 
 Decisions and why:
 
-- Evaluation runs on a second in-process server with its own engine, which loads a
-  snapshot of each policy version as the trainer publishes it. So the score of version v
-  is exactly v's (the serving engine may already be on v+1 by the time a 16-answer
-  evaluation is done), play never waits for evaluation, and the answers go through the
-  same HTTP path a client sees. The three model threads (serving, training, evaluating)
-  get one core-thread each: a single-threaded torch pool time-slices, where two 2-thread
-  pools on 2 cores would spin against each other.
+- The score of version v is exactly v's, and the answers go through the same HTTP path a
+  client sees, from a second in-process app with a store of its own (its turns never mix
+  with the users'). While the serving engine serves v, that app answers from it: the
+  held-out answers join the users' decode batches, which on a memory-bound CPU costs
+  little more than the users' own steps (issue 21: a separate engine spent a third of the
+  demo's cores). Each answer names the version that produced it; if serving moved on
+  before one started, or v is already behind when its turn comes, an engine of the
+  evaluator's own (built on first need) loads v's snapshot and answers them all.
+  summary.json says how many versions were scored each way. The model threads get one
+  core-thread each: a single-threaded torch pool time-slices, where two 2-thread pools on
+  2 cores would spin against each other.
 - "Sessions" on a curve point is the number of sessions finished when that version was
   published, which is what "sessions needed to reach a score" means.
 - With `max_updates`, play stops starting sessions once that many updates happened
@@ -51,7 +55,7 @@ import openai
 from rich.logging import RichHandler
 from transformers import AutoTokenizer
 
-from openclaw_rl.compose import build_app, build_server
+from openclaw_rl.compose import build_app, build_engine, open_store
 from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig, TrainConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.engine.loading import resolve_model_dir
@@ -62,6 +66,8 @@ from openclaw_rl.eval.problems import heldout_problems, probe_problems, train_pr
 from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.serve.metrics import Metrics
+from openclaw_rl.serve.server import Server
 from openclaw_rl.train.gate import Scorer
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.weights import CallbackChannel
@@ -99,38 +105,72 @@ def _judge_config(config: SimulateConfig) -> JudgeConfig:
 
 
 class _SnapshotEvaluator:
-    """Scores policy snapshots, in version order, on a server of its own (see the module docstring)."""
+    """Scores policy versions, in version order, through the HTTP path a client sees (see the
+    module docstring). Two ways to answer: the serving engine itself while it serves the version
+    to score (the held-out answers then share its decode batches with the users', nearly free
+    on a memory-bound CPU), else an engine of its own that loads that version's snapshot (built
+    on first need). Every answer names the version that produced it: if serving moved on
+    before an answer started, the snapshot engine answers them all again."""
     def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path,
-                 on_score: Callable[[int, float, list[FirstAnswer]], None]):
-
-        port = free_port()
-        serve = ServeConfig(model=config.model, data_dir=str(data_dir), port=port, train=False, status_interval_s=0.0)
-        self.server = build_server(serve, threads=1)
-        self._http = ServerThread(create_app(self.server), port)
-        self._client = openai.OpenAI(base_url=f"{self._http.base_url}/v1", api_key="unused", max_retries=2,
-                                     timeout=1200)
+                 on_score: Callable[[int, float, list[FirstAnswer]], None], serving: Server | None = None):
+        self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0)
         self._config, self._persona, self._heldout, self._on_score = config, persona, heldout, on_score
+        self._serving = serving
+        self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store
+        self._shared: tuple[ServerThread, openai.OpenAI] | None = None
+        if serving is not None:  # the serving engine behind an app of the evaluator's own
+            shared = Server(engine=serving.engine, tokenizer=serving.tokenizer, store=self._store,
+                            config=self._serve, model_name=serving.model_name, metrics=Metrics())
+            self._shared = self._start(shared)
+        self._own: tuple[Server, ServerThread, openai.OpenAI] | None = None
         self._queue: queue.Queue[tuple[int, dict | None] | None] = queue.Queue()
         self._worker = threading.Thread(target=self._run, name="openclaw-eval", daemon=True)
         self._worker.start()
         self.error: BaseException | None = None
+        self.answered_by = {"serving": 0, "snapshot": 0}  # versions scored each way
+
+    @staticmethod
+    def _start(server: Server) -> tuple[ServerThread, openai.OpenAI]:
+        port = free_port()
+        http = ServerThread(create_app(server, owns_engine=False), port)
+        return http, openai.OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
 
     def submit(self, version: int, state_dict: Weights | None) -> None:
-        """Score `version` (its weights, or the engine's current ones when None)."""
+        """Score `version` (its weights; None: the base model's, version 0)."""
         self._queue.put((version, state_dict))
 
     def pending(self) -> int:
         return self._queue.qsize()
 
+    def _answers(self, client: openai.OpenAI, model_name: str) -> list[FirstAnswer]:
+        return first_answers(client, model_name, self._persona, self._heldout,
+                             max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
+
+    def _snapshot_answers(self, version: int, state_dict: Weights | None) -> list[FirstAnswer]:
+        if self._own is None:
+            engine = build_engine(self._serve, resolve_model_dir(self._serve.model or None), threads=1)
+            server = Server(engine=engine, tokenizer=engine.tokenizer, store=self._store, config=self._serve,
+                            model_name=engine.model_name, metrics=Metrics())
+            self._own = (server, *self._start(server))
+        server, _, client = self._own
+        if state_dict is not None and server.engine.policy_version != version:
+            asyncio.run(server.engine.load_weights(state_dict, version))
+        return self._answers(client, server.model_name)
+
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             version, state_dict = item
             try:
-                if state_dict is not None:
-                    asyncio.run(self.server.engine.load_weights(state_dict, version))
+                answers, way = None, "serving"
+                if self._shared is not None and self._serving.engine.policy_version == version:
+                    answers = self._answers(self._shared[1], self._serving.model_name)
+                    if any(a.policy_version != version for a in answers):
+                        log.info("serving moved past v%d during its evaluation: scored on a snapshot", version)
+                        answers = None
+                if answers is None:
+                    answers, way = self._snapshot_answers(version, state_dict), "snapshot"
+                self.answered_by[way] += 1
                 del state_dict  # a full copy of the weights: let it go before the next one arrives
-                answers = first_answers(self._client, self.server.model_name, self._persona, self._heldout,
-                                        max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
                 self._on_score(version, sum(a.score for a in answers) / len(answers), answers)
             except BaseException as error:  # reported by close(), never lost in a thread
                 log.exception("evaluation of policy v%d failed", version)
@@ -140,7 +180,10 @@ class _SnapshotEvaluator:
         """Score everything submitted, then stop."""
         self._queue.put(None)
         self._worker.join()
-        self._http.stop()
+        if self._shared is not None:
+            self._shared[0].stop()
+        if self._own is not None:
+            self._own[1].stop()
         if self.error is not None:
             raise RuntimeError(f"evaluation failed: {self.error}") from self.error
 
@@ -169,8 +212,6 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         if progress:
             progress(method=method, updates_scored=version, score=score)
 
-    evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score)
-
     evaluated = [0]  # the last version submitted for evaluation
 
     def on_publish(version: int, state_dict: Weights) -> None:  # the evaluator's channel, after serving has v
@@ -195,7 +236,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                                       + "\n" for p in probes), encoding="utf-8")
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
-    train = TrainConfig(method=method, batch_size=config.batch_size, lora=config.lora, lr=config.lr,
+    train = TrainConfig(method=method, batch_size=config.batch_size, catch_up=config.catch_up, lora=config.lora,
+                        lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
                         settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
                         gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
@@ -204,6 +246,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
               if config.gate == "on" else None)
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
                             channels=[CallbackChannel(on_publish)], scorer=scorer)
+    evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
@@ -258,8 +301,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         in_order = [accepted[i] for i in sorted(accepted)]
         steps = list(server.metrics.train_history)
     finally:
-        thread.stop()
-        evaluator.close()
+        try:
+            evaluator.close()  # while serving still runs: it may answer the last evaluations
+        finally:
+            thread.stop()
     for record in reversed(history):  # what the gate decided on each version, served or not
         recorder.write(event="version", method=method, version=record["version"], parent=record["parent"],
                        gate=record["gate"], reason=record["reason"], checks=record["checks"])
@@ -275,6 +320,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "sessions": played,
         "updates": final,
         "batch_size": config.batch_size,
+        "catch_up": config.catch_up,
         "lora": config.lora,
         "lr": train.learning_rate,  # the rate used, also when --lr was left unset
         "approve_threshold": persona.approve_threshold,
@@ -302,6 +348,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "stale_share": round(samples["dropped"] / max(1, sum(samples.values())), 3),
         "train_tokens_per_s_median": (round(statistics.median(s["tokens_per_s"] for s in steps), 1)
                                       if steps else None),
+        "samples_per_step": [int(s.get("samples", 0)) for s in steps],
+        "evaluations_answered_by": dict(evaluator.answered_by),
     }
 
 
@@ -392,6 +440,7 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "sessions": first["sessions"] if single else {m: r["sessions"] for m, r in runs.items()},
         "seed": config.seed,
         "batch_size": config.batch_size,
+        "catch_up": config.catch_up,
         "parallel": config.parallel,
         "eval_every": config.eval_every,
         "max_updates": config.max_updates,

@@ -224,6 +224,18 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
   });
   return out;
 }
+
+// Bound by hand, each call without the GIL (as torch's own ops are): the bindings load_inline
+// generates would hold it through every kernel, and a training thread beside the decoder would
+// then wait out each decode step before its next Python line.
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  auto no_gil = py::call_guard<py::gil_scoped_release>();
+  m.def("gemv", &gemv, no_gil);
+  m.def("rms_norm", &rms_norm, no_gil);
+  m.def("add_rms_norm", &add_rms_norm, no_gil);
+  m.def("silu_mul", &silu_mul, no_gil);
+  m.def("decode_attention", &decode_attention, no_gil);
+}
 """
 
 # -fopenmp for at::parallel_for's pragmas only: nothing links a second OpenMP runtime, so the
@@ -279,8 +291,8 @@ def _build():
     build_dir.mkdir(parents=True, exist_ok=True)
     if not any(build_dir.glob("*.so")):
         log.info("compiling the decode kernels once (about a minute) into %s", build_dir)
-    return load_inline(name=f"openclaw_decode_{key}", cpp_sources=_SOURCE, functions=["gemv", "rms_norm", "add_rms_norm", "silu_mul", "decode_attention"],
-                       extra_cflags=_FLAGS, build_directory=str(build_dir), verbose=False)
+    return load_inline(name=f"openclaw_decode_{key}", cpp_sources=_SOURCE, extra_cflags=_FLAGS,
+                       build_directory=str(build_dir), verbose=False)
 
 
 def ops():

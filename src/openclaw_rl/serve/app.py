@@ -59,11 +59,12 @@ from openclaw_rl.users import LOCAL, User
 log = logging.getLogger(__name__)
 
 
-def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI:
+def create_app(server: Server, background: Sequence[Background] = (), owns_engine: bool = True) -> FastAPI:
     """The app; `background` loops (judge, trainer) run beside it until shutdown, which
-    then closes the engine and the store."""
+    then closes the store and, unless another app serves the same engine (`owns_engine`
+    False), the engine."""
     app = FastAPI(title="openclaw-rl", version="0.1.0", docs_url="/docs", redoc_url=None,
-                  lifespan=_lifespan(server, background))
+                  lifespan=_lifespan(server, background, owns_engine))
     app.state.server = server
     _install_middleware(app, server)
     _status_routes(app, server)
@@ -76,7 +77,7 @@ def create_app(server: Server, background: Sequence[Background] = ()) -> FastAPI
     return app
 
 
-def _lifespan(server: Server, background: Sequence[Background]) -> Callable:
+def _lifespan(server: Server, background: Sequence[Background], owns_engine: bool = True) -> Callable:
     """Start the background loops with the app; at shutdown stop them, then close the engine and store."""
 
     @contextlib.asynccontextmanager
@@ -93,7 +94,8 @@ def _lifespan(server: Server, background: Sequence[Background]) -> Callable:
                 except Exception:  # a loop that fails to stop must not block shutdown
                     log.exception("background loop did not stop cleanly")
                     task.cancel()
-            await server.engine.aclose()
+            if owns_engine:
+                await server.engine.aclose()
             server.store.close()
 
     return lifespan

@@ -282,7 +282,10 @@ def topk_reverse_kl(
     teacher_top = _f32(teacher_top_logprobs[mask]).clamp(min=floor)  # (N, K)
 
     def with_tail(top: Tensor) -> Tensor:  # (N, K) -> (N, K + 1)
-        tail = (1.0 - top.exp().sum(-1, keepdim=True)).clamp(min=tail_floor)  # (N, 1)
+        tail = 1.0 - top.exp().sum(-1, keepdim=True)  # (N, 1)
+        # A tail within the float32 rounding of the sum is empty: floored, whatever the
+        # CPU's exp and sum rounded it to (0 on one, 6e-8 on another).
+        tail = torch.where(tail > top.shape[-1] * torch.finfo(torch.float32).eps, tail, tail_floor)
         return torch.cat([top, tail.log()], dim=-1)
 
     s, t = with_tail(student_top), with_tail(teacher_top)  # (N, K + 1)

@@ -23,15 +23,16 @@ import asyncio
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine.base import Weights
 from openclaw_rl.store import Store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.trainer import Trainer
-from openclaw_rl.train.versions import VersionArchive
+from openclaw_rl.train.versions import VersionArchive, kept_weights
 from openclaw_rl.train.weights import Publisher
 from openclaw_rl.users import Users
 
@@ -74,32 +75,34 @@ async def run_trainer(
         await asyncio.to_thread(_archive_start, store, trainer, archive)
     settled = False
     users = Users(data_dir)  # whether people share this server: the per-user batch cap's default
+    delivery = _Delivery()
     try:
         while not stop.is_set():
-            await _carry_out_requests(store, trainer, publisher, archive, gate)
+            await _carry_out_requests(store, trainer, publisher, archive, gate, delivery)
             settled = await asyncio.to_thread(_settle, store, trainer, config, settled)
             if settled and config.settle_lr_scale == 0:
                 await _wait(stop, config.train_poll_interval_s)
                 continue
             flushing = flush is not None and flush.requested.is_set()
             samples, dropped = await asyncio.to_thread(
-                store.claim_samples, method.name, config.batch_size, trainer.policy_version,
-                config.max_staleness, trainer.train_step + 1, 1 if flushing else None, assemble,
+                store.claim_samples, method.name, config.claim_size, trainer.policy_version,
+                config.max_staleness, trainer.train_step + 1, 1 if flushing else config.batch_size, assemble,
                 per_user_cap(config, users.shared),
             )
             if not samples:
-                if flushing:
+                if flushing and delivery.idle:
                     flush.done.set()  # type: ignore[union-attr]
                 await _wait(stop, config.train_poll_interval_s)
                 continue
             version = trainer.policy_version
             stats = await asyncio.to_thread(trainer.step, samples)
-            stats["dropped_stale"] = float(len(dropped))
-            served = trainer.policy_version
+            stats["dropped_stale"], stats["samples"] = float(len(dropped)), float(len(samples))
             if trainer.policy_version != version:
-                served = await _new_version(store, trainer, config, publisher, gate, archive,
-                                            [s.turn_id for s in samples], stats)
-            await asyncio.to_thread(store.set_policy_version, served, trainer.train_step)
+                await _new_version(store, trainer, config, publisher, gate, archive,
+                                   [s.turn_id for s in samples], stats, delivery)
+            else:
+                await delivery.wait()
+                await asyncio.to_thread(store.set_policy_version, trainer.policy_version, trainer.train_step)
             if trainer.train_step % config.checkpoint_every == 0:
                 await asyncio.to_thread(checkpoint.save, data_dir, trainer)
                 saved_step = trainer.train_step
@@ -107,17 +110,47 @@ async def run_trainer(
                 writer.add_scalar(f"train/{key}", value, trainer.train_step)
             log.info(
                 "step %d -> policy v%d: loss %.4f, kl %.4f, clip %.3f, reward %.2f, |A_opd| %.3f, "
-                "%d tokens in %.1fs (%.0f tok/s)",
+                "%d samples, %d tokens in %.1fs (%.0f tok/s)",
                 trainer.train_step, trainer.policy_version, stats["loss"], stats["kl"],
                 stats.get("clip_fraction", 0.0), stats["reward_mean"], stats["opd_adv_abs_mean"],
-                stats["tokens"], stats["seconds"], stats["tokens_per_s"],
+                len(samples), stats["tokens"], stats["seconds"], stats["tokens_per_s"],
             )
             if on_step is not None:
                 on_step(stats)
+        await delivery.wait()
     finally:
+        delivery.cancel()  # only when the loop itself failed or was cancelled: otherwise it is done
         writer.close()
     if trainer.train_step != saved_step:
         await asyncio.to_thread(checkpoint.save, data_dir, trainer)
+
+
+class _Delivery:
+    """The accepted version on its way to serving, at most one at a time: the trainer steps on
+    while serving swaps (a local engine swaps once the requests in flight finish, which takes
+    seconds when users never stop), and the store learns of the version once every channel has
+    it. Whatever else announces a version (a step that made none, a rejection, a rollback, the
+    end) waits for it first, so versions reach the store in order."""
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task | None = None
+
+    @property
+    def idle(self) -> bool:
+        return self._task is None or self._task.done()
+
+    async def wait(self) -> None:
+        if self._task is not None:
+            task, self._task = self._task, None
+            await task
+
+    async def start(self, work: Awaitable[None]) -> None:
+        await self.wait()
+        self._task = asyncio.ensure_future(work)
+
+    def cancel(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
 
 
 async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
@@ -128,12 +161,15 @@ async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
 
 
 async def _new_version(store: Store, trainer: Trainer, config: TrainConfig, publisher: Publisher, gate: Gate | None,
-                       archive: VersionArchive | None, turn_ids: list[int], stats: dict[str, float]) -> int:
-    """Gate, publish, archive and record the version the trainer just made; returns the version served."""
+                       archive: VersionArchive | None, turn_ids: list[int], stats: dict[str, float],
+                       delivery: _Delivery) -> None:
+    """Gate the version the trainer just made; a rejected one is recorded, an accepted one is
+    exported (copies), then published, archived and recorded while the next step runs."""
     version, parent = trainer.policy_version, trainer.parent_version
     decision = await asyncio.to_thread(gate.decide) if gate is not None else None
     record = {"parent": parent, "train_step": trainer.train_step, "turn_ids": turn_ids, "stats": stats}
     if decision is not None and not decision.accepted:
+        await delivery.wait()
         await asyncio.to_thread(lambda: store.record_version(version, gate="rejected", reason=decision.reason,
                                                              checks=decision.checks, **record))
         assert gate is not None
@@ -141,24 +177,33 @@ async def _new_version(store: Store, trainer: Trainer, config: TrainConfig, publ
         if config.gate_on_reject == "restore":
             gate.restore()
             log.warning("back to the weights and optimizer state of v%d", trainer.policy_version)
-        return gate.snapshot.version
-    await publisher.publish(version, parent=parent)
-    await asyncio.to_thread(_archive_and_record, store, trainer, archive, version, parent, record,
-                            "accepted" if decision is not None else "ungated",
-                            decision.reason if decision is not None else None,
-                            decision.checks if decision is not None else None)
+        await asyncio.to_thread(store.set_policy_version, gate.snapshot.version, trainer.train_step)
+        return
+    exports = await asyncio.to_thread(publisher.export)  # before the next step changes the weights
+    kept = await asyncio.to_thread(kept_weights, trainer, exports) if archive is not None else None
     if gate is not None:
         await asyncio.to_thread(gate.accept)
     if config.kl_reference == "accepted":
         await asyncio.to_thread(trainer.anchor_reference)
-    return version
+    label = "accepted" if decision is not None else "ungated"
+    reason, checks = (decision.reason, decision.checks) if decision is not None else (None, None)
+    train_step = trainer.train_step
+
+    async def deliver() -> None:
+        await publisher.deliver(exports, version, parent=parent)
+        await asyncio.to_thread(_archive_and_record, store, trainer, archive, version, parent, record,
+                                label, reason, checks, kept)
+        await asyncio.to_thread(store.set_policy_version, version, train_step)
+
+    await delivery.start(deliver())
 
 
 def _archive_and_record(store: Store, trainer: Trainer, archive: VersionArchive | None, version: int,
-                        parent: int | None, record: dict, gate: str, reason: str | None, checks: dict | None) -> None:
+                        parent: int | None, record: dict, gate: str, reason: str | None, checks: dict | None,
+                        weights: Weights | None = None) -> None:
     path = None
     if archive is not None:
-        for pruned in archive.write(version, trainer, parent):
+        for pruned in archive.write(version, trainer, parent, weights):
             store.set_version_weights(pruned, None)
         path = archive.path(version)
     store.record_version(version, gate=gate, reason=reason, checks=checks, weights=path, **record)
@@ -176,11 +221,12 @@ def _archive_start(store: Store, trainer: Trainer, archive: VersionArchive) -> N
 
 
 async def _carry_out_requests(store: Store, trainer: Trainer, publisher: Publisher, archive: VersionArchive | None,
-                              gate: Gate | None) -> None:
+                              gate: Gate | None, delivery: _Delivery) -> None:
     """Rollbacks asked for through the API (`POST /v1/policy/rollback`): the weights of V,
     published as a new number (a number names one set of weights forever); training goes
     on from them, with fresh optimizer moments."""
     for request_id, kind, target in await asyncio.to_thread(store.pending_requests):
+        await delivery.wait()  # the version on its way is recorded (and archived) first
         if archive is None or not archive.has(target):
             kept = archive.versions() if archive is not None else []
             await asyncio.to_thread(store.finish_request, request_id, None,

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from openclaw_rl.engine import weight_files
-from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.engine.base import LoraAdapter, Weights
 
 if TYPE_CHECKING:
     from openclaw_rl.train.trainer import Trainer
@@ -29,11 +29,12 @@ class VersionArchive:
         self.root = Path(data_dir) / "versions"
         self.keep, self.protected = keep, protected
 
-    def write(self, version: int, trainer: Trainer, parent: int | None) -> list[int]:
-        """Keep the trainer's weights as `version`; returns the versions pruned by this write."""
+    def write(self, version: int, trainer: Trainer, parent: int | None, weights: Weights | None = None) -> list[int]:
+        """Keep the trainer's weights as `version` (or `weights`, taken from it earlier by
+        `kept_weights`); returns the versions pruned by this write."""
         before = set(self.versions())
-        weights = trainer.lora_adapter() if trainer.config.lora else trainer.trainable_state_dict()
-        weight_files.write_version(self.root, version, weights, keep=self.keep, parent=parent,
+        stored = weights if weights is not None else kept_weights(trainer)
+        weight_files.write_version(self.root, version, stored, keep=self.keep, parent=parent,
                                    protect=frozenset(self.protected()))
         return sorted(before - set(self.versions()))
 
@@ -50,3 +51,12 @@ class VersionArchive:
 
     def path(self, version: int) -> str:
         return str(weight_files.version_dir(self.root, version))
+
+
+def kept_weights(trainer: Trainer, exports: dict[bool, Weights] | None = None) -> Weights:
+    """What the archive keeps of the trainer now: the adapter (LoRA) or every weight, reusing
+    a copy the publisher already exported (`Publisher.export`) where it is the same thing."""
+    exports = exports or {}
+    if trainer.config.lora:
+        return exports[True] if True in exports else trainer.lora_adapter()
+    return exports[False] if False in exports else trainer.trainable_state_dict()

@@ -56,6 +56,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Follower = Callable[[asyncio.Event], Awaitable[None]]  # a background loop: runs until the event is set
+Exports = dict[bool, Weights]  # Publisher.export: keyed by "as a LoRA adapter"
 
 
 class WeightsChannel(Protocol):
@@ -92,7 +93,25 @@ class Publisher:
 
     async def publish(self, version: int, *, parent: int | None) -> None:
         """Deliver `version` to every channel, in order (the gate has let it through: train/runner.py)."""
-        await self._deliver(self.channels, version, parent)
+        await self.deliver(await asyncio.to_thread(self.export), version, parent=parent)
+
+    def export(self) -> Exports:
+        """Copies of the trainer's weights now, in every form a channel takes (the full weights
+        and/or the adapter), each computed once. A trainer that steps on meanwhile changes
+        none of them: the runner exports, then delivers while the next step runs."""
+        exported: Exports = {}
+        for channel in self.channels:
+            as_adapter = self._adapter is not None and channel.takes_lora_adapters
+            if as_adapter not in exported:
+                export = self._adapter if as_adapter and self._adapter is not None else self._full
+                exported[as_adapter] = export()
+        return exported
+
+    async def deliver(self, exports: Exports, version: int, *, parent: int | None) -> None:
+        """Hand `exports` (from `export`) to every channel, in order, each completely before the next."""
+        for channel in self.channels:
+            await channel.publish(version, exports[self._adapter is not None and channel.takes_lora_adapters],
+                                  parent=parent)
 
     async def catch_up(self, version: int, *, parent: int | None) -> None:
         """Deliver the trainer's held `version` to the channels whose receivers lack it: a resumed
@@ -101,16 +120,9 @@ class Publisher:
         if version == 0:
             return
         latest = [await channel.latest() for channel in self.channels]
-        await self._deliver([c for c, v in zip(self.channels, latest) if v is None or v < version], version, parent)
-
-    async def _deliver(self, channels: Sequence[WeightsChannel], version: int, parent: int | None) -> None:
-        exported: dict[bool, Weights] = {}
-        for channel in channels:
-            as_adapter = self._adapter is not None and channel.takes_lora_adapters
-            if as_adapter not in exported:
-                export = self._adapter if as_adapter and self._adapter is not None else self._full
-                exported[as_adapter] = await asyncio.to_thread(export)
-            await channel.publish(version, exported[as_adapter], parent=parent)
+        behind = Publisher([c for c, v in zip(self.channels, latest) if v is None or v < version],
+                           self._full, self._adapter)
+        await behind.deliver(await asyncio.to_thread(behind.export), version, parent=parent)
 
 
 class EngineChannel:
