@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 import torch
@@ -118,6 +119,31 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
         assert events_a[0].policy_version == 0 and events_b[0].policy_version == 1
         assert len(ids_a) >= 1  # finished normally under the old weights
         assert eng.policy_version == 1
+    finally:
+        asyncio.run(eng.aclose())
+
+
+def test_the_in_process_trainer_borrows_servings_core_only_while_no_request_decodes(tiny_model_dir):
+    from openclaw_rl.compose import idle_core_lender
+
+    eng = LocalEngine(tiny_model_dir, max_batch_size=4)
+    try:
+        threads = idle_core_lender([eng, None])
+        assert not eng.busy and threads() == 2
+
+        async def go():
+            task = asyncio.create_task(_run(eng, [1, 2, 3], SamplingParams(max_new_tokens=200, temperature=1.0)))
+            await asyncio.sleep(0.05)
+            during = eng.busy, threads()
+            await task
+            return during
+
+        assert asyncio.run(go()) == (True, 1)
+        deadline = time.monotonic() + 5  # the row leaves the batch just after its last token is sent
+        while eng.busy and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not eng.busy and threads() == 2
+        assert idle_core_lender([object()])() == 1  # an engine that cannot tell counts as busy
     finally:
         asyncio.run(eng.aclose())
 

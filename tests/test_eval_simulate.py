@@ -46,6 +46,8 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
         assert {a["version"] for a in e["answers"]} == {e["updates"]}
     sessions_at = {e["updates"]: e["sessions"] for e in evals}
     assert sessions_at[0] == 0 and 0 < sessions_at[2] <= summary["sessions"]
+    # serving held each scored version until its answers were in (only v0's could race v1)
+    assert summary["runs"]["binary"]["evaluations_answered_by"]["serving"] >= len(evals) - 1
     # the seeds report of docs/experiments.md reads such a run: one row, and the figure
     script = Path(__file__).parents[1] / "scripts" / "demo_seeds.py"
     report = subprocess.run([sys.executable, str(script), str(out), "--figure", str(tmp_path / "seeds.png")],

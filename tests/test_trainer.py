@@ -296,6 +296,27 @@ def test_micro_batches_give_the_full_batch_loss_and_gradient(tiny_llama) -> None
     assert stats[1]["trained_samples"] == len(samples) - 1
 
 
+def test_the_trainer_asks_for_its_threads_before_every_micro_batch(tiny_llama) -> None:
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(method="combined", micro_batch_size=2, train_threads=1), device="cpu")
+    asked, seen = iter([2, 1, 2, 1, 2, 1]), []
+    original = torch.set_num_threads
+
+    def threads() -> int:
+        seen.append(torch.get_num_threads())  # what the previous micro-batch ran with
+        return next(asked)
+
+    trainer.threads = threads
+    try:
+        trainer.step(samples)
+        after = torch.get_num_threads()
+    finally:
+        original(1)
+    batches = -(-len(samples) // 2)
+    assert len(seen) == batches and seen[:3] == [1, 2, 1]  # train_threads first, then each answer in turn
+    assert after == [2, 1, 2, 1, 2, 1][batches - 1]
+
+
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_step(tiny_llama, lora) -> None:
     samples = make_samples(tiny_llama)

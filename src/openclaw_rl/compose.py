@@ -58,7 +58,7 @@ from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint, sharded
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.gate import Gate, Scorer, read_probe_file
-from openclaw_rl.train.runner import run_trainer
+from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
@@ -185,14 +185,17 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
 
 
 def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
-              channels: Sequence[WeightsChannel] = (), scorer: Scorer | None = None) -> tuple[Server, FastAPI]:
+              channels: Sequence[WeightsChannel] = (), scorer: Scorer | None = None,
+              flush: Flush | None = None) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it.
 
     `judge_override` replaces the configured judge (the simulator's oracle); `channels`
     get every policy version after the engine has it (the simulator's evaluator); `scorer`
-    adds a score check to the update gate (the simulator's persona rubric). Without
+    adds a score check to the update gate (the simulator's persona rubric); `flush` drains
+    the in-process trainer at the end of a finite run (the simulator's). Without
     training, the engine follows the files channel a separate trainer publishes to."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
+    lend = threads == 1 and not train.train_threads and (os.cpu_count() or 1) >= 2  # serving's core, when idle
     if config.train and not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
     if config.train and train.tis_cap is None and resolve_dtype(config.dtype, _device()) != torch.float32:
@@ -202,6 +205,7 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     # the judge writes signals for any method; a teacher that only this process's trainer would read, and
     # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
     teacher_targets = get_method(train.method).reads_teacher or not config.train
+    teacher = None  # a frozen engine of the judge's, when it scores with the initial weights
     if (reader := judge_override or build_judge(judge, server.engine.model_dir, server.engine)) is not None:
         teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
                    if judge.teacher == "initial" and teacher_targets else None)
@@ -213,10 +217,12 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
                                                                                 server.engine)]
     elif config.train:
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
+        if lend:
+            trainer.threads = idle_core_lender([server.engine, teacher])
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
         asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
         gate, archive = build_updates(trainer, train, server.store, server.tokenizer, scorer)
-        loops.append(train_loop(server, train, trainer, publisher, gate, archive))
+        loops.append(train_loop(server, train, trainer, publisher, gate, archive, flush))
     else:
         loops.append(follow(FilesChannel(config.data_dir), server.engine))
     app = create_app(server, loops)
@@ -224,6 +230,18 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
              server.engine.policy_version, config.host, config.port, config.data_dir,
              f"on ({train.method}, batch {train.batch_size})" if config.train else "off")
     return server, app
+
+
+def idle_core_lender(engines: Sequence[Engine | None]) -> Callable[[], int]:
+    """The in-process trainer's threads for its next micro-batch: serving's core too while no
+    engine of the process has a request (one that cannot tell counts as busy). A request
+    that arrives meanwhile shares a core with training for at most one micro-batch."""
+    engines = [e for e in engines if e is not None]
+
+    def threads() -> int:
+        return 1 if any(getattr(e, "busy", True) for e in engines) else 2
+
+    return threads
 
 
 def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer=None,

@@ -23,7 +23,7 @@ from openclaw_rl.engine.base import Engine
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
-from openclaw_rl.train.runner import run_trainer
+from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import Publisher
@@ -47,8 +47,10 @@ def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_target
 
 
 def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher: Publisher,
-               gate: Gate | None = None, archive: VersionArchive | None = None) -> Background:
-    """Claim a batch for the method, step, let the gate decide, hand the new version to the publisher; repeat."""
+               gate: Gate | None = None, archive: VersionArchive | None = None,
+               flush: Flush | None = None) -> Background:
+    """Claim a batch for the method, step, let the gate decide, hand the new version to the
+    publisher; repeat. `flush`: a finite run's drain (train/runner.py)."""
 
     def on_step(stats: dict) -> None:
         server.metrics.train_steps.set(trainer.train_step)
@@ -57,7 +59,8 @@ def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher:
 
     if gate is not None:  # while the gate decides, its candidate is shown (dashboard, Prometheus gauge)
         gate.watch = server.metrics.show_candidate
-    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step, gate=gate, archive=archive)
+    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step, gate=gate,
+                                    archive=archive, flush=flush)
 
 
 def status_loop(server: Server, interval_s: float) -> Background:

@@ -70,6 +70,7 @@ from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.server import Server
 from openclaw_rl.train.gate import Scorer
 from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.weights import CallbackChannel
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,8 @@ class _SnapshotEvaluator:
                             config=self._serve, model_name=serving.model_name, metrics=Metrics())
             self._shared = self._start(shared)
         self._own: tuple[Server, ServerThread, openai.OpenAI] | None = None
-        self._queue: queue.Queue[tuple[int, dict | None] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, dict | None, threading.Event] | None] = queue.Queue()
+        self._closing, self._closed = threading.Lock(), False
         self._worker = threading.Thread(target=self._run, name="openclaw-eval", daemon=True)
         self._worker.start()
         self.error: BaseException | None = None
@@ -135,9 +137,17 @@ class _SnapshotEvaluator:
         http = ServerThread(create_app(server, owns_engine=False), port)
         return http, openai.OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
 
-    def submit(self, version: int, state_dict: Weights | None) -> None:
-        """Score `version` (its weights; None: the base model's, version 0)."""
-        self._queue.put((version, state_dict))
+    def submit(self, version: int, state_dict: Weights | None) -> threading.Event:
+        """Score `version` (its weights; None: the base model's, version 0); the event is set once
+        it is scored. Waiting for it while serving holds `version` (in the weights channel, so
+        the next version's delivery waits) keeps the answers on serving."""
+        scored = threading.Event()
+        with self._closing:
+            if self._closed:  # a version published while serving shuts down: nothing scores it now
+                scored.set()
+            else:
+                self._queue.put((version, state_dict, scored))
+        return scored
 
     def pending(self) -> int:
         return self._queue.qsize()
@@ -159,7 +169,7 @@ class _SnapshotEvaluator:
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            version, state_dict = item
+            version, state_dict, scored = item
             try:
                 answers, way = None, "serving"
                 if self._shared is not None and self._serving.engine.policy_version == version:
@@ -175,10 +185,14 @@ class _SnapshotEvaluator:
             except BaseException as error:  # reported by close(), never lost in a thread
                 log.exception("evaluation of policy v%d failed", version)
                 self.error = error
+            finally:
+                scored.set()
 
     def close(self) -> None:
         """Score everything submitted, then stop."""
-        self._queue.put(None)
+        with self._closing:
+            self._closed = True
+            self._queue.put(None)
         self._worker.join()
         if self._shared is not None:
             self._shared[0].stop()
@@ -223,8 +237,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                    or bool(config.max_updates and version >= config.max_updates))
             if due:
                 evaluated[0] = version
-        if due:
-            evaluator.submit(version, state_dict)
+        if due:  # serving holds this version until it is scored (see _SnapshotEvaluator.submit)
+            if not evaluator.submit(version, state_dict).wait(config.drain_timeout_s):
+                log.warning("v%d was not scored in %.0fs; serving moves on", version, config.drain_timeout_s)
         if progress:
             progress(method=method, updates=version)
 
@@ -244,8 +259,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                         **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
     scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
               if config.gate == "on" else None)
+    flush = Flush()
     server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
-                            channels=[CallbackChannel(on_publish)], scorer=scorer)
+                            channels=[CallbackChannel(on_publish)], scorer=scorer, flush=flush)
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
@@ -291,10 +307,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 running.add(pool.submit(play, index, problem))
             for future in running:
                 future.result()
-        deadline = time.monotonic() + config.drain_timeout_s  # let samples already judged be trained on
-        while (not done_training() and time.monotonic() < deadline
-               and server.store.sample_counts(get_method(method).name)["ready"] >= config.batch_size):
-            time.sleep(1.0)
+        if not done_training():  # train every sample already judged, the last batch even if short
+            flush.requested.set()
+            if not flush.done.wait(config.drain_timeout_s):
+                log.warning("training did not drain in %.0fs", config.drain_timeout_s)
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
         samples = server.store.sample_counts(get_method(method).name)

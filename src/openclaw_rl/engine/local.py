@@ -173,6 +173,12 @@ class LocalEngine:
         state_dict = weights
         await self._call(lambda: self._load(state_dict, policy_version), needs_idle=True)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a request is decoding or waiting, or a job (a weight swap) is queued."""
+        with self._lock:
+            return bool(self._rows or self._waiting or self._jobs)
+
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {

@@ -58,7 +58,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -136,6 +136,9 @@ class Trainer:
         self.policy_version = initial_version  # version of the weights held now
         self.parent_version: int | None = None  # the version those weights came from (None: the base)
         self._numbered = initial_version  # the highest number taken, by a version the gate rejected too
+        # torch threads for the next micro-batch, asked before each one (None: train_threads throughout);
+        # in-process beside serving, compose lends the trainer serving's core while no request decodes
+        self.threads: Callable[[], int] | None = None
 
     # -- hooks of the sharded trainer (train/sharded.py) --------------------------------
 
@@ -224,6 +227,8 @@ class Trainer:
         trained_samples = trained_tokens = kl_sum = samples = 0.0
         collective = bool(padding)
         for i, batch in enumerate(micro_batches):
+            if self.threads is not None:  # per calling thread, so serving keeps its own
+                torch.set_num_threads(self.threads())
             real = not (padding and padding[i])
             loss, stats, logprobs = self._micro_loss(batch, first_pass)
             count = self.method.trained_samples(batch, stats) if real else 0.0

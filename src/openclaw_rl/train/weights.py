@@ -207,13 +207,15 @@ class FilesChannel:
 @dataclass
 class CallbackChannel:
     """A function of (version, weights) as a channel: the simulator's evaluator, tests. It cannot
-    tell what its receiver holds, so `Publisher.catch_up` always calls it."""
+    tell what its receiver holds, so `Publisher.catch_up` always calls it. It runs in a worker
+    thread, so it may block (the evaluator holds serving at a version while it scores it:
+    the next version's delivery waits) without stalling the event loop."""
 
     deliver: Callable[[int, Weights], None]
     takes_lora_adapters: bool = False
 
     async def publish(self, version: int, weights: Weights, *, parent: int | None = None) -> None:
-        self.deliver(version, weights)
+        await asyncio.to_thread(self.deliver, version, weights)
 
     async def latest(self) -> int | None:
         return None
