@@ -123,27 +123,27 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
         asyncio.run(eng.aclose())
 
 
-def test_the_in_process_trainer_borrows_servings_core_only_while_no_request_decodes(tiny_model_dir):
+def test_the_in_process_trainer_borrows_servings_core_only_once_no_request_came_for_a_while(tiny_model_dir):
     from openclaw_rl.compose import idle_core_lender
 
     eng = LocalEngine(tiny_model_dir, max_batch_size=4)
     try:
-        threads = idle_core_lender([eng, None])
-        assert not eng.busy and threads() == 2
+        threads = idle_core_lender([eng, None], quiet_s=0.3)
+        time.sleep(0.3)
+        assert eng.idle_s >= 0.3 and threads() == 2
 
         async def go():
             task = asyncio.create_task(_run(eng, [1, 2, 3], SamplingParams(max_new_tokens=200, temperature=1.0)))
             await asyncio.sleep(0.05)
-            during = eng.busy, threads()
+            during = eng.idle_s, threads()
             await task
             return during
 
-        assert asyncio.run(go()) == (True, 1)
-        deadline = time.monotonic() + 5  # the row leaves the batch just after its last token is sent
-        while eng.busy and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert not eng.busy and threads() == 2
-        assert idle_core_lender([object()])() == 1  # an engine that cannot tell counts as busy
+        assert asyncio.run(go()) == (0.0, 1)
+        assert threads() == 1  # just after a request: not yet
+        time.sleep(0.4)
+        assert threads() == 2
+        assert idle_core_lender([object()], quiet_s=0.0)() == 1  # an engine that cannot tell is never idle
     finally:
         asyncio.run(eng.aclose())
 

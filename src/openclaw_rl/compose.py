@@ -66,6 +66,8 @@ from openclaw_rl.users import Users
 
 log = logging.getLogger(__name__)
 
+LEND_AFTER_IDLE_S = 5.0  # serving's core goes to training after this long without a request
+
 
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
     model_dir = resolve_model_dir(config.model or None)
@@ -232,14 +234,16 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     return server, app
 
 
-def idle_core_lender(engines: Sequence[Engine | None]) -> Callable[[], int]:
-    """The in-process trainer's threads for its next micro-batch: serving's core too while no
-    engine of the process has a request (one that cannot tell counts as busy). A request
+def idle_core_lender(engines: Sequence[Engine | None], quiet_s: float = LEND_AFTER_IDLE_S) -> Callable[[], int]:
+    """The in-process trainer's threads for its next micro-batch: serving's core too once no
+    engine of the process has had work for `quiet_s` (one that cannot tell is never idle), so
+    the core is lent when traffic stops, not in the gaps between one user's turns. A request
     that arrives meanwhile shares a core with training for at most one micro-batch."""
     engines = [e for e in engines if e is not None]
 
     def threads() -> int:
-        return 1 if any(getattr(e, "busy", True) for e in engines) else 2
+        idle = [getattr(e, "idle_s", None) for e in engines]
+        return 2 if all(s is not None and s >= quiet_s for s in idle) else 1
 
     return threads
 

@@ -24,6 +24,7 @@ import collections
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -111,6 +112,7 @@ class LocalEngine:
         self._jobs: collections.deque[_Job] = collections.deque()
         self._rows: list[_Row] = []
         self._stopping = False
+        self._last_work = time.monotonic()
         self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0}
         self._thread = threading.Thread(target=self._run, name="openclaw-engine", daemon=True)
         self._thread.start()
@@ -174,10 +176,13 @@ class LocalEngine:
         await self._call(lambda: self._load(state_dict, policy_version), needs_idle=True)
 
     @property
-    def busy(self) -> bool:
-        """Whether a request is decoding or waiting, or a job (a weight swap) is queued."""
+    def idle_s(self) -> float:
+        """Seconds since the engine last had work (a request decoding or waiting, a job such
+        as a weight swap or a teacher pass); 0 while it has some."""
         with self._lock:
-            return bool(self._rows or self._waiting or self._jobs)
+            if self._rows or self._waiting or self._jobs:
+                return 0.0
+            return time.monotonic() - self._last_work
 
     def stats(self) -> dict[str, Any]:
         with self._lock:
@@ -263,6 +268,9 @@ class LocalEngine:
             self._admit_isolated(admit)
         if self._rows:
             self._decode_step()
+        if jobs or admit or self._rows:
+            with self._lock:
+                self._last_work = time.monotonic()
         return True
 
     def _admit_isolated(self, requests: list[_Request]) -> None:
