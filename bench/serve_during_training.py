@@ -107,6 +107,7 @@ def main() -> None:
         "p50_training_ms": round(statistics.median(train_s) * 1000, 1) if train_s else None,
         "p95_training_ms": round(percentile(train_s, 0.95) * 1000, 1) if train_s else None,
         "p95_ratio": round(percentile(train_s, 0.95) / percentile(idle_s, 0.95), 3) if train_s else None,
+        "training_ms": [round(s * 1000) for s in train_s],  # in order: which requests an update slowed
         "errors": sum(not ok for _, ok, _ in idle + training),
         "policy_versions_seen": sorted({v for _, _, v in idle + training if v is not None}, key=int),
     }

@@ -9,7 +9,8 @@ decides what is built, from which config, with how many threads.
 
 Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
 cores slow each other 5-10x. With training in-process, serving and training get one
-thread each unless told otherwise.
+thread each unless told otherwise, and the trainer borrows serving's once no engine has
+had work for `LEND_AFTER_IDLE_S` (`idle_core_lender`).
 
 The interpreter is shared too: a model thread takes the GIL back after every torch op,
 and with Python's default 5 ms switch interval it waits behind any thread that runs

@@ -538,7 +538,8 @@ class SimulateConfig:
     response_max_tokens: int = setting("max new tokens of a reply to a simulated user", default=200)
     user_model: str = setting("an OpenAI-compatible URL whose model plays the user; empty: the persona's "
                               "seeded template replies", default="")
-    drain_timeout_s: float = setting("after the last session, wait this long for pending training", default=600.0)
+    drain_timeout_s: float = setting("after the last session, wait this long for pending training; also the "
+                                     "longest serving keeps a version for its evaluation", default=600.0)
     parallel: int = setting("users playing at the same time (their requests share decode batches)", default=4)
     eval_every: int = setting("score the held-out set every this many updates (and always before training)",
                               default=1)
