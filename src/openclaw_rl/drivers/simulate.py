@@ -120,9 +120,7 @@ class _SnapshotEvaluator:
         self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store
         self._shared: tuple[ServerThread, openai.OpenAI] | None = None
         if serving is not None:  # the serving engine behind an app of the evaluator's own
-            shared = Server(engine=serving.engine, tokenizer=serving.tokenizer, store=self._store,
-                            config=self._serve, model_name=serving.model_name, metrics=Metrics())
-            self._shared = self._start(shared)
+            self._shared = self._start(self._server(serving.engine))
         self._own: tuple[Server, ServerThread, openai.OpenAI] | None = None
         self._queue: queue.Queue[tuple[int, dict | None, threading.Event] | None] = queue.Queue()
         self._closing, self._closed = threading.Lock(), False
@@ -130,6 +128,11 @@ class _SnapshotEvaluator:
         self._worker.start()
         self.error: BaseException | None = None
         self.answered_by = {"serving": 0, "snapshot": 0}  # versions scored each way
+
+    def _server(self, engine) -> Server:
+        """A server over `engine` that records in the evaluator's store."""
+        return Server(engine=engine, tokenizer=engine.tokenizer, store=self._store, config=self._serve,
+                      model_name=engine.model_name, metrics=Metrics())
 
     @staticmethod
     def _start(server: Server) -> tuple[ServerThread, openai.OpenAI]:
@@ -149,18 +152,13 @@ class _SnapshotEvaluator:
                 self._queue.put((version, state_dict, scored))
         return scored
 
-    def pending(self) -> int:
-        return self._queue.qsize()
-
     def _answers(self, client: openai.OpenAI, model_name: str) -> list[FirstAnswer]:
         return first_answers(client, model_name, self._persona, self._heldout,
                              max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
 
     def _snapshot_answers(self, version: int, state_dict: Weights | None) -> list[FirstAnswer]:
         if self._own is None:
-            engine = build_engine(self._serve, resolve_model_dir(self._serve.model or None), threads=1)
-            server = Server(engine=engine, tokenizer=engine.tokenizer, store=self._store, config=self._serve,
-                            model_name=engine.model_name, metrics=Metrics())
+            server = self._server(build_engine(self._serve, resolve_model_dir(self._serve.model or None), threads=1))
             self._own = (server, *self._start(server))
         server, _, client = self._own
         if state_dict is not None and server.engine.policy_version != version:

@@ -269,8 +269,7 @@ class LocalEngine:
         if self._rows:
             self._decode_step()
         if jobs or admit or self._rows:
-            with self._lock:
-                self._last_work = time.monotonic()
+            self._last_work = time.monotonic()  # one float store: read under the lock by idle_s
         return True
 
     def _admit_isolated(self, requests: list[_Request]) -> None:

@@ -137,7 +137,7 @@ class Trainer:
         self.parent_version: int | None = None  # the version those weights came from (None: the base)
         self._numbered = initial_version  # the highest number taken, by a version the gate rejected too
         # torch threads for the next micro-batch, asked before each one (None: train_threads throughout);
-        # in-process beside serving, compose lends the trainer serving's core while no request decodes
+        # in-process beside serving, compose lends the trainer serving's core once serving is idle
         self.threads: Callable[[], int] | None = None
 
     # -- hooks of the sharded trainer (train/sharded.py) --------------------------------

@@ -101,17 +101,18 @@ class Publisher:
         none of them: the runner exports, then delivers while the next step runs."""
         exported: Exports = {}
         for channel in self.channels:
-            as_adapter = self._adapter is not None and channel.takes_lora_adapters
-            if as_adapter not in exported:
-                export = self._adapter if as_adapter and self._adapter is not None else self._full
-                exported[as_adapter] = export()
+            if (as_adapter := self._as_adapter(channel)) not in exported:
+                exported[as_adapter] = (self._adapter if as_adapter else self._full)()  # type: ignore[misc]
         return exported
+
+    def _as_adapter(self, channel: WeightsChannel) -> bool:
+        """Whether `channel` gets the adapter (a LoRA trainer, a receiver that loads adapters)."""
+        return self._adapter is not None and channel.takes_lora_adapters
 
     async def deliver(self, exports: Exports, version: int, *, parent: int | None) -> None:
         """Hand `exports` (from `export`) to every channel, in order, each completely before the next."""
         for channel in self.channels:
-            await channel.publish(version, exports[self._adapter is not None and channel.takes_lora_adapters],
-                                  parent=parent)
+            await channel.publish(version, exports[self._as_adapter(channel)], parent=parent)
 
     async def catch_up(self, version: int, *, parent: int | None) -> None:
         """Deliver the trainer's held `version` to the channels whose receivers lack it: a resumed
