@@ -23,7 +23,7 @@ How, best first (`detect_enforcement()` says which this machine gives):
 - **disk**: `tmpfs`, the sandbox directory (which holds /work, /tmp and /dev/shm) is a tmpfs
   mounted with size= and nr_inodes=, so a write past the quota fails with ENOSPC whoever
   makes it; where we cannot mount (not root), `usage-watch`: the host sums the directory's
-  usage every 50 ms (less often for a tree so large that walking it takes over 5 ms) and
+  usage every 5 ms (less often for a tree so large that walking it takes over 0.5 ms) and
   kills the command past the quota, and RLIMIT_FSIZE caps each file at what is left when
   the command starts.
 
@@ -82,7 +82,8 @@ logger = logging.getLogger(__name__)
 
 NAME_PREFIX = "openclaw-sandbox-"  # + our pid + "-": sandbox directories, their mounts and cgroups
 MEMORY_POLL_S = 0.05  # how often a running command's memory is checked
-_DISK_POLL_COST = 10  # usage-watch walks the directory every MEMORY_POLL_S, or 10x as long as a walk takes
+DISK_POLL_S = 0.005  # how often usage-watch walks the directory: a writer at memory speed adds ~10 MB per ms
+_DISK_POLL_COST = 10  # ... or 10x as long as a walk takes, so a huge tree does not cost a core
 _MIB = 1024 * 1024
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 _INODES_PER_MB = 256  # tmpfs nr_inodes per MB of quota: an empty-file flood must not cost unbounded kernel memory
@@ -533,13 +534,18 @@ class EpisodeBudget:
             if not self._mounted and now >= self._next_disk_check:
                 usage = _usage_bytes(self._base)
                 walk_s = time.monotonic() - now
-                self._next_disk_check = now + max(MEMORY_POLL_S, _DISK_POLL_COST * walk_s)
+                self._next_disk_check = now + max(DISK_POLL_S, _DISK_POLL_COST * walk_s)
                 if usage > max(self.totals.disk_mb * _MIB, self._usage_at_start):
                     self._disk_flagged = True
                     return self._disk_message(usage)
         except FileNotFoundError:  # the sandbox was closed from another thread meanwhile
             return None
         return None
+
+    def next_check_in(self) -> float:
+        """Seconds until `check()` next has something to look at: how long a caller may block."""
+        due = self._next_memory_check if self._mounted else min(self._next_memory_check, self._next_disk_check)
+        return min(MEMORY_POLL_S, max(0.0, due - time.monotonic()))
 
     def _memory_message(self) -> str:
         return (f"memory total exceeded: all processes of the episode together may use {self.totals.memory_mb} MB "
