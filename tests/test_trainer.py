@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -461,6 +463,40 @@ def test_a_trainer_that_fell_behind_takes_up_to_catch_up_batches_at_once(tiny_ll
                              "ORDER BY train_step").fetchall()
     assert [count for _, count in used] == sizes == steps  # every sample trained; none waited to go stale
     assert store.policy_version() == len(steps)
+
+
+def test_the_work_around_a_step_runs_below_servings_cpu_priority_and_the_step_at_it(tiny_llama, store) -> None:
+    from openclaw_rl.train.runner import TRAINER_NICE, run_trainer
+    from openclaw_rl.train.weights import CallbackChannel, Publisher
+    from test_checkpoint import _ready_samples
+
+    _ready_samples(store, tiny_llama, 4)
+    config = TrainConfig(method="combined", batch_size=2, catch_up=1, train_poll_interval_s=0.05, lr=1e-3)
+    trainer = Trainer(tiny_llama, config, device="cpu")
+    publisher = Publisher.for_trainer(trainer, [CallbackChannel(lambda version, weights: None)])
+    nice: dict[str, list[int]] = {"step": [], "export": [], "serving": []}
+
+    def niceness() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def watched(name: str, fn):
+        def call(*args):
+            nice[name].append(niceness())
+            return fn(*args)
+        return call
+
+    trainer.step = watched("step", trainer.step)  # type: ignore[method-assign]
+    publisher.export = watched("export", publisher.export)  # type: ignore[method-assign]
+    stop = asyncio.Event()
+
+    def on_step(stats: dict) -> None:  # called on the event loop, where serving runs
+        nice["serving"].append(niceness())
+        if len(nice["serving"]) == 2:
+            stop.set()
+
+    asyncio.run(asyncio.wait_for(run_trainer(store, trainer, config, publisher, stop, on_step), 120))
+    assert len(nice["step"]) == len(nice["export"]) == 2
+    assert min(nice["export"]) >= TRAINER_NICE > max(nice["step"] + nice["serving"])
 
 
 def test_the_trainer_steps_on_while_serving_swaps_and_the_store_learns_the_version_after(tiny_llama, store) -> None:
