@@ -123,6 +123,31 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
         asyncio.run(eng.aclose())
 
 
+def test_serving_borrows_the_trainers_core_between_its_steps(tiny_model_dir):
+    from openclaw_rl.compose import trainer_core_lender
+
+    class Trainer:
+        stepping = False
+
+    trainer, seen = Trainer(), []
+    eng = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+    try:
+        eng.threads_now = trainer_core_lender(trainer, eng)
+
+        async def go():
+            for stepping in (False, True, False):
+                trainer.stepping = stepping
+                await eng._call(lambda: seen.append(torch.get_num_threads()))  # runs on the model thread
+            events, ids, _ = await _run(eng, [1, 2, 3], SamplingParams(max_new_tokens=4))
+            return ids
+
+        assert len(asyncio.run(go())) == 4
+        assert seen == [2, 1, 2]
+        assert trainer_core_lender(trainer, object()) is None  # an engine without a thread budget to change
+    finally:
+        asyncio.run(eng.aclose())
+
+
 def test_the_in_process_trainer_borrows_servings_core_only_once_no_request_came_for_a_while(tiny_model_dir):
     from openclaw_rl.compose import idle_core_lender
 

@@ -465,6 +465,19 @@ def test_a_trainer_that_fell_behind_takes_up_to_catch_up_batches_at_once(tiny_ll
     assert store.policy_version() == len(steps)
 
 
+def test_a_trainer_says_while_it_is_in_a_step(tiny_llama) -> None:
+    samples = make_samples(tiny_llama)
+    trainer = Trainer(tiny_llama, TrainConfig(method="combined", batch_size=2, lr=1e-3), device="cpu")
+    during = []
+    trainer.threads = lambda: during.append(trainer.stepping) or 1  # asked before each micro-batch
+    assert not trainer.stepping
+    trainer.step(samples)
+    assert during and all(during) and not trainer.stepping
+    with pytest.raises(ValueError):
+        trainer.step([])
+    assert not trainer.stepping
+
+
 def test_the_work_around_a_step_runs_below_servings_cpu_priority_and_the_step_at_it(tiny_llama, store) -> None:
     from openclaw_rl.train.runner import TRAINER_NICE, run_trainer
     from openclaw_rl.train.weights import CallbackChannel, Publisher

@@ -9,8 +9,9 @@ decides what is built, from which config, with how many threads.
 
 Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
 cores slow each other 5-10x. With training in-process, serving and training get one
-thread each unless told otherwise, and the trainer borrows serving's once no engine has
-had work for `LEND_AFTER_IDLE_S` (`idle_core_lender`).
+thread each unless told otherwise; serving borrows the trainer's between its steps
+(`trainer_core_lender`), and the trainer borrows serving's once no engine has had work
+for `LEND_AFTER_IDLE_S` (`idle_core_lender`).
 
 The interpreter is shared too: a model thread takes the GIL back after every torch op,
 and with Python's default 5 ms switch interval it waits behind any thread that runs
@@ -222,6 +223,7 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
         trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
         if lend:
             trainer.threads = idle_core_lender([server.engine, teacher])
+            server.engine.threads_now = trainer_core_lender(trainer, server.engine)
         publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
         asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
         gate, archive = build_updates(trainer, train, server.store, server.tokenizer, scorer)
@@ -247,6 +249,16 @@ def idle_core_lender(engines: Sequence[Engine | None], quiet_s: float = LEND_AFT
         return 2 if all(s is not None and s >= quiet_s for s in idle) else 1
 
     return threads
+
+
+def trainer_core_lender(trainer: Trainer, engine: Engine) -> Callable[[], int] | None:
+    """Serving's threads for its next step: the trainer's core too while it is not in a step
+    (its gate checks and writes run at a lower priority, train/runner.py). A step that starts
+    meanwhile shares a core with decoding for at most one decode step. None: the engine
+    cannot take it (no `threads_now`, or one core)."""
+    if not hasattr(engine, "threads_now") or (os.cpu_count() or 1) < 2:
+        return None
+    return lambda: 1 if trainer.stepping else 2
 
 
 def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer=None,

@@ -91,6 +91,9 @@ class LocalEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.threads = threads or min(2, os.cpu_count() or 1)
+        # torch threads for the next step, asked before each one (None: `threads` throughout);
+        # beside an in-process trainer, compose gives serving the trainer's core between its steps
+        self.threads_now: Callable[[], int] | None = None
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
         self.dtype = resolve_dtype(dtype, self.device)  # the weights and the compute; log-softmax stays float32
         self.model_dir = Path(model_dir)
@@ -226,6 +229,7 @@ class LocalEngine:
     def _run(self) -> None:
         # Set on the model's own thread: each engine (serving, a frozen judge) keeps its budget.
         torch.set_num_threads(self.threads)
+        self._threads_set = self.threads
         with torch.inference_mode():
             while True:
                 try:
@@ -259,6 +263,7 @@ class LocalEngine:
                     request = self._waiting.popleft()
                     if not request.cancelled:
                         admit.append(request)
+        self._budget_threads()
         for job in jobs:
             try:
                 job.done(job.run(), None)
@@ -271,6 +276,12 @@ class LocalEngine:
         if jobs or admit or self._rows:
             self._last_work = time.monotonic()  # one float store: read under the lock by idle_s
         return True
+
+    def _budget_threads(self) -> None:
+        """Before the next step: the threads `threads_now` says, set only when they change."""
+        if self.threads_now is not None and (threads := self.threads_now()) != self._threads_set:
+            torch.set_num_threads(threads)
+            self._threads_set = threads
 
     def _admit_isolated(self, requests: list[_Request]) -> None:
         """Admit requests so that one bad request fails alone: each gets its generator

@@ -139,6 +139,7 @@ class Trainer:
         # torch threads for the next micro-batch, asked before each one (None: train_threads throughout);
         # in-process beside serving, compose lends the trainer serving's core once serving is idle
         self.threads: Callable[[], int] | None = None
+        self.stepping = False  # in `step` now: serving's engine uses one core fewer meanwhile (compose)
 
     # -- hooks of the sharded trainer (train/sharded.py) --------------------------------
 
@@ -171,6 +172,13 @@ class Trainer:
         """
         if not samples:
             raise ValueError("step needs at least one sample")
+        self.stepping = True
+        try:
+            return self._step(samples)
+        finally:
+            self.stepping = False
+
+    def _step(self, samples: Sequence[Sample]) -> dict[str, float]:
         if self.config.train_threads:  # per calling thread: serving keeps its own budget
             torch.set_num_threads(self.config.train_threads)
         started = time.perf_counter()
