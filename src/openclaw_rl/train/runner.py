@@ -13,9 +13,10 @@ runs at serving's CPU priority; the work around it (gate checks, exports, archiv
 checkpoint writes, rollback loads) runs on the trainer's own two threads at a lower one
 (nice +10, `TRAINER_NICE`), since on a machine with as many cores as busy threads (2 here)
 it is a third thread that otherwise takes its share from decoding. Measured with
-bench/serve_during_training.py: p50 while training 2095 -> 1668 ms, p95 / idle p95 2.83 ->
-1.31. Niced steps too gave 1.18-1.41, but the trainer then got what decoding left (10-20
-tokens/s in the demo) and the demo took 9:07 instead of 6:33 (docs/experiments.md, run F).
+bench/serve_during_training.py (before serving borrowed the trainer's thread between
+steps): p50 while training 2095 -> 1668 ms, p95 / idle p95 2.83 -> 1.31. Niced steps too
+gave 1.18-1.41, but the trainer then got what decoding left (10-20 tokens/s in the demo)
+and the demo took 9:07 instead of 6:33 (docs/experiments.md, runs F and G).
 Each new version goes to one object, the `Publisher` (train/weights.py), whose channels
 decide where weights go: an engine in this process, the files channel for a server in
 another process, Ray's object store. The store learns about v+1 only after the publisher
