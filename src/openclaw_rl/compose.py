@@ -255,8 +255,8 @@ def trainer_core_lender(trainer: Trainer, engine: Engine) -> Callable[[], int] |
     """Serving's threads for its next step: the trainer's core too while it is not in a step
     (its gate checks and writes run at a lower priority, train/runner.py). A step that starts
     meanwhile shares a core with decoding for at most one decode step. None: the engine
-    cannot take it (no `threads_now`, or one core)."""
-    if not hasattr(engine, "threads_now") or (os.cpu_count() or 1) < 2:
+    cannot take it (no `threads_now`). Asked only where `build_app` lends cores (2 or more)."""
+    if not hasattr(engine, "threads_now"):
         return None
     return lambda: 1 if trainer.stepping else 2
 
