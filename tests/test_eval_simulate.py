@@ -60,6 +60,22 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
     assert missing.returncode == 2 and "holds no summary.json" in missing.stderr
 
 
+def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(tiny_model_dir, tmp_path):
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
+                 "--parallel", "2", "--max-updates", "1"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    run = summary["runs"]["off"]
+    # max_updates never stops a control: it plays every session, judges nothing and trains nothing
+    assert summary["sessions"] == 4 and summary["updates"] == 0 and summary["judge"] == "off"
+    assert len(run["accepted"]) == 4 and run["accept_rate"] is not None
+    assert run["samples"].get("trained", 0) == 0 and summary["score_by_update"].keys() == {"0"}
+    lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all(x["updates"] == 0 for x in lines if x["event"] == "session")
+
+
 def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
     # lr 1 on the tiny model: every candidate drifts far from the served one, so the gate turns them away

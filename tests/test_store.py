@@ -133,6 +133,26 @@ def test_verdicts_wait_for_a_next_state_and_are_replaced_whole(store):
     assert store.verdicts([]) == {}
 
 
+def test_the_hinted_turns_are_the_newest_with_a_hint_oldest_first_and_only_the_owners(store):
+    from dataclasses import replace
+
+    store.ensure_session("a", "header", owner="alice")
+    store.ensure_session("b", "header", owner="bob")
+    turns = [_turn(store, session_id=s, text=f"t{i}") for i, s in enumerate("aaba")]
+    for turn in turns:
+        store.set_next_state(turn.id, NextState("user", "no"))
+    store.write_verdict(_verdict(turns[0].id))
+    store.write_verdict(replace(_verdict(turns[1].id), hints=[], selected_hint=None, reason="hint dropped: x"))
+    store.write_verdict(_verdict(turns[2].id))
+    store.write_verdict(_verdict(turns[3].id))
+    assert [t.id for t, _ in store.hinted_turns()] == [turns[0].id, turns[2].id, turns[3].id]
+    assert [t.id for t, _ in store.hinted_turns(limit=2)] == [turns[2].id, turns[3].id]  # the newest two
+    assert [t.id for t, _ in store.hinted_turns(owner="alice")] == [turns[0].id, turns[3].id]
+    turn, verdict = store.hinted_turns(owner="bob")[0]
+    assert turn.response_text == "t2" and verdict.selected_hint == "be brief"
+    assert store.verdicts_noting("hint dropped") == 1 and store.verdicts_noting("nothing like it") == 0
+
+
 def test_samples_are_claimed_oldest_first_all_or_nothing_and_stale_ones_dropped(store):
     store.ensure_session("s", "header")
     turns = [_turn(store, version=5) for _ in range(5)]

@@ -27,6 +27,7 @@ from openclaw_rl.config import (
     DEMO_DEFAULTS,
     AgentConfig,
     ConfigError,
+    HintsConfig,
     JudgeConfig,
     JudgeProcessConfig,
     PoolConfig,
@@ -72,6 +73,11 @@ def _parser() -> argparse.ArgumentParser:
     add_flags(train, TrainConfig)
 
     _simulate_parsers(commands)
+
+    hints = commands.add_parser("hints", help="would OPD help? the hinted model's own answers against the recorded "
+                                              "responses (the hint go/no-go check)", formatter_class=_FORMAT)
+    add_flags(hints, HintsConfig)
+    hints.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
 
     export = commands.add_parser("export", help="write the trained policy as a Hugging Face model directory",
                                  formatter_class=_FORMAT)
@@ -266,6 +272,33 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _hints(args: argparse.Namespace) -> int:
+    from rich.progress import Progress  # per command
+
+    from openclaw_rl.drivers.hints import check_store  # per command
+
+    config = build(HintsConfig, {}, args)
+    with Progress(transient=True) as bar:
+        task = bar.add_task("hinted answers", total=None)
+        report = check_store(config, lambda done, total: bar.update(task, completed=done, total=total))
+    view = Table(title=f"hint check: {report['turns']} hinted turns of {report['data_dir']}, answered by "
+                       f"{report['model']}")
+    for column in ("compared by", "better", "same", "worse", "unknown", "better share (95 % CI)", "call"):
+        view.add_column(column)
+    for name, found in report["by"].items():
+        share = (f"{found['better_share']:.2f} ({found['better_share_ci95'][0]:.2f}-{found['better_share_ci95'][1]:.2f})"
+                 if found["better_share"] is not None else "-")
+        view.add_row(name, *(str(found[k]) for k in ("better", "same", "worse", "unknown")), share, found["call"])
+    Console().print(view)
+    for name, found in report["by"].items():
+        print(f"{name}: {found['call']}: {found['why']}")
+    if "agreement" in report and report["agreement"]["share"] is not None:
+        print(f"the two comparers agree on {report['agreement']['share']:.0%} of "
+              f"{report['agreement']['turns']} turns")
+    print(f"wrote {report['written_to']} (every turn's hint, response and hinted answer)")
+    return 0
+
+
 def _bound_malloc_growth() -> None:
     """Keep glibc from turning freed weight copies into resident memory.
 
@@ -298,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         if args.command in ("simulate", "demo"):
             return _simulate(args)
+        if args.command == "hints":
+            return _hints(args)
         if args.command == "envs":
             return _envs_serve(args)
         if args.command == "agent":

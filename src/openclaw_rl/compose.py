@@ -49,6 +49,7 @@ from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
+from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
 from openclaw_rl.loop import judge_loop, status_loop, train_loop
 from openclaw_rl.net import is_loopback
@@ -160,6 +161,18 @@ def build_judge(config: JudgeConfig, model_dir: Path, policy_engine: Engine) -> 
                     count_tokens=lambda text: len(tokenizer.encode(text)))
 
 
+def hint_comparer(judge: Judge, config: JudgeConfig) -> Comparer:
+    """The hint check's comparer for a judge (judge/hint_check.py): a chat judge's preference
+    between the two answers, or the embedding judge's closeness to the hint."""
+    if isinstance(judge, LLMJudge):
+        return PairwiseComparer(judge.backend, max_tokens=config.judge_max_tokens,
+                                context_token_budget=config.context_token_budget, count_tokens=judge.count_tokens)
+    if isinstance(judge, EmbeddingJudge):
+        return HintAgreementComparer(judge.classifier.featurizer.encoder)
+    raise ValueError(f"the hint check has no comparer for the {judge.name} judge; in simulate use --hint-check "
+                     "rubric (the persona's rubric decides), else turn --hint-check off")
+
+
 def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None,
                  make: Callable[[Path, TrainConfig], Trainer] = Trainer):
     """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
@@ -190,12 +203,13 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
 
 def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
               channels: Sequence[WeightsChannel] = (), scorer: Scorer | None = None,
-              flush: Flush | None = None) -> tuple[Server, FastAPI]:
+              flush: Flush | None = None, comparer: Comparer | None = None) -> tuple[Server, FastAPI]:
     """The serving process: engine, store, app, and the loops that run beside it.
 
     `judge_override` replaces the configured judge (the simulator's oracle); `channels`
     get every policy version after the engine has it (the simulator's evaluator); `scorer`
-    adds a score check to the update gate (the simulator's persona rubric); `flush` drains
+    adds a score check to the update gate (the simulator's persona rubric); `comparer`
+    replaces the judge's own in the hint check (the simulator's rubric); `flush` drains
     the in-process trainer at the end of a finite run (the simulator's). Without
     training, the engine follows the files channel a separate trainer publishes to."""
     threads = 1 if config.train and not config.threads else None  # one core each for serving and training
@@ -213,7 +227,9 @@ def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge
     if (reader := judge_override or build_judge(judge, server.engine.model_dir, server.engine)) is not None:
         teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
                    if judge.teacher == "initial" and teacher_targets else None)
-        loops.append(judge_loop(server, reader, judge, teacher_targets, teacher))
+        if judge.hint_check == "on":
+            comparer = comparer or hint_comparer(reader, judge)
+        loops.append(judge_loop(server, reader, judge, teacher_targets, teacher, comparer))
         if teacher is not None:
             loops.append(_closed_at_stop(teacher))
     if config.train and config.train_nproc > 1:  # a sharded trainer of its own beside serving
@@ -379,7 +395,8 @@ def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config
         raise SystemExit("--judge off: nothing to run")
     channel = FilesChannel(data_dir)
     return JudgeWorker(store, judge, config, teacher_engine=engine, tokenizer=engine.tokenizer,
-                       refresh=(lambda: channel.refresh(engine)) if config.teacher == "current" else None)
+                       refresh=(lambda: channel.refresh(engine)) if config.teacher == "current" else None,
+                       comparer=hint_comparer(judge, config) if config.hint_check == "on" else None)
 
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,

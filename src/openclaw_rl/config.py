@@ -223,8 +223,17 @@ class JudgeConfig:
         "(a prefill per hint). The judge writes them for any method; --no-teacher-targets where only methods "
         "without a teacher train (serve skips them by itself when its own trainer's method reads none)",
         default=True)
+    hint_check: str = setting(
+        "off | on: keep a hint for OPD only when the teacher told it answers better than the response did (it "
+        "generates that answer greedily, one generation per hint, and compares: the chat judge's preference in both "
+        "orders, or for the embedding judge closeness to the hint; docs/experiments.md, `openclaw-rl hints`)",
+        default="off")
+    hint_check_max_tokens: int = setting("max new tokens of the teacher's own answer in the hint check",
+                                         default=200)
 
     def __post_init__(self) -> None:
+        check(self.hint_check in ("off", "on"), "hint_check", self.hint_check, "off or on")
+        check(self.hint_check_max_tokens >= 1, "hint_check_max_tokens", self.hint_check_max_tokens, "at least 1")
         check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
                "one of embedding, local, openai, off")
         check(self.votes >= 1, "votes", self.votes, "at least 1")
@@ -521,7 +530,8 @@ class SimulateConfig:
                            default="student")
     sessions: int = setting("sessions to play", default=32)
     method: str = setting("binary | opd | combined | topk | stepwise | module:ATTR, or several separated by commas "
-                          "(each trains a server of its own)", default="combined")
+                          "(each trains a server of its own); off: the training-off control (the same stream "
+                          "against the base model)", default="combined")
     judge: str = setting("embedding | local | oracle | an OpenAI-compatible base URL", default="embedding")
     judge_model: str = setting("model name at a judge URL", default="default")
     seed: int = setting("seed of the problems and the user's replies", default=0)
@@ -565,8 +575,12 @@ class SimulateConfig:
                                               "unset: the persona's own (0.8)", default=None)
     opd_baseline: str = setting("none (the paper) | mean: centre each sample's OPD advantages "
                                 "(docs/experiments.md)", default="none")
+    hint_check: str = setting("keep a hint for OPD only when the teacher told it answers better (judge "
+                              "--hint-check): off | on (the judge's comparer, what a deployment gets) | rubric (the "
+                              "persona's rubric decides: simulation only)", default="off")
 
     def __post_init__(self) -> None:
+        check(self.hint_check in ("off", "on", "rubric"), "hint_check", self.hint_check, "off, on or rubric")
         check(self.sessions >= 1, "sessions", self.sessions, "at least 1 session")
         check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
@@ -587,6 +601,34 @@ class SimulateConfig:
     def methods(self) -> list[str]:
         return [m.strip() for m in self.method.split(",") if m.strip()]
 
+
+
+@dataclass
+class HintsConfig:
+    """The hint check: `openclaw-rl hints` (judge/hint_check.py)."""
+
+    data_dir: str = setting("the store whose hinted turns to check (a serve --data-dir); unset with --simulation: "
+                            "that run's own", default="")
+    store: str = setting("the store's database, as serve --store: a postgresql:// URL, or unset for the SQLite "
+                         "file in the data dir", default="")
+    model: str = setting("the weights that answer with the hint: a model directory (an `openclaw-rl export` of any "
+                         "version); empty: the bundled base model (the gap before training)", default="")
+    judge: str = setting("what compares the two answers: embedding (closeness to the hint) | local (the model's "
+                         "own preference) | an OpenAI-compatible base URL (that model's preference)",
+                         default="embedding")
+    judge_model: str = setting("model name at a judge URL", default="default")
+    simulation: str = setting("a simulate or demo --out dir: also compare by its persona's rubric", default="")
+    limit: int = setting("check the newest this many hinted turns", default=32)
+    max_tokens: int = setting("max new tokens of the hinted answer", default=200)
+    out: str = setting("where the report goes (JSON); unset: hint-check.json in the data dir", default="")
+
+    def __post_init__(self) -> None:
+        check(bool(self.data_dir or self.simulation), "data_dir", self.data_dir,
+              "a serve --data-dir, or --simulation with a simulate --out dir")
+        check(self.judge in ("embedding", "local") or self.judge.startswith(("http://", "https://")), "judge",
+              self.judge, "embedding, local or an http(s):// base URL")
+        check(self.limit >= 1, "limit", self.limit, "at least 1 turn")
+        check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1 token")
 
 
 @dataclass

@@ -20,6 +20,7 @@ import logging
 
 from openclaw_rl.config import JudgeConfig, TrainConfig
 from openclaw_rl.engine.base import Engine
+from openclaw_rl.judge.hint_check import Comparer
 from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
@@ -32,14 +33,15 @@ log = logging.getLogger(__name__)
 
 
 def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_targets: bool = True,
-               teacher: Engine | None = None) -> Background:
+               teacher: Engine | None = None, comparer: Comparer | None = None) -> Background:
     """Judge every paired turn, beside serving, the serving engine its teacher (so teacher
     log-probs come from the version being served) unless `teacher` is another engine (the
     initial weights: --teacher initial); `teacher_targets` False when no method that will
-    train reads them (the judge itself knows no method)."""
+    train reads them (the judge itself knows no method); `comparer`: the hint check's
+    (judge/hint_check.py), with --hint-check on."""
     teacher = teacher or server.engine
     worker = JudgeWorker(server.store, judge, config, teacher_engine=teacher if teacher_targets else None,
-                         tokenizer=server.tokenizer,
+                         tokenizer=server.tokenizer, comparer=comparer,
                          on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
     log.info("judge: %s (m = %d votes), teacher targets %s", judge.name, config.votes,
              "on" if teacher_targets and config.teacher_targets else "off")

@@ -547,6 +547,27 @@ class Store:
             for r in rows
         }
 
+    def hinted_turns(self, limit: int = 32, owner: str | None = None) -> list[tuple[Turn, Verdict]]:
+        """The newest `limit` judged turns whose verdict kept a hint (only `owner`'s when given),
+        oldest first, each with its verdict (the hint check reads them: judge/hint_check.py)."""
+        where, args = ("AND owner = ? ", (owner,)) if owner is not None else ("", ())
+        with self._lock:
+            rows = self._execute(f"SELECT turn_id FROM verdicts WHERE status = 'ok' AND hints != '[]' {where}"
+                                 "ORDER BY turn_id DESC LIMIT ?", (*args, limit)).fetchall()
+        ids = sorted(r[0] for r in rows)
+        if not ids:
+            return []
+        verdicts = self.verdicts(ids)
+        turns = self._turn_where(f"id IN ({','.join('?' * len(ids))}) ORDER BY id", tuple(ids))
+        return [(t, verdicts[t.id]) for t in turns if t.id in verdicts]
+
+    def verdicts_noting(self, text: str) -> int:
+        """How many verdicts' notes (`reason`) contain `text`."""
+        with self._lock:
+            (count,) = self._execute("SELECT COUNT(*) FROM verdicts WHERE reason LIKE ?",
+                                     (f"%{text}%",)).fetchone()
+        return int(count)
+
     # -- quarantined hints: what the judge's screen (judge/screen.py) held back ----------
 
     def quarantine_hint(self, turn_id: int, hint: str, reason: str) -> bool:

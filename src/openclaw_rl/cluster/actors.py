@@ -119,7 +119,7 @@ class JudgeActor:
     def __init__(self, config: ServeConfig, judge: JudgeConfig, teacher_targets: bool = True, shard: int = 0,
                  shards: int = 1, watch_weights: bool = False):
         """`teacher_targets` False: no method that trains reads a teacher, so none is scored."""
-        from openclaw_rl.compose import build_engine, build_judge
+        from openclaw_rl.compose import build_engine, build_judge, hint_comparer
         from openclaw_rl.engine.loading import resolve_model_dir
         from openclaw_rl.judge.worker import JudgeWorker
 
@@ -135,7 +135,8 @@ class JudgeActor:
         self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
                                   judge, teacher_engine=self.engine if teacher_targets else None,
                                   tokenizer=self.engine.tokenizer,
-                                  refresh=(lambda: channel.refresh(self.engine)) if watch_weights else None)
+                                  refresh=(lambda: channel.refresh(self.engine)) if watch_weights else None,
+                                  comparer=hint_comparer(judge_impl, judge) if judge.hint_check == "on" else None)
         self._stop: asyncio.Event | None = None
 
     async def run(self) -> int:

@@ -64,6 +64,7 @@ from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, probe_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
+from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, RubricComparer
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.serve.metrics import Metrics
@@ -74,6 +75,8 @@ from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.weights import CallbackChannel
 
 log = logging.getLogger(__name__)
+
+CONTROL = "off"  # the method name of the training-off control: the same stream, the base model throughout
 
 
 def persona_of(config: SimulateConfig):
@@ -97,7 +100,8 @@ class _Recorder:
 
 
 def _judge_config(config: SimulateConfig) -> JudgeConfig:
-    common = {"max_hints": config.max_hints, "teacher": config.teacher}
+    common = {"max_hints": config.max_hints, "teacher": config.teacher,
+              "hint_check": "off" if config.hint_check == "off" else "on"}
     if config.judge == "oracle":
         return JudgeConfig(judge="off", **common)
     if config.judge.startswith(("http://", "https://")):
@@ -208,7 +212,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     persona = persona_of(config)
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
-    oracle = OracleJudge(persona, problems) if config.judge == "oracle" else None
+    training = method != CONTROL  # the control plays the same stream with training (and judging) off
+    oracle = OracleJudge(persona, problems) if config.judge == "oracle" and training else None
     run_dir = Path(config.out) / method
     lock = threading.Lock()
     played = 0  # sessions finished
@@ -248,9 +253,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         probe_file.write_text("".join(json.dumps({"messages": [{"role": "user", "content": persona.first_message(p)}]})
                                       + "\n" for p in probes), encoding="utf-8")
     port = free_port()
-    serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0)
-    train = TrainConfig(method=method, batch_size=config.batch_size, catch_up=config.catch_up, lora=config.lora,
-                        lr=config.lr,
+    serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0,
+                        train=training)
+    train = TrainConfig(method=method if training else "binary", batch_size=config.batch_size,
+                        catch_up=config.catch_up, lora=config.lora, lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
                         settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
                         gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
@@ -258,8 +264,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
               if config.gate == "on" else None)
     flush = Flush()
-    server, app = build_app(serve, _judge_config(config), train, judge_override=oracle,
-                            channels=[CallbackChannel(on_publish)], scorer=scorer, flush=flush)
+    comparer = RubricComparer(persona, problems) if config.hint_check == "rubric" else None
+    server, app = build_app(serve, _judge_config(config) if training else JudgeConfig(judge="off"), train,
+                            judge_override=oracle,
+                            channels=[CallbackChannel(on_publish)], scorer=scorer, flush=flush, comparer=comparer)
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
     thread = ServerThread(app, port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
@@ -305,15 +313,16 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 running.add(pool.submit(play, index, problem))
             for future in running:
                 future.result()
-        if not done_training():  # train every sample already judged, the last batch even if short
+        if training and not done_training():  # train every sample already judged, the last batch even if short
             flush.requested.set()
             if not flush.done.wait(config.drain_timeout_s):
                 log.warning("training did not drain in %.0fs", config.drain_timeout_s)
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
-        samples = server.store.sample_counts(get_method(method).name)
+        samples = server.store.sample_counts(get_method(train.method).name)
         in_order = [accepted[i] for i in sorted(accepted)]
         steps = list(server.metrics.train_history)
+        dropped_by_check = server.store.verdicts_noting(DROPPED_BY_CHECK)
     finally:
         try:
             evaluator.close()  # while serving still runs: it may answer the last evaluations
@@ -327,8 +336,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     points.sort(key=lambda p: p[1])
     return {
         "method": method,
-        "judge": "oracle" if oracle else config.judge,
-        "judge_label": ORACLE_LABEL if oracle else config.judge,
+        "judge": "oracle" if oracle else config.judge if training else "off",
+        "judge_label": ORACLE_LABEL if oracle else config.judge if training else "off (training-off control)",
         "persona": persona.name,
         "model": server.model_name,
         "sessions": played,
@@ -347,6 +356,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "kl_beta": config.kl_beta,
         "kl_reference": config.kl_reference,
         "teacher": config.teacher,
+        "hint_check": config.hint_check,
+        "turns_with_hints_dropped_by_check": dropped_by_check,
         "rejected_versions": sum(record["gate"] == "rejected" for record in history),
         "score_before": points[0][2],
         "score_after": points[-1][2],
@@ -433,7 +444,8 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
     to the system when it ends, where freeing it inside one process left the resident
     size growing run after run (three methods reached 15 GB)."""
     for method in config.methods:  # before any run starts: a bad name last in the list fails now, not hours in
-        get_method(method)
+        if method != CONTROL:
+            get_method(method)
     out = Path(config.out)
     recorder = _Recorder(out)
     if len(config.methods) == 1:
@@ -468,6 +480,7 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "kl_beta": config.kl_beta,
         "kl_reference": config.kl_reference,
         "teacher": config.teacher,
+        "hint_check": config.hint_check,
         "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
                                                                          for m, r in runs.items()},
         "wall_time_s": round(sum(r["wall_time_s"] for r in runs.values()), 1),

@@ -26,6 +26,7 @@ __all__ = [
     "dedupe_hints",
     "majority",
     "parse_directive",
+    "parse_preference",
     "parse_score",
 ]
 
@@ -38,7 +39,7 @@ _MINUS_LOOKALIKES = str.maketrans({"\u2212": "-", "\u2013": "-", "\u2014": "-", 
 _EMPHASIS = re.compile(r"[*_`]+")
 # Heading marks, quote marks, bullets and stray quotes in front of the key.
 _LINE_PREFIX = re.compile(r"^(?:[#>\s\"'\u201c\u201d]+|[-\u2022+]\s+|\d+[.)]\s+)+")
-_KEY_LINE = re.compile(r"^(?P<key>score|correction)\s*:\s*(?P<value>.*?)\s*\.?\s*$", re.IGNORECASE)
+_KEY_LINE = re.compile(r"^(?P<key>score|correction|prefer)\s*:\s*(?P<value>.*?)\s*\.?\s*$", re.IGNORECASE)
 _HINT_BLOCK = re.compile(r"\[\s*hint\s*\](?P<hint>.*?)\[\s*/\s*hint\s*\]", re.IGNORECASE | re.DOTALL)
 
 
@@ -76,6 +77,21 @@ def parse_score(text: str) -> int:
             f"last SCORE line has value {values[-1]!r}; expected one of +1, 1, -1, 0"
         )
     return _VALID_SCORES[value]
+
+
+def parse_preference(text: str) -> str:
+    """"A", "B" or "same" from the last `PREFER:` line of a comparison answer
+    (prompts.comparison_prompt); VoteParseError when there is none or it names neither."""
+    values = _key_lines(text, "prefer")
+    if not values:
+        raise VoteParseError(f"no 'PREFER:' line in judge answer ({_preview(text)}); "
+                             "the judge must end with 'PREFER: A', 'PREFER: B' or 'PREFER: same'")
+    value = values[-1].strip().strip("\"'").lower()
+    for name, words in (("A", ("a", "answer a", "answer_a")), ("B", ("b", "answer b", "answer_b")),
+                        ("same", ("same", "tie", "neither", "equal", "both"))):
+        if value in words:
+            return name
+    raise VoteParseError(f"last PREFER line has value {values[-1]!r}; expected A, B or same")
 
 
 def majority(votes: list[int]) -> int:

@@ -39,6 +39,7 @@ from openclaw_rl.config import JudgeConfig
 from openclaw_rl.judge.backends import ChatBackend
 from openclaw_rl.judge.classifier import NextStateClassifier
 from openclaw_rl.judge.evidence import material
+from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, Comparer, check_hint
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import correction_hints
 from openclaw_rl.judge.samples import turn_sample
@@ -158,8 +159,11 @@ class EmbeddingJudge:
 class JudgeWorker:
     def __init__(self, store: Store, judge: Judge, config: JudgeConfig, teacher_engine=None, tokenizer=None,
                  seed: int = 0, on_verdict: Callable[[Verdict], None] | None = None,
-                 refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True):
+                 refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True,
+                 comparer: Comparer | None = None):
         """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
+        With `config.hint_check` on, `comparer` decides which hints the teacher answers better
+        with (judge/hint_check.py); only those are scored and kept.
         `write_samples` False writes verdicts only, for a caller that writes the turns' samples
         itself (the agent rollout driver's step advantages need a whole group of trajectories,
         see drivers/agent.py). `refresh` brings the teacher engine to the newest policy (see the
@@ -167,6 +171,9 @@ class JudgeWorker:
         self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
         self.on_verdict, self.refresh = on_verdict, refresh
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
+        if config.hint_check == "on" and comparer is None:
+            raise ValueError("hint_check on needs a comparer (compose.hint_comparer builds the judge's)")
+        self.comparer = comparer if config.hint_check == "on" else None
         self.rng = random.Random(seed)
         self.judged = 0
 
@@ -220,6 +227,8 @@ class JudgeWorker:
         hints = dedupe_hints(reading.hints, self.config.max_hints)
         if hints and self.config.screen_hints:
             hints = await asyncio.to_thread(self._screened, turn, hints, reading.notes)
+        if hints and self.comparer is not None and self.teacher_engine is not None and self.config.teacher_targets:
+            hints = await self._checked(turn, hints, reading.notes)
         teacher: TeacherResult | None = None
         if hints and self.teacher_engine is not None and self.config.teacher_targets:
             try:
@@ -240,6 +249,24 @@ class JudgeWorker:
         )
         await asyncio.to_thread(self._save, turn, verdict, teacher)
         return verdict
+
+    async def _checked(self, turn: Turn, hints: list[str], notes: list[str]) -> list[str]:
+        """The hints whose teacher answers better than the response (the hint check); a check
+        that fails keeps nothing (not known to be better)."""
+        kept = []
+        for hint in hints:
+            try:
+                check = await asyncio.wait_for(
+                    check_hint(self.teacher_engine, self.tokenizer, self.comparer, turn, hint,
+                               self.config.hint_check_max_tokens), self.config.call_timeout_s)
+            except Exception as error:  # noqa: BLE001 - the verdict stands without this hint
+                notes.append(f"hint check failed: {type(error).__name__}: {error}")
+                continue
+            if check.outcome == "better":
+                kept.append(hint)
+            else:
+                notes.append(f"{DROPPED_BY_CHECK} ({check.by}: {check.outcome}, {check.detail})")
+        return kept
 
     def _screened(self, turn: Turn, hints: list[str], notes: list[str]) -> list[str]:
         """The hints that may train; the others go to quarantine with the reason (judge/screen.py),
