@@ -7,7 +7,9 @@ accept flags); the dirs after one LABEL are that configuration's seeds (a traini
 control is one more label). Prints a markdown table per label: runs, the median
 sessions to adaptation with a 95 % bootstrap CI of the median (10,000 resamples, fixed
 seed), how many runs never adapted, the acceptance over all sessions and over each run's
-last 10. A run that never adapted counts as stream length + 1 in the median (censored:
+last 10. `--control-at LEVEL` rescores the training-off controls (`--method off` runs) at
+another approval level, from their recorded first-answer rubric scores: with training off
+the level changes nothing before the first reply (scripts/approval_level.py). A run that never adapted counts as stream length + 1 in the median (censored:
 said in the table). The figure draws, per label, the acceptance of the last 5 sessions
 against the session index, every seed thin and their mean thick.
 """
@@ -31,7 +33,7 @@ def bootstrap_median_ci(values: list[float], level: float = 0.95, resamples: int
     return low, high
 
 
-def _run(out_dir: Path) -> dict:
+def _run(out_dir: Path, control_at: float | None = None) -> dict:
     summary_path = out_dir / "summary.json"
     if not summary_path.is_file():
         raise SystemExit(f"{out_dir} holds no summary.json: pass the --out dir of a finished run")
@@ -39,7 +41,21 @@ def _run(out_dir: Path) -> dict:
     run = next(iter(summary["runs"].values())) if "runs" in summary else summary
     if "accepted" not in run:
         raise SystemExit(f"{summary_path} has no per-session accept flags: it predates them; run it again")
+    if control_at is not None and run.get("method") == "off":
+        sessions = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
+        sessions = sorted((x for x in sessions if x.get("event") == "session"), key=lambda x: x["index"])
+        flags = [(x["first_score"] or 0.0) >= control_at for x in sessions]
+        run = {**run, "accepted": flags, "sessions_to_adaptation": _adaptation(flags)}
     return run
+
+
+def _adaptation(flags: list[bool], streak_length: int = 3) -> int | None:
+    streak = 0
+    for index, ok in enumerate(flags, start=1):
+        streak = streak + 1 if ok else 0
+        if streak == streak_length:
+            return index - streak_length + 1
+    return None
 
 
 def _rolling(flags: list[bool], window: int = 5) -> list[float]:
@@ -51,13 +67,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("groups", nargs="+", help="LABEL=OUT_DIR[,OUT_DIR...]")
     parser.add_argument("--figure", type=Path, default=None)
+    parser.add_argument("--control-at", type=float, default=None, metavar="LEVEL",
+                        help="rescore --method off runs at this approval level")
     args = parser.parse_args()
     groups: dict[str, list[dict]] = {}
     for group in args.groups:
         label, eq, dirs = group.partition("=")
         if not eq or not dirs:
             parser.error(f"{group!r} is not LABEL=OUT_DIR[,OUT_DIR...]")
-        groups[label] = [_run(Path(d)) for d in dirs.split(",")]
+        groups[label] = [_run(Path(d), args.control_at) for d in dirs.split(",")]
     print("| configuration | runs | sessions to adaptation, median [95 % CI] | never adapted | "
           "acceptance, all sessions | acceptance, last 10 |")
     print("|---|---|---|---|---|---|")

@@ -215,6 +215,13 @@ def test_the_hints_command_reports_a_simulated_run_by_the_judge_and_the_rubric(t
     first = report["checks"][0]
     assert first["hint"] and set(first["outcomes"]) == {"hint-agreement", "rubric"}
     assert "hint check:" in printed and "rubric:" in printed
+    # against the same weights' answer without the hint: the baseline is generated, not the recorded response
+    assert main(["hints", "--simulation", str(out), "--model", str(tiny_model_dir), "--max-tokens", "8",
+                 "--limit", "2", "--against", "unhinted", "--out", str(tmp_path / "unhinted.json")]) == 0
+    unhinted = json.loads((tmp_path / "unhinted.json").read_text())
+    assert unhinted["against"] == "unhinted" and "unhinted" in unhinted["checks"][0]
+    recorded = {t.id: t.response_text for t, _ in hinted}
+    assert any(c["unhinted"] != recorded[c["turn_id"]] for c in unhinted["checks"])
     # bad input names the problem
     assert main(["hints", "--data-dir", str(tmp_path / "nowhere")]) == 2
     assert "no such directory" in capsys.readouterr().err

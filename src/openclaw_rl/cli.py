@@ -282,7 +282,7 @@ def _hints(args: argparse.Namespace) -> int:
         task = bar.add_task("hinted answers", total=None)
         report = check_store(config, lambda done, total: bar.update(task, completed=done, total=total))
     view = Table(title=f"hint check: {report['turns']} hinted turns of {report['data_dir']}, answered by "
-                       f"{report['model']}")
+                       f"{report['model']}, against the {report['against']} answer")
     for column in ("compared by", "better", "same", "worse", "unknown", "better share (95 % CI)", "call"):
         view.add_column(column)
     for name, found in report["by"].items():

@@ -618,6 +618,9 @@ class HintsConfig:
                          default="embedding")
     judge_model: str = setting("model name at a judge URL", default="default")
     simulation: str = setting("a simulate or demo --out dir: also compare by its persona's rubric", default="")
+    against: str = setting("what the hinted answer is compared with: response (the recorded one, which OPD trains "
+                           "on) | unhinted (the same weights' greedy answer without the hint: the hint's effect "
+                           "alone, decoding held equal)", default="response")
     limit: int = setting("check the newest this many hinted turns", default=32)
     max_tokens: int = setting("max new tokens of the hinted answer", default=200)
     out: str = setting("where the report goes (JSON); unset: hint-check.json in the data dir", default="")
@@ -627,6 +630,7 @@ class HintsConfig:
               "a serve --data-dir, or --simulation with a simulate --out dir")
         check(self.judge in ("embedding", "local") or self.judge.startswith(("http://", "https://")), "judge",
               self.judge, "embedding, local or an http(s):// base URL")
+        check(self.against in ("response", "unhinted"), "against", self.against, "response or unhinted")
         check(self.limit >= 1, "limit", self.limit, "at least 1 turn")
         check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1 token")
 

@@ -3,7 +3,10 @@
 For the newest `--limit` judged turns with a hint, the weights of `--model` (the bundled
 base model by default: the gap before any training) answer the hinted prompt greedily,
 and the judge's comparer (and, with `--simulation`, the persona's rubric) says whether
-that answer is better than the recorded response. The report, per comparer: how many
+that answer is better than the recorded response (`--against response`, what OPD trains
+on: sampled, by whatever version served it) or than the same weights' greedy answer
+without the hint (`--against unhinted`: the hint's effect alone, the decoding held equal;
+a small model's greedy answers repeat themselves more than its sampled ones). The report, per comparer: how many
 better / same / worse / unknown, the share better among the decided turns with its 95 %
 Wilson interval, and the call (go, no-go, undecided); with two comparers also how often
 they agree. It goes to the terminal and, with every turn's two answers, to a JSON file.
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -82,6 +86,9 @@ def check_store(config: HintsConfig, progress: Callable[[int, int], None] | None
             hint = verdict.selected_hint or verdict.hints[0]
             async with limit:
                 answer = await teacher_answer(engine, engine.tokenizer, turn, hint, config.max_tokens)
+                if config.against == "unhinted":  # the baseline: the same weights' answer without the hint
+                    unhinted = await teacher_answer(engine, engine.tokenizer, turn, None, config.max_tokens)
+                    turn = replace(turn, response_text=unhinted)
             comparisons = [await c.compare(turn, hint, answer) for c in comparers]
             done[0] += 1
             if progress:
@@ -101,11 +108,11 @@ def check_store(config: HintsConfig, progress: Callable[[int, int], None] | None
             checks[comparer.name].append(HintCheck(turn.id, hint, turn.response_text, answer, comparison.outcome,
                                                    comparison.detail, comparer.name))
         rows.append({"turn_id": turn.id, "session_id": turn.session_id, "policy_version": turn.policy_version,
-                     "hint": hint, "response": turn.response_text, "hinted_answer": answer,
+                     "hint": hint, config.against: turn.response_text, "hinted_answer": answer,
                      "outcomes": {c.name: {"outcome": x.outcome, "detail": x.detail}
                                   for c, x in zip(comparers, comparisons)}})
     report: dict[str, Any] = {
-        "data_dir": str(data_dir), "model": str(model_dir), "turns": len(rows),
+        "data_dir": str(data_dir), "model": str(model_dir), "against": config.against, "turns": len(rows),
         "by": {name: summarize(found) for name, found in checks.items()},
     }
     if len(comparers) == 2:

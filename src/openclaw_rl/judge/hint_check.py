@@ -74,11 +74,12 @@ class Comparer(Protocol):
     async def compare(self, turn: Turn, hint: str, answer: str) -> Comparison: ...
 
 
-async def teacher_answer(engine, tokenizer, turn: Turn, hint: str, max_tokens: int) -> str:
+async def teacher_answer(engine, tokenizer, turn: Turn, hint: str | None, max_tokens: int) -> str:
     """The engine's greedy answer to the turn's prompt with `hint` appended (the prompt the
-    teacher scores the response under), rendered with the turn's tools."""
-    prompt = render_prompt(tokenizer, hinted_messages(turn.prompt_messages, hint), turn.sampling.get("tools"),
-                           turn.sampling.get("tool_choice"))
+    teacher scores the response under; None: the prompt as it was), rendered with the
+    turn's tools."""
+    messages = hinted_messages(turn.prompt_messages, hint) if hint is not None else turn.prompt_messages
+    prompt = render_prompt(tokenizer, messages, turn.sampling.get("tools"), turn.sampling.get("tool_choice"))
     room = engine.max_context - len(prompt) - 1
     if room < 1:
         raise ValueError(f"turn {turn.id}: the hinted prompt ({len(prompt)} tokens) leaves no room to answer "
