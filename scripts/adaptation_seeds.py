@@ -22,6 +22,8 @@ import random
 import statistics
 from pathlib import Path
 
+from openclaw_rl.eval.metrics import sessions_to_adaptation
+
 
 def bootstrap_median_ci(values: list[float], level: float = 0.95, resamples: int = 10_000,
                         seed: int = 0) -> tuple[float, float]:
@@ -45,17 +47,8 @@ def _run(out_dir: Path, control_at: float | None = None) -> dict:
         sessions = [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
         sessions = sorted((x for x in sessions if x.get("event") == "session"), key=lambda x: x["index"])
         flags = [(x["first_score"] or 0.0) >= control_at for x in sessions]
-        run = {**run, "accepted": flags, "sessions_to_adaptation": _adaptation(flags)}
+        run = {**run, "accepted": flags, "sessions_to_adaptation": sessions_to_adaptation(flags)}
     return run
-
-
-def _adaptation(flags: list[bool], streak_length: int = 3) -> int | None:
-    streak = 0
-    for index, ok in enumerate(flags, start=1):
-        streak = streak + 1 if ok else 0
-        if streak == streak_length:
-            return index - streak_length + 1
-    return None
 
 
 def _rolling(flags: list[bool], window: int = 5) -> list[float]:

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from pathlib import Path
+
+from openclaw_rl.eval.metrics import sessions_to_adaptation
+from openclaw_rl.judge.hint_check import wilson
 
 
 def first_scores(out_dir: Path) -> list[float]:
@@ -34,21 +36,10 @@ def first_scores(out_dir: Path) -> list[float]:
     return [s["first_score"] if s["first_score"] is not None else 0.0 for s in sessions]
 
 
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def adaptation(flags: list[bool], run: int = 3) -> int:
-    """Sessions to adaptation (eval/metrics.py), length + 1 when the stream never adapted."""
-    streak = 0
-    for index, ok in enumerate(flags, start=1):
-        streak = streak + 1 if ok else 0
-        if streak == run:
-            return index - run + 1
-    return len(flags) + 1
+def adaptation(flags: list[bool]) -> int:
+    """Sessions to adaptation, length + 1 when the stream never adapted (counted as censored)."""
+    found = sessions_to_adaptation(flags)
+    return found if found is not None else len(flags) + 1
 
 
 def main() -> None:

@@ -74,6 +74,17 @@ def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(
     assert run["samples"].get("trained", 0) == 0 and summary["score_by_update"].keys() == {"0"}
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert all(x["updates"] == 0 for x in lines if x["event"] == "session")
+    # the base acceptance at every approval level, from the control's first-answer scores
+    scripts = Path(__file__).parents[1] / "scripts"
+    firsts = [x["first_score"] for x in sorted((x for x in lines if x["event"] == "session"), key=lambda x: x["index"])]
+    report = subprocess.run([sys.executable, str(scripts / "approval_level.py"), str(out), "--target", "0.5"],
+                            capture_output=True, text=True, check=True).stdout
+    row = next(line for line in report.splitlines() if line.startswith("| 0.700 |"))
+    accepted = sum(f >= 0.7 for f in firsts)
+    assert f"({accepted}/4)" in row and "lowest level with base acceptance <= 0.5:" in report
+    rescored = subprocess.run([sys.executable, str(scripts / "adaptation_seeds.py"), f"control={out}",
+                               "--control-at", "0.0"], capture_output=True, text=True, check=True).stdout
+    assert "| control | 1 | 1 [1, 1] | 0 of 1 | 1.00 |" in rescored  # at level 0 every first answer is accepted
 
 
 def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path):
