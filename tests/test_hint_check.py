@@ -94,7 +94,10 @@ class Picks:
 
     async def complete(self, messages, *, max_tokens, temperature, seed):
         self.prompts.append(messages[1]["content"])
-        return self.answers.pop(0)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 @pytest.mark.parametrize("answers, outcome", [
@@ -103,6 +106,7 @@ class Picks:
     (("PREFER: A", "PREFER: A"), "same"),  # position bias: each order picked its first answer
     (("no idea", "PREFER: B"), "same"),
     (("no idea", "still none"), "unknown"),
+    ((RuntimeError("judge down"), "PREFER: B"), "same"),  # a failed asking decides nothing
 ])
 def test_a_chat_judge_prefers_the_hinted_answer_only_when_both_orders_agree(tmp_path, engine, answers, outcome):
     turn = _turn(Store(tmp_path), engine.tokenizer, "What is 2 + 2?", "five", "Use digits.")

@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from typing import Callable, Literal, Protocol
 
 from openclaw_rl.chat import content_text, render_prompt
-from openclaw_rl.judge.prompts import comparison_prompt
+from openclaw_rl.judge.prompts import NEXT_STATE_ROLES, comparison_prompt
 from openclaw_rl.judge.teacher import hinted_messages
-from openclaw_rl.judge.votes import VoteParseError, parse_preference
+from openclaw_rl.judge.votes import parse_preference
 from openclaw_rl.types import SamplingParams, TokenStep, Turn
 
 __all__ = ["DROPPED_BY_CHECK", "Comparison", "HintAgreementComparer", "HintCheck", "PairwiseComparer", "RubricComparer",
@@ -132,16 +132,16 @@ class PairwiseComparer:
     async def compare(self, turn: Turn, hint: str, answer: str) -> Comparison:
         if turn.next_state is None:
             return Comparison("unknown", "the turn has no next state to compare by")
-        role = turn.next_state.role if turn.next_state.role in ("user", "tool", "environment", "feedback") else "user"
+        role = turn.next_state.role if turn.next_state.role in NEXT_STATE_ROLES else "environment"
 
         async def prefer(first: str, second: str, seed: int) -> str | None:
             messages = comparison_prompt(turn.prompt_messages, first, second, role, turn.next_state.content,
                                          self.context_token_budget, self.count_tokens)
-            text = await self.backend.complete(messages, max_tokens=self.max_tokens, temperature=self.temperature,
-                                               seed=seed)
             try:
+                text = await self.backend.complete(messages, max_tokens=self.max_tokens,
+                                                   temperature=self.temperature, seed=seed)
                 return parse_preference(text)
-            except VoteParseError:
+            except Exception:  # noqa: BLE001 - a failed or unreadable asking decides nothing
                 return None
 
         # the hinted answer is A in the first asking and B in the second
