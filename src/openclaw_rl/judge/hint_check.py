@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Callable, Literal, Protocol
 
 from openclaw_rl.chat import content_text, render_prompt
@@ -213,6 +213,3 @@ def summarize(checks: list[HintCheck]) -> dict:
             "better_share_ci95": [round(low, 3), round(high, 3)] if decided else None,
             "call": call, "why": why}
 
-
-def as_dict(check: HintCheck) -> dict:
-    return asdict(check)
