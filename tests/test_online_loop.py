@@ -58,6 +58,11 @@ def trained(tiny_model_dir, tmp_path_factory):
         for t in threads:
             t.join()
         i += 3
+    # serving swaps first; the store records the version (with its training steps) just after
+    settle = time.monotonic() + 60
+    store = server.server.store
+    while store.policy()["policy_version"] < server.server.engine.policy_version and time.monotonic() < settle:
+        time.sleep(0.2)
     status = httpx.get(f"{server.base_url}/v1/status").json()
     server.stop()
     return {"data_dir": data_dir, "results": results, "published": published, "status": status}
