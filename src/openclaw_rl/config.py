@@ -477,6 +477,8 @@ class AgentConfig:
     text_actions: bool = setting("read a code block or a stated answer in a reply without a tool call as that "
                                  "call (--no-text-actions: tool calls only)", default=True)
     seed: int = setting("seed of the task order", default=0)
+    level: str = setting("task level of the environments that have levels (terminal, toolcall): standard | basic "
+                         "(one-step tasks the default model solves some of the time)", default="standard")
     base_url: str = setting("drive this OpenAI-compatible openclaw-rl server instead of one in-process", default="")
     api_key: str = setting("API key of --base-url", default="")
     policy_model: str = setting("model name at --base-url; empty: the first it lists", default="")
@@ -513,6 +515,9 @@ class AgentConfig:
         check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
+        check(self.level in ("standard", "basic"), "level", self.level, "standard or basic")
+        check(not (self.pool and self.level != "standard"), "level", self.level,
+              "standard with --pool: the pool builds its envs (openclaw-rl envs serve --option level=basic)")
         check(not self.base_url or self.model == "", "model", self.model,
               "no --model with --base-url: the server there has its own")
         check(self.verdict_timeout_s >= 0, "verdict_timeout_s", self.verdict_timeout_s, "0 or more seconds")

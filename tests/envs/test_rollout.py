@@ -302,6 +302,25 @@ def test_config_errors_name_the_fix():
         AgentConfig()
     with pytest.raises(ConfigError, match="at least 2"):
         AgentConfig(env="toolcall", episodes=3, group_size=1)
+    with pytest.raises(ConfigError, match="standard or basic"):
+        AgentConfig(env="toolcall", level="hard")
+    with pytest.raises(ConfigError, match="envs serve --option level=basic"):
+        AgentConfig(env="toolcall", level="basic", pool="http://127.0.0.1:8100")
+
+
+def test_local_envs_build_the_level_asked_for_and_refuse_it_for_envs_without_levels():
+    from openclaw_rl.drivers.rollout import LocalEnvs
+
+    envs = LocalEnvs("basic")
+    try:
+        assert all(t.id.startswith("toolcall-basic-eval-") for t in envs.tasks("toolcall", "eval"))
+        with envs.env("toolcall") as env:
+            assert env.level == "basic"
+        with pytest.raises(ValueError, match="environment 'swe' has no task levels"):
+            envs.tasks("swe", "eval")
+    finally:
+        envs.close()
+    assert all(t.id.startswith("toolcall-eval-") for t in LocalEnvs().tasks("toolcall", "eval"))
 
 
 def test_the_driver_trains_with_the_method_of_step_advantages():

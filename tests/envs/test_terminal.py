@@ -18,6 +18,7 @@ from openclaw_rl.envs.terminal import TerminalEnv, load_tasks
 AVAILABLE, WHY = sandbox_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 TASKS = load_tasks()
+BASIC = load_tasks(level="basic")
 BY_ID = {task.id: task for task in TASKS}
 
 
@@ -49,7 +50,19 @@ def test_the_task_file_has_enough_tasks_in_both_splits() -> None:
     assert all(task.prompt and task.data["check"] and task.data["solution"] for task in TASKS)
 
 
-@pytest.mark.parametrize("task", TASKS, ids=[task.id for task in TASKS])
+def test_the_basic_level_is_its_own_task_set_of_one_command_tasks() -> None:
+    splits = [task.split for task in BASIC]
+    assert splits.count("train") >= 12 and splits.count("eval") >= 8
+    assert not {task.id for task in BASIC} & set(BY_ID), "the levels share task ids"
+    assert all("```bash" in task.prompt and "&&" not in task.data["solution"] and "|" not in task.data["solution"]
+               for task in BASIC)
+    assert [task.id for task in TerminalEnv(level="basic").tasks()] == [task.id for task in BASIC]
+    assert [task.id for task in TerminalEnv().tasks()] == [task.id for task in TASKS]
+    with pytest.raises(ValueError, match="unknown terminal level 'hard'; choose one of standard, basic"):
+        TerminalEnv(level="hard")
+
+
+@pytest.mark.parametrize("task", TASKS + BASIC, ids=[task.id for task in TASKS + BASIC])
 def test_check_fails_at_the_start_and_the_reference_solution_passes(env: TerminalEnv, task: Task) -> None:
     env.reset(task)
     before = env.evaluate()

@@ -39,6 +39,26 @@ def test_splits_are_large_and_disjoint(env):
     assert all(task.data["question"] in task.prompt for task in env.tasks())
 
 
+def test_the_basic_level_asks_one_operation_on_small_numbers():
+    from openclaw_rl.eval.problems import computed_values
+
+    env = ToolCallEnv(level="basic", n_train=48, n_eval=24)
+    train, evaluation = env.tasks("train"), env.tasks("eval")
+    assert len(train) == 48 and len(evaluation) == 24
+    assert all(task.id.startswith(f"toolcall-basic-{task.split}-") for task in env.tasks())
+    assert {task.data["question"] for task in train}.isdisjoint(task.data["question"] for task in evaluation)
+    standard = {task.data["question"] for task in ToolCallEnv().tasks()}
+    assert standard.isdisjoint(task.data["question"] for task in env.tasks())
+    from openclaw_rl.eval.problems import BASIC_EXAMPLES, heldout_problems, train_problems
+
+    for problem in train_problems(0, 48, "basic") + heldout_problems(24, "basic"):
+        assert len(problem.steps) == 1 and problem.template.startswith("basic_")
+        assert computed_values(problem.steps)[-1] == problem.answer and 0 < problem.answer <= 25
+        assert not any(ch.isdigit() for ch in BASIC_EXAMPLES[problem.template]), "copying the form would pass"
+    with pytest.raises(ValueError, match="unknown toolcall level 'easy'; choose one of standard, basic"):
+        ToolCallEnv(level="easy")
+
+
 def test_tasks_are_deterministic():
     assert [t.prompt for t in ToolCallEnv().tasks()] == [t.prompt for t in ToolCallEnv().tasks()]
 

@@ -309,6 +309,8 @@ class Driver:
             "success_by_split": {split: rate([r for r in rows if r["split"] == split])
                                  for split in dict.fromkeys(r["split"] for r in rows)},
             "reward_mode": self.config.reward,
+            "level": self.config.level,
+            "temperature": self.config.temperature,
             "group_size": self.config.group_size,
             "parallel": self.config.parallel,
             "mean_steps": sum(r["steps"] for r in main) / max(1, sum(r["done"] for r in main)),
@@ -380,7 +382,7 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
             token = config.pool_token or os.environ.get(TOKEN_ENV_VAR, "")
             envs = PoolEnvs(config.pool, token, config.env_names[0])
         else:
-            envs = LocalEnvs()
+            envs = LocalEnvs(config.level)
 
         def drain() -> None:
             if not server.drain(config.drain_timeout_s):  # type: ignore[union-attr]

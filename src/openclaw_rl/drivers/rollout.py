@@ -43,6 +43,7 @@ environments, local and pooled, are the one contract an agent run relies on.)
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import threading
@@ -57,7 +58,7 @@ import openai
 from openclaw_rl.config import ConfigError
 from openclaw_rl.envs.base import Action, Env, Outcome, Task
 from openclaw_rl.envs.client import PoolClient, PoolExhausted
-from openclaw_rl.envs.registry import make_env
+from openclaw_rl.envs.registry import env_class, make_env
 from openclaw_rl.envs.text_actions import text_action, text_action_hint
 from openclaw_rl.types import Message
 
@@ -346,14 +347,25 @@ class EnvSource(Protocol):
 
 
 class LocalEnvs:
-    """One environment per worker thread and name, made on first use and kept for its episodes."""
-    def __init__(self) -> None:
+    """One environment per worker thread and name, made on first use and kept for its episodes.
+    `level`: the task level of the envs that have levels (a `level` constructor option);
+    naming one other than "standard" for an env without levels is an error."""
+    def __init__(self, level: str = "standard") -> None:
+        self.level = level
         self._local = threading.local()
         self._made: list[Env] = []
         self._lock = threading.Lock()
 
+    def _make(self, name: str) -> Env:
+        if "level" in inspect.signature(env_class(name)).parameters:
+            return make_env(name, level=self.level)
+        if self.level != "standard":
+            raise ValueError(f"environment {name!r} has no task levels; --level {self.level} is for terminal and "
+                             "toolcall (and envs whose constructor takes level=)")
+        return make_env(name)
+
     def tasks(self, name: str, split: str) -> list[Task]:
-        env = make_env(name)
+        env = self._make(name)
         try:
             return env.tasks(split)  # type: ignore[arg-type]
         finally:
@@ -363,7 +375,7 @@ class LocalEnvs:
     def env(self, name: str) -> Iterator[Env]:
         envs = self._local.__dict__.setdefault("envs", {})
         if name not in envs:
-            envs[name] = make_env(name)
+            envs[name] = self._make(name)
             with self._lock:
                 self._made.append(envs[name])
         yield envs[name]

@@ -28,6 +28,10 @@ Decisions and why:
   a fresh shell with a fixed PATH, so the agent cannot shadow the tools it uses.
 - Output is capped at 2,000 characters per stream by default (not the sandbox's 8,000)
   because the policy is a small model with a short context.
+- `level="basic"` loads `terminal-basic.json` instead: one-command tasks (make, copy,
+  move, delete a file) whose prompts ask for a ```bash block, the level at which the
+  default 135M model succeeds some of the time, so outcome rewards vary
+  (docs/experiments.md, "Agents that succeed sometimes").
 - A setup command that fails is the environment's fault (`EnvError`), never the agent's.
 """
 
@@ -46,29 +50,32 @@ __all__ = ["TerminalEnv", "load_tasks"]
 
 logger = logging.getLogger(__name__)
 
-TASKS_FILE = "terminal.json"  # in openclaw_rl/envs/tasks/
+TASK_FILES = {"standard": "terminal.json", "basic": "terminal-basic.json"}  # by level, in openclaw_rl/envs/tasks/
 DEFAULT_LIMITS = Limits(wall_s=10.0, max_output_chars=2000)
 _TASK_KEYS = {"id", "prompt", "split", "files", "setup", "check", "solution"}
 
 
-def load_tasks(split: Split | None = None) -> list[Task]:
-    """The shipped terminal tasks, all or one split; each Task.data holds files, setup, check, solution."""
-    return [task for task in _all_tasks() if split is None or task.split == split]
+def load_tasks(split: Split | None = None, level: str = "standard") -> list[Task]:
+    """The shipped terminal tasks of `level` ("standard" or "basic"), all or one split; each
+    Task.data holds files, setup, check, solution."""
+    if level not in TASK_FILES:
+        raise ValueError(f"unknown terminal level {level!r}; choose one of {', '.join(TASK_FILES)}")
+    return [task for task in _all_tasks(TASK_FILES[level]) if split is None or task.split == split]
 
 
 @functools.cache
-def _all_tasks() -> tuple[Task, ...]:
-    text = resources.files("openclaw_rl.envs").joinpath("tasks", TASKS_FILE).read_text(encoding="utf-8")
-    tasks = tuple(_task_from_record(record) for record in json.loads(text))
+def _all_tasks(name: str) -> tuple[Task, ...]:
+    text = resources.files("openclaw_rl.envs").joinpath("tasks", name).read_text(encoding="utf-8")
+    tasks = tuple(_task_from_record(record, name) for record in json.loads(text))
     ids = [task.id for task in tasks]
     duplicates = sorted({task_id for task_id in ids if ids.count(task_id) > 1})
     if duplicates:
-        raise ValueError(f"envs/tasks/{TASKS_FILE} repeats task ids {duplicates}; ids must be unique")
+        raise ValueError(f"envs/tasks/{name} repeats task ids {duplicates}; ids must be unique")
     return tasks
 
 
-def _task_from_record(record: dict[str, Any]) -> Task:
-    where = f"terminal task {record.get('id')!r} in envs/tasks/{TASKS_FILE}"
+def _task_from_record(record: dict[str, Any], name: str) -> Task:
+    where = f"terminal task {record.get('id')!r} in envs/tasks/{name}"
     missing = {"id", "prompt", "split", "check", "solution"} - set(record)
     if missing:
         raise ValueError(f"{where} lacks {sorted(missing)}")
@@ -103,12 +110,14 @@ class TerminalEnv(SandboxedEnv):
         tool_schema("submit", "Say that you have finished the task; it is then checked and the episode ends."),
     ]
 
-    def __init__(self, *, tasks: list[Task] | None = None, limits: Limits = DEFAULT_LIMITS, max_steps: int = 20) -> None:
+    def __init__(self, *, tasks: list[Task] | None = None, limits: Limits = DEFAULT_LIMITS, max_steps: int = 20,
+                 level: str = "standard") -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         self.limits = limits
         self.max_steps = max_steps
-        self._tasks = load_tasks() if tasks is None else list(tasks)
+        self.level = level
+        self._tasks = load_tasks(level=level) if tasks is None else list(tasks)
         self._sandbox: Sandbox | None = None
         self._task: Task | None = None
         self._steps = 0

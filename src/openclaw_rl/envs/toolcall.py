@@ -22,6 +22,11 @@ Decisions and why:
   in it is an invalid action (the episode goes on), since there is nothing to grade.
 - The outcome is only the answer given through `answer`: numbers printed by the Python
   tool or written in chat are not read, so the check never guesses at intent.
+- `level="basic"` draws one-operation problems on small numbers (`BASIC_TEMPLATES`)
+  instead of the multi-step ones, each followed by the operation it asks for with letters
+  for the numbers (`BASIC_EXAMPLES`: the form of the working, not its arithmetic): the level at which the default 135M model succeeds some
+  of the time, so outcome rewards vary (docs/experiments.md, "Agents that succeed
+  sometimes"). Its task ids say the level (`toolcall-basic-train-000`).
 - Each `python` call is a new interpreter (variables do not carry over; files in the
   sandbox directory do), the tool description says so. The sandbox is made on the first
   call, not at reset, since many episodes never run code, and it is thrown away at the
@@ -35,7 +40,7 @@ import re
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
 from openclaw_rl.envs.sandbox import Limits, Sandbox, SandboxedEnv
-from openclaw_rl.eval.problems import Problem, heldout_problems, train_problems
+from openclaw_rl.eval.problems import BASIC_EXAMPLES, LEVELS, Problem, heldout_problems, train_problems
 
 __all__ = ["ToolCallEnv", "parse_answer"]
 
@@ -43,6 +48,12 @@ PROMPT = (
     "{question}\n\n"
     "You can run Python with the python tool. When you know the answer, call the answer tool "
     "with the final number."
+)
+
+BASIC_PROMPT = (
+    "{question}\n\n"
+    "How to work it out: {example} Write it with the numbers of the question, or call the answer tool "
+    "with the number."
 )
 
 # A number: an optional sign not glued to a word or digit before it ("3-4" is not -4), digits,
@@ -81,7 +92,10 @@ def _is_correct(given: float, expected: float) -> bool:
 
 
 def _task(problem: Problem, task_id: str, split: Split) -> Task:
-    return Task(id=task_id, prompt=PROMPT.format(question=problem.question), split=split,
+    example = BASIC_EXAMPLES.get(problem.template)
+    prompt = (BASIC_PROMPT.format(question=problem.question, example=example) if example
+              else PROMPT.format(question=problem.question))
+    return Task(id=task_id, prompt=prompt, split=split,
                 data={"question": problem.question, "answer": problem.answer, "problem": problem.id})
 
 
@@ -104,14 +118,17 @@ class ToolCallEnv(SandboxedEnv):
     ]
 
     def __init__(self, *, n_train: int = 48, n_eval: int = 24, seed: int = 0, max_steps: int = 12,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, level: str = "standard") -> None:
+        if level not in LEVELS:
+            raise ValueError(f"unknown toolcall level {level!r}; choose one of {', '.join(LEVELS)}")
         if n_train < 1 or n_eval < 1:
             raise ValueError(f"n_train and n_eval must be at least 1, got {n_train} and {n_eval}")
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
         self.max_steps = max_steps
         self.limits = limits or Limits(cpu_s=5, wall_s=10.0)
-        self._tasks = self._make_tasks(n_train, n_eval, seed)
+        self.level = level
+        self._tasks = self._make_tasks(n_train, n_eval, seed, level)
         self._task: Task | None = None
         self._sandbox: Sandbox | None = None
         self._steps = 0
@@ -119,15 +136,18 @@ class ToolCallEnv(SandboxedEnv):
         self._answer: str | None = None
 
     @staticmethod
-    def _make_tasks(n_train: int, n_eval: int, seed: int) -> list[Task]:
+    def _make_tasks(n_train: int, n_eval: int, seed: int, level: str) -> list[Task]:
+        prefix = "toolcall" if level == "standard" else f"toolcall-{level}"
         train: list[Task] = []
         seen: set[str] = set()
-        for problem in train_problems(seed, 2 * n_train):  # spare problems stand in for repeated questions
+        for problem in train_problems(seed, 4 * n_train, level):  # spares stand in for repeated questions
             if problem.question not in seen and len(train) < n_train:
                 seen.add(problem.question)
-                train.append(_task(problem, f"toolcall-train-{len(train):03d}", "train"))
-        evaluation = [_task(problem, f"toolcall-eval-{i:03d}", "eval")
-                      for i, problem in enumerate(heldout_problems(n_eval))]
+                train.append(_task(problem, f"{prefix}-train-{len(train):03d}", "train"))
+        if len(train) < n_train:
+            raise ValueError(f"the {level} level has fewer than {n_train} distinct training problems; ask for fewer")
+        evaluation = [_task(problem, f"{prefix}-eval-{i:03d}", "eval")
+                      for i, problem in enumerate(heldout_problems(n_eval, level))]
         return train + evaluation
 
     def tasks(self, split: Split | None = None) -> list[Task]:

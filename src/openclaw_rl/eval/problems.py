@@ -26,7 +26,10 @@ from dataclasses import dataclass
 from typing import Callable
 
 __all__ = [
+    "BASIC_EXAMPLES",
+    "BASIC_TEMPLATES",
     "HELDOUT_PEOPLE",
+    "LEVELS",
     "TEMPLATES",
     "TRAIN_PEOPLE",
     "Person",
@@ -307,12 +310,68 @@ TEMPLATES: dict[str, Template] = {
 }
 
 
+# -- one-step problems: the `basic` level of the tool-call environment -------------------
+# One arithmetic operation on small numbers: what a 135M model gets right some of the time,
+# so that agent episodes succeed now and then and outcome rewards have variance.
+
+_THINGS = ("apples", "stickers", "pencils", "marbles", "books", "shells", "cookies", "coins")
+
+
+def _basic_add(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
+    item, have, more = rng.choice(_THINGS), rng.randint(2, 9), rng.randint(2, 9)
+    question = f"{p.name} has {have} {item}. {f.name} gives {p.name} {more} more. How many {item} does {p.name} have now?"
+    return question, [Step(f"{p.name} has {{calc}} {item}.", "+", have, more)]
+
+
+def _basic_subtract(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
+    item, have = rng.choice(_THINGS), rng.randint(5, 12)
+    given = rng.randint(1, 4)
+    question = f"{p.name} has {have} {item} and gives {given} of them to {f.name}. How many {item} does {p.name} have left?"
+    return question, [Step(f"{p.name} has {{calc}} {item} left.", "-", have, given)]
+
+
+def _basic_multiply(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
+    item, boxes, each = rng.choice(_THINGS), rng.randint(2, 5), rng.randint(2, 5)
+    question = f"{p.name} buys {boxes} boxes with {each} {item} in each box. How many {item} does {p.name} buy?"
+    return question, [Step(f"{p.name} buys {{calc}} {item}.", "*", boxes, each)]
+
+
+def _basic_divide(rng: random.Random, p: Person, f: Person) -> tuple[str, list[Step]]:
+    item, friends, each = rng.choice(_THINGS), rng.randint(2, 4), rng.randint(2, 5)
+    question = (f"{p.name} shares {friends * each} {item} equally among {friends} friends. "
+                f"How many {item} does each friend get?")
+    return question, [Step(f"Each friend gets {{calc}} {item}.", "/", friends * each, friends)]
+
+
+BASIC_TEMPLATES: dict[str, Template] = {
+    "basic_add": _basic_add, "basic_subtract": _basic_subtract, "basic_multiply": _basic_multiply,
+    "basic_divide": _basic_divide,
+}
+# The operation a basic task asks for, with letters for its numbers, that the task's prompt
+# shows after the question: the form of the working and of the answer are given, the numbers
+# and the arithmetic are not (with a worked example instead, SmolLM2-135M copied its answer).
+BASIC_EXAMPLES: dict[str, str] = {
+    "basic_add": "more is adding: A + B = C. The answer is C.",
+    "basic_subtract": "giving some away is subtracting: A - B = C. The answer is C.",
+    "basic_multiply": "boxes of the same size is multiplying: A × B = C. The answer is C.",
+    "basic_divide": "sharing equally is dividing: A ÷ B = C. The answer is C.",
+}
+LEVELS = ("standard", "basic")  # the templates a problem set draws from: TEMPLATES | BASIC_TEMPLATES
+
+
+def _templates(level: str) -> dict[str, Template]:
+    if level not in LEVELS:
+        raise ValueError(f"unknown problem level {level!r}; choose one of {', '.join(LEVELS)}")
+    return TEMPLATES if level == "standard" else BASIC_TEMPLATES
+
+
 def make_problem(template: str, rng: random.Random, people: tuple[Person, ...], problem_id: str) -> Problem:
     """One problem from the named template, its numbers and people drawn from `rng`."""
-    if template not in TEMPLATES:
-        raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
+    templates = TEMPLATES | BASIC_TEMPLATES
+    if template not in templates:
+        raise ValueError(f"unknown template {template!r}; choose one of {', '.join(templates)}")
     person, friend = rng.sample(people, 2)
-    question, steps = TEMPLATES[template](rng, person, friend)
+    question, steps = templates[template](rng, person, friend)
     values = computed_values(steps)
     if not all(isinstance(v, int) and v > 0 for v in values):  # a template bug, never a user error
         raise AssertionError(f"template {template} produced non-positive or fractional values {values}")
@@ -320,13 +379,15 @@ def make_problem(template: str, rng: random.Random, people: tuple[Person, ...], 
                    values=tuple(values), solution=tuple(render_steps(steps, values)))
 
 
-def train_problems(seed: int, n: int) -> list[Problem]:
-    """`n` training problems; the same seed gives the same problems."""
-    names = list(TEMPLATES)
+def train_problems(seed: int, n: int, level: str = "standard") -> list[Problem]:
+    """`n` training problems; the same seed gives the same problems. `level`: "standard" (the
+    multi-step templates) or "basic" (one operation on small numbers)."""
+    names = list(_templates(level))
+    stream = "train" if level == "standard" else f"train-{level}"
     problems = []
     for i in range(n):
-        rng = random.Random(f"train:{seed}:{i}")
-        problems.append(make_problem(rng.choice(names), rng, TRAIN_PEOPLE, f"train-{seed}-{i:05d}"))
+        rng = random.Random(f"{stream}:{seed}:{i}")
+        problems.append(make_problem(rng.choice(names), rng, TRAIN_PEOPLE, f"{stream}-{seed}-{i:05d}"))
     return problems
 
 
@@ -346,11 +407,12 @@ def probe_problems(seed: int, n: int, avoid: list[Problem] = ()) -> list[Problem
     return problems
 
 
-def heldout_problems(n: int = 16) -> list[Problem]:
-    """The fixed evaluation set: every template in turn, people never used in training."""
-    names = list(TEMPLATES)
-    return [make_problem(names[i % len(names)], random.Random(f"heldout:{i}"), HELDOUT_PEOPLE,
-                         f"heldout-{i:03d}") for i in range(n)]
+def heldout_problems(n: int = 16, level: str = "standard") -> list[Problem]:
+    """The fixed evaluation set: every template of `level` in turn, people never used in training."""
+    names = list(_templates(level))
+    stream = "heldout" if level == "standard" else f"heldout-{level}"
+    return [make_problem(names[i % len(names)], random.Random(f"{stream}:{i}"), HELDOUT_PEOPLE,
+                         f"{stream}-{i:03d}") for i in range(n)]
 
 
 # -- reading numbers back out of responses ---------------------------------------------
