@@ -49,12 +49,12 @@ def test_the_basic_level_asks_one_operation_on_small_numbers():
     assert {task.data["question"] for task in train}.isdisjoint(task.data["question"] for task in evaluation)
     standard = {task.data["question"] for task in ToolCallEnv().tasks()}
     assert standard.isdisjoint(task.data["question"] for task in env.tasks())
-    from openclaw_rl.eval.problems import BASIC_EXAMPLES, heldout_problems, train_problems
+    from openclaw_rl.eval.problems import BASIC_FORMS, heldout_problems, train_problems
 
     for problem in train_problems(0, 48, "basic") + heldout_problems(24, "basic"):
         assert len(problem.steps) == 1 and problem.template.startswith("basic_")
         assert computed_values(problem.steps)[-1] == problem.answer and 0 < problem.answer <= 25
-        assert not any(ch.isdigit() for ch in BASIC_EXAMPLES[problem.template]), "copying the form would pass"
+        assert not any(ch.isdigit() for ch in BASIC_FORMS[problem.template]), "copying the form would pass"
     with pytest.raises(ValueError, match="unknown toolcall level 'easy'; choose one of standard, basic"):
         ToolCallEnv(level="easy")
 

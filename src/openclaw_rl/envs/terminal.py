@@ -29,9 +29,9 @@ Decisions and why:
 - Output is capped at 2,000 characters per stream by default (not the sandbox's 8,000)
   because the policy is a small model with a short context.
 - `level="basic"` loads `terminal-basic.json` instead: one-command tasks (make, copy,
-  move, delete a file) whose prompts ask for a ```bash block, the level at which the
-  default 135M model succeeds some of the time, so outcome rewards vary
-  (docs/experiments.md, "Agents that succeed sometimes").
+  move, delete a file) whose prompts show the command with placeholders (`cp FROM TO`)
+  and ask for a ```bash block, for a model too small for the standard ones, so that
+  outcome rewards can vary (docs/agents.md, "Levels", with the measured base success).
 - A setup command that fails is the environment's fault (`EnvError`), never the agent's.
 """
 

@@ -24,9 +24,10 @@ Decisions and why:
   tool or written in chat are not read, so the check never guesses at intent.
 - `level="basic"` draws one-operation problems on small numbers (`BASIC_TEMPLATES`)
   instead of the multi-step ones, each followed by the operation it asks for with letters
-  for the numbers (`BASIC_EXAMPLES`: the form of the working, not its arithmetic): the level at which the default 135M model succeeds some
-  of the time, so outcome rewards vary (docs/experiments.md, "Agents that succeed
-  sometimes"). Its task ids say the level (`toolcall-basic-train-000`).
+  for the numbers (`BASIC_FORMS`: the form of the working, not its arithmetic), for a
+  model too small for the standard ones, so that outcome rewards can vary (docs/agents.md,
+  "Levels", with the measured base success). Its task ids say the level
+  (`toolcall-basic-train-000`).
 - Each `python` call is a new interpreter (variables do not carry over; files in the
   sandbox directory do), the tool description says so. The sandbox is made on the first
   call, not at reset, since many episodes never run code, and it is thrown away at the
@@ -40,7 +41,7 @@ import re
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
 from openclaw_rl.envs.sandbox import Limits, Sandbox, SandboxedEnv
-from openclaw_rl.eval.problems import BASIC_EXAMPLES, LEVELS, Problem, heldout_problems, train_problems
+from openclaw_rl.eval.problems import BASIC_FORMS, LEVELS, Problem, heldout_problems, train_problems
 
 __all__ = ["ToolCallEnv", "parse_answer"]
 
@@ -52,7 +53,7 @@ PROMPT = (
 
 BASIC_PROMPT = (
     "{question}\n\n"
-    "How to work it out: {example} Write it with the numbers of the question, or call the answer tool "
+    "How to work it out: {form} Write it with the numbers of the question, or call the answer tool "
     "with the number."
 )
 
@@ -92,8 +93,8 @@ def _is_correct(given: float, expected: float) -> bool:
 
 
 def _task(problem: Problem, task_id: str, split: Split) -> Task:
-    example = BASIC_EXAMPLES.get(problem.template)
-    prompt = (BASIC_PROMPT.format(question=problem.question, example=example) if example
+    form = BASIC_FORMS.get(problem.template)
+    prompt = (BASIC_PROMPT.format(question=problem.question, form=form) if form
               else PROMPT.format(question=problem.question))
     return Task(id=task_id, prompt=prompt, split=split,
                 data={"question": problem.question, "answer": problem.answer, "problem": problem.id})

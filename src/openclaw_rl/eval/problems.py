@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 __all__ = [
-    "BASIC_EXAMPLES",
+    "BASIC_FORMS",
     "BASIC_TEMPLATES",
     "HELDOUT_PEOPLE",
     "LEVELS",
@@ -350,28 +350,29 @@ BASIC_TEMPLATES: dict[str, Template] = {
 # The operation a basic task asks for, with letters for its numbers, that the task's prompt
 # shows after the question: the form of the working and of the answer are given, the numbers
 # and the arithmetic are not (with a worked example instead, SmolLM2-135M copied its answer).
-BASIC_EXAMPLES: dict[str, str] = {
+BASIC_FORMS: dict[str, str] = {
     "basic_add": "more is adding: A + B = C. The answer is C.",
     "basic_subtract": "giving some away is subtracting: A - B = C. The answer is C.",
     "basic_multiply": "boxes of the same size is multiplying: A × B = C. The answer is C.",
     "basic_divide": "sharing equally is dividing: A ÷ B = C. The answer is C.",
 }
-LEVELS = ("standard", "basic")  # the templates a problem set draws from: TEMPLATES | BASIC_TEMPLATES
+_BY_LEVEL: dict[str, dict[str, Template]] = {"standard": TEMPLATES, "basic": BASIC_TEMPLATES}
+LEVELS = tuple(_BY_LEVEL)  # the template sets a problem set draws from
+_ALL_TEMPLATES: dict[str, Template] = TEMPLATES | BASIC_TEMPLATES
 
 
 def _templates(level: str) -> dict[str, Template]:
-    if level not in LEVELS:
+    if level not in _BY_LEVEL:
         raise ValueError(f"unknown problem level {level!r}; choose one of {', '.join(LEVELS)}")
-    return TEMPLATES if level == "standard" else BASIC_TEMPLATES
+    return _BY_LEVEL[level]
 
 
 def make_problem(template: str, rng: random.Random, people: tuple[Person, ...], problem_id: str) -> Problem:
     """One problem from the named template, its numbers and people drawn from `rng`."""
-    templates = TEMPLATES | BASIC_TEMPLATES
-    if template not in templates:
-        raise ValueError(f"unknown template {template!r}; choose one of {', '.join(templates)}")
+    if template not in _ALL_TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; choose one of {', '.join(_ALL_TEMPLATES)}")
     person, friend = rng.sample(people, 2)
-    question, steps = templates[template](rng, person, friend)
+    question, steps = _ALL_TEMPLATES[template](rng, person, friend)
     values = computed_values(steps)
     if not all(isinstance(v, int) and v > 0 for v in values):  # a template bug, never a user error
         raise AssertionError(f"template {template} produced non-positive or fractional values {values}")
