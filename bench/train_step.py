@@ -67,9 +67,10 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openclaw_rl.config import TrainConfig  # noqa: E402
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
+from openclaw_rl.memory import tune_allocator  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
 from openclaw_rl.chat import render_prompt  # noqa: E402
-from openclaw_rl.train.batch import collate  # noqa: E402
+from openclaw_rl.train.batch import collate, split_micro_batches  # noqa: E402
 from openclaw_rl.train.losses import combined_advantages, opd_advantages  # noqa: E402
 from openclaw_rl.train.trainer import Trainer  # noqa: E402
 from openclaw_rl.types import Sample  # noqa: E402
@@ -302,6 +303,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps per trainer before timing")
     parser.add_argument("--threads", type=int, default=2, help="torch threads for everything")
+    parser.add_argument("--micro-batch", type=int, default=None,
+                        help="our samples per forward/backward pass (default: the trainer's, 1 on a CPU)")
+    parser.add_argument("--allocator", choices=("tuned", "glibc"), default="tuned",
+                        help="tuned: big blocks from the heap, as the CLI runs (openclaw_rl/memory.py); glibc: "
+                             "its defaults")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train_step.json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -314,17 +320,20 @@ def main() -> None:
     other_load = OtherLoad()
     peak_before = matmul_peak_gflops(args.threads)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    config = TrainConfig(method="combined", batch_size=args.batch, train_threads=args.threads)
+    if args.allocator == "tuned":
+        tune_allocator()
+    config = TrainConfig(method="combined", batch_size=args.batch, train_threads=args.threads,
+                         micro_batch_size=args.micro_batch)
     ours = Trainer(model_dir, config)
     samples = build_samples(ours, tokenizer, args.batch)
     prompt_tokens = [len(s.prompt_token_ids) for s in samples]
     response_tokens = [len(s.response_token_ids) for s in samples]
     tokens = sum(prompt_tokens) + sum(response_tokens)
     n_params = sum(p.numel() for p in ours.model.parameters())
-    size = config.micro_batch_size
+    size = ours.micro_batch_size
     padded = {  # positions each side runs through the model: ours pads per micro-batch, TRL per batch
         "ours": sum(len(group) * max(len(s.prompt_token_ids) + len(s.response_token_ids) for s in group)
-                    for group in (samples[i : i + size] for i in range(0, len(samples), size))),
+                    for group in split_micro_batches(samples, size)),
         "trl": len(samples) * (max(prompt_tokens) + max(response_tokens)),
     }
     print(f"{args.batch} samples: prompts {min(prompt_tokens)}-{max(prompt_tokens)} tokens, responses "
@@ -374,13 +383,15 @@ def main() -> None:
         "warmup_steps": args.warmup,
         "timed_steps": args.steps,
         "threads": args.threads,
+        "micro_batch": size,
+        "allocator": args.allocator,
         "torch": torch.__version__,
         "trl": trl.__version__,
         "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "other_processes_cores": round(other_cores, 2),
         "notes": [
-            f"ours: wall time of Trainer.step (collate, {-(-args.batch // config.micro_batch_size)} micro-batches "
-            f"of {config.micro_batch_size}: forward, combined loss, backward; grad clip; AdamW step); "
+            f"ours: wall time of Trainer.step (collate, {-(-args.batch // size)} micro-batches "
+            f"of {size} by length: forward, combined loss, backward; grad clip; AdamW step); "
             f"TrainConfig(method='combined', batch_size={args.batch}), full fine-tuning, kl_beta=0",
             "TRL: on_step_begin..on_step_end of GRPOTrainer.train() with _generate_and_score_completions "
             f"replaced by the precomputed batch: compute_loss (fused LM head, {args.batch} samples in one pass) + "

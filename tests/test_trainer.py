@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from openclaw_rl.config import ConfigError, TrainConfig
-from openclaw_rl.train.batch import collate
+from openclaw_rl.train.batch import collate, split_micro_batches
 from openclaw_rl.train.methods import METHODS
-from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.train.trainer import MICRO_BATCH, Trainer
 from openclaw_rl.types import Sample
 
 TEST_LR = {False: 1e-3, True: 1e-2}  # large enough to see a tiny model move in a few steps
@@ -139,6 +139,19 @@ def test_collate_pads_the_exact_ids_with_exact_masks() -> None:
         mask = batch["loss_mask"][row]
         columns = batch["response_positions"][row][mask]
         assert torch.equal(batch["input_ids"][row, columns], batch["response_ids"][row][mask])
+
+
+def test_micro_batches_group_samples_of_about_one_length_and_keep_every_sample() -> None:
+    # (prompt, response) lengths of a multi-turn stream as they arrive: first and third turns mixed
+    lengths = [(77, 65), (543, 40), (79, 72), (525, 200), (71, 200), (304, 116), (64, 200), (82, 200)]
+    samples = [_sample(i, [1] * p, [2] * t, [0.0] * t) for i, (p, t) in enumerate(lengths)]
+    groups = split_micro_batches(samples, 4)
+    assert [[s.turn_id for s in g] for g in groups] == [[0, 2, 6, 4], [7, 5, 1, 3]]
+    padded = sum(len(g) * max(len(s.prompt_token_ids) + len(s.response_token_ids) for s in g) for g in groups)
+    in_order = sum(4 * max(p + t for p, t in lengths[i : i + 4]) for i in (0, 4))
+    assert (padded, in_order) == (4 * 271 + 4 * 725, 4 * 725 + 4 * 420)
+    assert [len(g) for g in split_micro_batches(samples, 3)] == [3, 3, 2]
+    assert [s.turn_id for g in split_micro_batches(samples, 1) for s in g] == [0, 2, 6, 4, 7, 5, 1, 3]
 
 
 def test_collate_top_k_cuts_to_the_shortest_list_and_pads_ids_with_minus_one() -> None:
@@ -298,6 +311,16 @@ def test_micro_batches_give_the_full_batch_loss_and_gradient(tiny_llama) -> None
     assert stats[1]["trained_samples"] == len(samples) - 1
 
 
+def test_a_cpu_trainer_passes_one_sample_at_a_time_unless_told() -> None:
+    assert TrainConfig().micro_batch_size is None  # the device decides
+    assert MICRO_BATCH == {False: 1, True: 4}  # CPU: no padding at all; CUDA: wider products
+
+
+def test_the_trainer_resolves_its_micro_batch_from_the_device(tiny_llama) -> None:
+    assert Trainer(tiny_llama, TrainConfig(), device="cpu").micro_batch_size == 1
+    assert Trainer(tiny_llama, TrainConfig(micro_batch_size=3), device="cpu").micro_batch_size == 3
+
+
 def test_the_trainer_asks_for_its_threads_before_every_micro_batch(tiny_llama) -> None:
     samples = make_samples(tiny_llama)
     trainer = Trainer(tiny_llama, TrainConfig(method="combined", micro_batch_size=2, train_threads=1), device="cpu")
@@ -326,7 +349,7 @@ def test_gradient_checkpointing_recomputes_the_layers_and_gives_the_same_step(ti
     for mode in ("off", "on", "auto"):
         torch.manual_seed(0)  # the same LoRA A matrices for every mode
         trainer = Trainer(tiny_llama, TrainConfig(method="combined", lora=lora, gradient_checkpointing=mode,
-                                                  grad_clip=1e9), device="cpu")
+                                                  grad_clip=1e9, micro_batch_size=4), device="cpu")
         calls = []
         for layer in trainer._checkpointed:  # count the layers' trips through torch.utils.checkpoint
             func = layer._gradient_checkpointing_func

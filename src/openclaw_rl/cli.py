@@ -9,7 +9,6 @@ imported here.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
 import logging
 import os
@@ -40,6 +39,7 @@ from openclaw_rl.config import (
     build,
     load_file,
 )
+from openclaw_rl.memory import tune_allocator
 from openclaw_rl.store import StoreError
 from openclaw_rl.users import UserError
 
@@ -299,25 +299,8 @@ def _hints(args: argparse.Namespace) -> int:
     return 0
 
 
-def _bound_malloc_growth() -> None:
-    """Keep glibc from turning freed weight copies into resident memory.
-
-    Every policy update allocates a full copy of the weights (about 540 MB for the default
-    model, in tensors of 1-30 MB) and frees the previous one. glibc raises its mmap
-    threshold each time such a block is freed, after which blocks of that size come from
-    per-thread heap arenas that fragment and are never returned: a long simulate run grew
-    to 13 GB and was killed. A fixed threshold keeps big blocks in mmap, returned on free.
-    """
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-    except OSError:  # not glibc (macOS, musl): nothing to tune
-        return
-    m_mmap_threshold = -3
-    libc.mallopt(m_mmap_threshold, 1 << 20)
-
-
 def main(argv: list[str] | None = None) -> int:
-    _bound_malloc_growth()
+    tune_allocator()  # big blocks from the heap, given back once per version (memory.py)
     os.umask(0o077)  # what we write is people's conversations and the weights learnt from them: owner only
     args = _parser().parse_args(argv)
     _setup_logging(getattr(args, "verbose", False))

@@ -275,8 +275,10 @@ class TrainConfig:
                             "(the oldest first) in one step, so they are trained before they go stale "
                             "(--max-staleness); 1 = every step exactly batch_size", default=4)
     optimizer_steps_per_batch: int = setting("AdamW steps taken on each batch", default=1)
-    micro_batch_size: int = setting("samples per forward/backward pass; gradients accumulate over a batch",
-                                  default=4)
+    micro_batch_size: int | None = setting(
+        "samples per forward/backward pass; gradients accumulate over a batch; unset: 1 on a CPU (every row of a "
+        "pass is padded to its longest, which cost more than wider products saved: bench/train_step.py), 4 on a GPU",
+        default=None)
     grad_clip: float = setting("clip the global gradient norm to this value", default=1.0)
     gradient_checkpointing: str = setting(
         "recompute each layer's activations in the backward pass instead of keeping them (bench/train_memory.py: "
@@ -375,7 +377,8 @@ class TrainConfig:
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
                "at least 1")
-        check(self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size, "at least 1")
+        check(self.micro_batch_size is None or self.micro_batch_size >= 1, "micro_batch_size", self.micro_batch_size,
+              "at least 1, or unset for the device's default")
         check(self.gradient_checkpointing in ("auto", "on", "off"), "gradient_checkpointing",
                self.gradient_checkpointing, "auto, on or off")
         check(self.grad_clip > 0, "grad_clip", self.grad_clip, "a positive gradient norm (the paper uses 1.0)")

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import inspect
 import logging
 import os
 import threading
@@ -108,6 +109,7 @@ class LocalEngine:
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
         self._decoder = make_decoder(self.model, self.pad_token_id, decoder)  # auto | fused | hf
+        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.decoder = type(self._decoder).__name__
 
         self._lock = threading.Condition()
@@ -374,8 +376,10 @@ class LocalEngine:
 
     def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
         ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=self.device)
-        logits = self.model(input_ids=ids).logits[0, len(prompt_ids) - 1 : -1, :]  # (T, V)
         t = len(response_ids)
+        # the head only where it predicts a response token: a teacher pass's prompt (the hinted
+        # request) is most of its positions, and the head is a fifth of a small model's work
+        logits = self.model(input_ids=ids, **self._keep_logits(t + 1)).logits[0, -(t + 1) : -1, :]  # (T, V)
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
         chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
         top_ids: list[list[int]] = [[] for _ in range(t)]
@@ -384,6 +388,11 @@ class LocalEngine:
             ids_k, lps_k = top_alternatives(logprobs, top_k)
             top_ids, top_lps = ids_k.tolist(), lps_k.tolist()
         return Score(chosen.tolist(), top_ids, top_lps)
+
+    def _keep_logits(self, last: int) -> dict[str, int]:
+        """The forward's argument that computes logits for the `last` positions only (models whose
+        forward has no `logits_to_keep` compute them all)."""
+        return {"logits_to_keep": last} if self._takes_logits_to_keep else {}
 
     def _load(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
         params = dict(self.model.named_parameters())

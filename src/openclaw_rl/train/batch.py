@@ -18,6 +18,11 @@ Layout, and why:
   `teacher_logprobs`, never its behaviour log-probs (see losses.py for why).
 - No verdict is `has_reward` False with reward 0; a verdict of 0 is `has_reward` True.
   A step advantage is the same: `has_step_advantage` says whether there is one.
+- A batch is split into micro-batches by length (`split_micro_batches`): every row of a
+  micro-batch is as wide as its longest, and the logits are taken from the earliest
+  response column on, so one short first turn beside a long third turn ran the model and
+  its 49k-word head over hundreds of padded or prompt columns. The gradient is a sum over
+  samples, so the grouping changes nothing but the time.
 - With `top_k > 0` (top-k distillation) a teacher counts only if it also reported its
   top tokens. K is `top_k` or the shortest list in the batch if that is shorter: each
   list is best first, so cutting it keeps the teacher's best tokens and the tail bin
@@ -32,6 +37,14 @@ import torch
 from torch import Tensor
 
 from openclaw_rl.types import Sample
+
+
+def split_micro_batches(samples: Sequence[Sample], size: int) -> list[list[Sample]]:
+    """`samples` in micro-batches of at most `size`, shortest first (prompt + response), so
+    that the samples padded to one width are of about that width."""
+    ordered = sorted(samples, key=lambda s: (len(s.prompt_token_ids) + len(s.response_token_ids),
+                                             len(s.prompt_token_ids)))
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
 
 
 def collate(samples: Sequence[Sample], *, top_k: int = 0) -> dict[str, Tensor]:

@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import Weights
+from openclaw_rl.memory import release_freed_memory
 from openclaw_rl.store import Store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.gate import Gate
@@ -152,6 +153,7 @@ async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher:
             if trainer.train_step % config.checkpoint_every == 0:
                 await work(checkpoint.save, data_dir, trainer)
                 saved_step = trainer.train_step
+            await work(release_freed_memory)  # the step's activations, the last version's copies (memory.py)
             for key, value in stats.items():
                 writer.add_scalar(f"train/{key}", value, trainer.train_step)
             log.info(

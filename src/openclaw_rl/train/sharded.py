@@ -62,6 +62,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.train import checkpoint
+from openclaw_rl.train.batch import split_micro_batches
 from openclaw_rl.train.trainer import ADAPTER, Trainer, is_lora_parameter
 from openclaw_rl.types import Sample
 
@@ -197,8 +198,7 @@ class ShardedTrainer(Trainer):
         then copies of the first with zero weight until every rank has as many."""
         if not samples:
             raise ValueError("step needs at least one sample")
-        size = self.config.micro_batch_size
-        chunks = [samples[i : i + size] for i in range(0, len(samples), size)]
+        chunks = split_micro_batches(samples, self.micro_batch_size)
         per_rank = math.ceil(len(chunks) / self._world_size)
         shares = [[(chunk, False) for chunk in chunks[r::self._world_size]] for r in range(self._world_size)]
         return [share + [(chunks[0], True)] * (per_rank - len(share)) for share in shares]
