@@ -170,3 +170,100 @@ def test_a_process_with_a_local_model_switches_the_gil_often(tiny_model_dir, tmp
         asyncio.run(engine.aclose())
     finally:
         sys.setswitchinterval(previous)
+
+
+# -- the prefix cache (engine/prefixes.py) ---------------------------------------------------
+
+
+def _turn(decoder, prompt: list[int], continuation: list[int], scope=None) -> tuple[list[torch.Tensor], list[int]]:
+    """One request as the engine runs it, alone in the batch: prefill, feed the continuation,
+    park the finished row. The logits of every step, and the tokens the row's cache holds."""
+    with torch.inference_mode():
+        logits = [decoder.prefill([prompt], [scope])[0]]
+        fed = list(prompt)
+        for token in continuation:
+            logits.append(decoder.step([token], [len(fed)])[0])
+            fed.append(token)
+        decoder.park(0, fed, scope)
+        decoder.keep([])
+    return logits, fed
+
+
+@pytest.mark.parametrize("kind", ["llama", "qwen3"])
+@pytest.mark.parametrize("use_kernels", [True, False])
+def test_a_next_turn_copies_the_finished_turns_cache_and_gives_the_full_forwards_logits(kind, use_kernels,
+                                                                                         monkeypatch):
+    if use_kernels and not kernels.available():
+        pytest.skip("no compiled kernels here (no compiler or no AVX2)")
+    if not use_kernels:
+        monkeypatch.setattr(kernels, "available", lambda: False)
+    model = _tiny(kind)
+    decoder = FusedDecoder(model, prefix_cache_bytes=1 << 24)
+    g = torch.Generator().manual_seed(3)
+    first, answer, reply = (torch.randint(0, 300, (n,), generator=g).tolist() for n in (40, 12, 9))
+    _, fed = _turn(decoder, first, answer, scope="alice")
+    assert fed == first + answer and len(decoder.prefixes) == 1
+    # the next turn: the conversation so far, the model's last token (never fed: it was the one
+    # that ended the answer) and the user's reply
+    second = fed + [7] + reply
+    logits, _ = _turn(decoder, second, [11, 12], scope="alice")
+    assert decoder.reused_tokens == len(fed)
+    ref = _reference(model, second + [11, 12])[len(second) - 1 :]
+    assert torch.allclose(torch.stack(logits), ref, atol=1e-4), (torch.stack(logits) - ref).abs().max()
+
+
+def test_prefixes_serve_only_their_scope_and_the_weights_that_made_them():
+    model = _tiny("llama")
+    decoder = FusedDecoder(model, prefix_cache_bytes=1 << 24)
+    g = torch.Generator().manual_seed(4)
+    first, answer, reply = (torch.randint(0, 300, (n,), generator=g).tolist() for n in (30, 8, 5))
+    _, fed = _turn(decoder, first, answer, scope="alice")
+    second = fed + reply
+    logits, _ = _turn(decoder, second, [], scope="bob")  # another user: computed in full, never copied
+    assert decoder.reused_tokens == 0
+    assert torch.allclose(logits[0], _reference(model, second)[-1], atol=1e-4)
+    decoder.forget()  # what the engine does when it swaps weights
+    with torch.no_grad():
+        for p in model.parameters():
+            p.mul_(0.5)
+    logits, _ = _turn(decoder, second, [], scope="alice")
+    assert decoder.reused_tokens == 0
+    assert torch.allclose(logits[0], _reference(model, second)[-1], atol=1e-4)
+
+
+def test_prompts_with_and_without_a_kept_prefix_prefill_together_in_their_own_rows():
+    model = _tiny("llama")
+    decoder = FusedDecoder(model, prefix_cache_bytes=1 << 24)
+    g = torch.Generator().manual_seed(5)
+    first, answer, other, third = (torch.randint(0, 300, (n,), generator=g).tolist() for n in (25, 6, 14, 19))
+    _, fed = _turn(decoder, first, answer)
+    again = fed + [3, 4, 5]
+    with torch.inference_mode():
+        logits = decoder.prefill([other, again, third])  # fresh, from the cache, fresh
+        step = decoder.step([1, 2, 3], [len(other), len(again), len(third)])
+    assert decoder.rows == 3 and decoder.reused_tokens == len(fed)
+    for i, prompt in enumerate((other, again, third)):
+        ref = _reference(model, prompt + [i + 1])
+        assert torch.allclose(logits[i], ref[-2], atol=1e-4) and torch.allclose(step[i], ref[-1], atol=1e-4)
+
+
+def test_the_prefix_cache_keeps_the_longest_match_within_its_budget():
+    from openclaw_rl.engine.prefixes import MIN_TOKENS, PrefixCache
+
+    def kv(n: int) -> torch.Tensor:
+        return torch.zeros(2, 1, n, 4)  # 32 bytes a token for keys, as many for values
+
+    cache = PrefixCache(budget_bytes=64 * 100)  # room for 100 tokens
+    short, long = list(range(MIN_TOKENS - 1)), list(range(60))
+    cache.add(None, short, kv(len(short)), kv(len(short)))
+    assert len(cache) == 0  # below MIN_TOKENS: not worth a copy
+    cache.add(None, long[:30], kv(30), kv(30))
+    cache.add(None, long, kv(60), kv(60))
+    assert len(cache) == 1 and cache.bytes == 64 * 60  # the 30-token prefix of the new entry says nothing more
+    assert cache.match(None, long + [99])[1] == 60
+    assert cache.match(None, long)[1] == 59  # the prompt's last token is always computed
+    assert cache.match(None, long[:20] + [99] * 5)[1] == 20
+    assert cache.match(None, [99] + long) is None and cache.match("alice", long + [1]) is None
+    other = [1000 + i for i in range(50)]
+    cache.add(None, other, kv(50), kv(50))  # 110 tokens > 100: the least recently used goes
+    assert len(cache) == 1 and cache.match(None, long + [1]) is None and cache.match(None, other + [1])[1] == 50

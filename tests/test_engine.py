@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -185,3 +186,33 @@ def test_failed_prefill_fails_its_requests_instead_of_hanging(engine):
         asyncio.run(asyncio.wait_for(go(), 30))
     events, ids, _ = asyncio.run(_run(engine, [1, 2, 3], SamplingParams(max_new_tokens=2, temperature=0.0)))
     assert len(ids) == 2  # the engine still serves
+
+
+def test_a_conversations_next_turn_reuses_its_cache_with_exact_logprobs(tiny_model_dir):
+    """The fused decoder keeps a finished request's cache (engine/prefixes.py): a next turn that
+    repeats the conversation prefills only its new tokens, and records the log-probs a full forward gives."""
+    eng = LocalEngine(tiny_model_dir, max_batch_size=4, decoder="auto")
+    try:
+        first = [1] + list(range(100, 140))
+        params = SamplingParams(max_new_tokens=10, temperature=1.0, seed=5, cache_scope="alice")
+        _, ids, _ = asyncio.run(_run(eng, first, params))
+        second = first + ids + [7, 8, 9]
+        _, ids2, lps2 = asyncio.run(_run(eng, second, params))
+        reused = eng.stats()["prefix_tokens_reused"]
+        assert reused >= len(first) + len(ids) - 1  # every fed token of the first turn
+        ref = _reference_logprobs(tiny_model_dir, second, ids2, 1.0, 1.0)
+        assert max(abs(a - b) for a, b in zip(lps2, ref)) < 1e-4
+        asyncio.run(_run(eng, second, replace(params, cache_scope="bob")))  # another user's request: no reuse
+        assert eng.stats()["prefix_tokens_reused"] == reused
+        hinted = second + [42, 43, 44]  # a teacher pass: the turn's prompt, a hint, then the response scored
+        score = asyncio.run(eng.score(hinted, ids2, temperature=1.0, top_p=1.0))
+        assert eng.stats()["prefix_tokens_reused"] >= reused + len(second)  # the engine's own passes read any scope
+        ref = _reference_logprobs(tiny_model_dir, hinted, ids2, 1.0, 1.0)
+        assert max(abs(a - b) for a, b in zip(score.logprobs, ref)) < 1e-4
+        reused = eng.stats()["prefix_tokens_reused"]
+        weights = {n: p.detach().clone() for n, p in eng.model.named_parameters()}
+        asyncio.run(eng.load_weights(weights, 1))  # a new version forgets every kept prefix
+        asyncio.run(_run(eng, second, params))
+        assert eng.stats()["prefix_tokens_reused"] == reused
+    finally:
+        asyncio.run(eng.aclose())

@@ -25,6 +25,9 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     seed: int | None = None
     top_logprobs: int = 0  # how many alternatives to report per token (0 = none)
+    # who may reuse this request's cached prefix (engine/prefixes.py): the authenticated user; not
+    # stored with the turn, since it says nothing about how the response was sampled
+    cache_scope: str | None = None
 
     @property
     def greedy(self) -> bool:

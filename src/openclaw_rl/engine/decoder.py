@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from openclaw_rl.engine import kernels
+from openclaw_rl.engine.prefixes import ANY, Prefix, PrefixCache
 
 _FUSED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _MIN_POSITIONS = 256
@@ -35,8 +36,15 @@ _PACK_TOKENS = 1024  # prompts prefilled as one sequence, up to this many tokens
 class Decoder(Protocol):
     can_join: bool  # rows may join a running batch
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
-        """Append one row per prompt to the batch; the logits of each prompt's last token (n, V)."""
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
+        """Append one row per prompt to the batch; the logits of each prompt's last token (n, V).
+        `scopes`: each prompt's prefix-cache scope (prefixes.py); None: no scope."""
+
+    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
+        """Keep the cache of a finished row (whose fed tokens are `tokens`) for later prompts of `scope`."""
+
+    def forget(self) -> None:
+        """Drop every kept prefix: the weights changed."""
 
     def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         """Feed each row its next token at its position; the logits (B, V)."""
@@ -48,14 +56,15 @@ class Decoder(Protocol):
         """Drop every row."""
 
 
-def make_decoder(model, pad_token_id: int, kind: str = "auto") -> Decoder:
-    """`kind`: auto (fused when the model is of the Llama family), fused, or hf."""
+def make_decoder(model, pad_token_id: int, kind: str = "auto", prefix_cache_bytes: int = 0) -> Decoder:
+    """`kind`: auto (fused when the model is of the Llama family), fused, or hf;
+    `prefix_cache_bytes`: the fused decoder's budget for finished rows' caches (prefixes.py)."""
     reason = fused_unsupported(model)
     if kind == "fused" and reason:
         raise ValueError(f"the fused decoder cannot run this model: {reason}")
     if kind == "hf" or reason:
         return HFDecoder(model, pad_token_id)
-    return FusedDecoder(model)
+    return FusedDecoder(model, prefix_cache_bytes)
 
 
 def fused_unsupported(model) -> str | None:
@@ -83,9 +92,11 @@ def fused_unsupported(model) -> str | None:
 class FusedDecoder:
     can_join = True
 
-    def __init__(self, model):
+    def __init__(self, model, prefix_cache_bytes: int = 0):
         config = model.config
         self.model = model
+        self.prefixes = PrefixCache(prefix_cache_bytes)
+        self.reused_tokens = 0  # prompt positions copied from kept prefixes instead of computed
         inner = model.model
         self.embed = inner.embed_tokens.weight
         self.norm = inner.norm
@@ -155,25 +166,76 @@ class FusedDecoder:
 
     def reset(self) -> None:
         self.rows, self._lengths = 0, []
-        self._keys = self._values = None  # a long conversation's cache is not kept after it ends
+        self._keys = self._values = None  # a long conversation's cache is not kept after it ends (parked copies are)
+
+    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
+        n = min(len(tokens), self._lengths[row])  # positions whose keys are written (the last sample is not fed)
+        if self.prefixes.budget_bytes and n:
+            self.prefixes.add(scope, tokens[:n], self._keys[:, row, :, :n].clone(), self._values[:, row, :, :n].clone())
+
+    def forget(self) -> None:
+        self.prefixes.clear()
 
     # -- the passes -------------------------------------------------------------------
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
+        """Prompts that share a kept prefix of their scope copy its cache and run the model over
+        the rest (`_prefill_suffix`); the others are packed (`_prefill_pack`)."""
         self._reserve(self.rows + len(prompts), max(len(p) for p in prompts) + 1)
-        before, out = self.rows, []
-        try:
-            for pack in _packs(prompts, _PACK_TOKENS):
-                out.append(self._prefill_pack(pack))
-        except BaseException:  # all or none: the engine retries the prompts one by one
-            self.rows, self._lengths = before, self._lengths[:before]
-            raise
-        return torch.cat(out)
+        before = self.rows
+        matches = [self.prefixes.match(scope, prompt) for scope, prompt in zip(scopes or [None] * len(prompts), prompts)]
+        out: list[torch.Tensor | None] = [None] * len(prompts)
+        fresh = [i for i, found in enumerate(matches) if found is None]
+        for i, found in enumerate(matches):
+            if found is not None:
+                out[i] = self._prefill_suffix(prompts[i], before + i, *found)
+                self.reused_tokens += found[1]
+        for pack in _packs(fresh, _PACK_TOKENS, [len(p) for p in prompts]):
+            for i, logits in zip(pack, self._prefill_pack([prompts[i] for i in pack], [before + i for i in pack])):
+                out[i] = logits
+        # rows are written only now: a failed prefill adds none (the engine retries the prompts one by one)
+        self.rows += len(prompts)
+        self._lengths.extend(len(p) for p in prompts)
+        return torch.stack(out)  # type: ignore[arg-type]
 
-    def _prefill_pack(self, prompts: list[list[int]]) -> torch.Tensor:
+    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+        """The logits (last, V) of the last `last` positions of `ids`, from a kept prefix of any
+        scope where one matches: a scoring pass (the judge's teacher) in a spare row, outside
+        the batch, whose rows it leaves as they were."""
+        self._reserve(self.rows + 1, len(ids) + 1)
+        found = self.prefixes.match(ANY, ids, keep_last=last)
+        if found is not None:
+            self.reused_tokens += found[1]
+        return self._prefill_suffix(ids, self.rows, *(found or (None, 0)), last=last)
+
+    def _prefill_suffix(self, prompt: list[int], row: int, prefix: Prefix | None, shared: int,
+                        last: int = 1) -> torch.Tensor:
+        """`prompt` into `row` from a kept prefix: its first `shared` positions' keys and values
+        copied, the model run over the rest, each new position attending to the whole row. The
+        logits of the last position, or (last, V) of the last `last` ones when `last` > 1."""
+        device, n = self.embed.device, len(prompt)
+        if prefix is not None:
+            self._keys[:, row, :, :shared] = prefix.keys[:, :, :shared]
+            self._values[:, row, :, :shared] = prefix.values[:, :, :shared]
+        positions = torch.arange(shared, n, device=device)
+        x = F.embedding(torch.tensor(prompt[shared:], device=device), self.embed)[None]  # (1, S, hidden)
+        cos, sin = self._cos[positions][None], self._sin[positions][None]  # (1, S, D)
+        mask = positions[:, None] >= torch.arange(n, device=device)[None]  # (S, n) causal over the row
+        for i, layer in enumerate(self.layers):
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (1, H, S, D)
+            self._keys[i, row, :, shared:n] = k[0]
+            self._values[i, row, :, shared:n] = v[0]
+            attn = F.scaled_dot_product_attention(q, self._keys[i, row : row + 1, :, :n],
+                                                  self._values[i, row : row + 1, :, :n], attn_mask=mask,
+                                                  scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
+            x = layer.finish(x, attn.transpose(1, 2).reshape(1, n - shared, -1))
+        hidden = x[0, -1] if last == 1 else x[0, -last:]
+        return self._linear(_norm(self.norm, hidden), self.lm_head, None)  # (V,) or (last, V)
+
+    def _prefill_pack(self, prompts: list[list[int]], rows: list[int]) -> torch.Tensor:
         """Several prompts as one sequence (one pass over the weights), each attending only to
         itself (a block-diagonal causal mask) at its own positions 0..n-1; each prompt's
-        keys and values go to its own row of the cache."""
+        keys and values go to its own row of the cache (`rows`)."""
         device = self.embed.device
         lengths = [len(p) for p in prompts]
         ends = torch.tensor(lengths, device=device).cumsum(0)
@@ -185,7 +247,7 @@ class FusedDecoder:
         if len(prompts) > 1:
             segment = torch.repeat_interleave(torch.arange(len(prompts), device=device), torch.tensor(lengths, device=device))
             mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
-        total, rows = x.shape[1], range(self.rows, self.rows + len(prompts))
+        total = x.shape[1]
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (1, H, T, D)
             for row, start, n in zip(rows, starts, lengths):
@@ -194,8 +256,6 @@ class FusedDecoder:
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
                                                   enable_gqa=self.n_kv != self.n_heads)
             x = layer.finish(x, attn.transpose(1, 2).reshape(1, total, -1))
-        self.rows += len(prompts)
-        self._lengths.extend(lengths)
         return self._linear(_norm(self.norm, x[0, ends - 1]), self.lm_head, None)  # (n, V)
 
     def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
@@ -246,17 +306,18 @@ class FusedDecoder:
         return ops.gemv(h, self.lm_head)
 
 
-def _packs(prompts: list[list[int]], limit: int) -> list[list[list[int]]]:
-    """Consecutive prompts grouped up to `limit` tokens (a longer prompt is a pack of its own)."""
-    packs: list[list[list[int]]] = []
+def _packs(indices: list[int], limit: int, lengths: list[int]) -> list[list[int]]:
+    """Consecutive prompts (by index; `lengths` of every prompt) grouped up to `limit` tokens (a
+    longer prompt is a pack of its own)."""
+    packs: list[list[int]] = []
     size = 0
-    for prompt in prompts:
-        if packs and size + len(prompt) <= limit:
-            packs[-1].append(prompt)
-            size += len(prompt)
+    for i in indices:
+        if packs and size + lengths[i] <= limit:
+            packs[-1].append(i)
+            size += lengths[i]
         else:
-            packs.append([prompt])
-            size = len(prompt)
+            packs.append([i])
+            size = lengths[i]
     return packs
 
 
@@ -341,7 +402,13 @@ class HFDecoder:
         self._mask: torch.Tensor | None = None  # (B, S) 1 = real token, 0 = left padding
         self.can_join = True
 
-    def prefill(self, prompts: list[list[int]]) -> torch.Tensor:
+    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
+        """No prefix cache here: a left-padded cache row is not a prompt's own positions."""
+
+    def forget(self) -> None:
+        pass
+
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
         from transformers import DynamicCache
 
         width = max(len(p) for p in prompts)

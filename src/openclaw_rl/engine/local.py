@@ -26,7 +26,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
@@ -44,6 +44,7 @@ from openclaw_rl.types import SamplingParams, Score, TokenStep
 log = logging.getLogger(__name__)
 
 _IDLE_WAIT_S = 0.5
+PREFIX_CACHE_MB = 256  # finished rows' caches kept for a conversation's next turn (engine/prefixes.py); 0: none
 
 
 @dataclass(eq=False)
@@ -63,6 +64,7 @@ class _Row:
     pending_token: int = -1  # sampled, not yet fed to the model
     generated: int = 0
     done: bool = False
+    fed: list[int] = field(default_factory=list)  # the tokens whose keys the cache holds: what a parked row covers
 
 
 @dataclass(eq=False)
@@ -88,6 +90,7 @@ class LocalEngine:
         device: str | None = None,
         dtype: str = "auto",
         decoder: str = "auto",
+        prefix_cache_mb: int = PREFIX_CACHE_MB,
     ):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -108,7 +111,7 @@ class LocalEngine:
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
-        self._decoder = make_decoder(self.model, self.pad_token_id, decoder)  # auto | fused | hf
+        self._decoder = make_decoder(self.model, self.pad_token_id, decoder, prefix_cache_mb << 20)  # auto | fused | hf
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.decoder = type(self._decoder).__name__
 
@@ -196,6 +199,7 @@ class LocalEngine:
                 "active_rows": len(self._rows),
                 "waiting_requests": len(self._waiting),
                 **self._counters,
+                "prefix_tokens_reused": getattr(self._decoder, "reused_tokens", 0),
             }
 
     async def aclose(self) -> None:
@@ -315,11 +319,13 @@ class LocalEngine:
         return generator
 
     def _admit(self, requests: list[_Request]) -> None:
-        logits = self._decoder.prefill([request.prompt_ids for request in requests])
+        logits = self._decoder.prefill([request.prompt_ids for request in requests],
+                                       [request.params.cache_scope for request in requests])
         self._counters["prefills"] += 1
         rows = []
         for request in requests:
-            rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator))
+            rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator,
+                             fed=list(request.prompt_ids)))
             request.emit(Started(self.policy_version, len(request.prompt_ids)))
         self._rows.extend(rows)
         self._sample(rows, logits)
@@ -330,6 +336,7 @@ class LocalEngine:
         logits = self._decoder.step([row.pending_token for row in self._rows], [row.position for row in self._rows])
         for row in self._rows:
             row.position += 1
+            row.fed.append(row.pending_token)
         self._counters["decode_steps"] += 1
         self._sample(self._rows, logits)
         self._prune()
@@ -364,6 +371,9 @@ class LocalEngine:
         keep = [i for i, row in enumerate(self._rows) if not row.done and not row.request.cancelled]
         if len(keep) == len(self._rows):
             return
+        for i, row in enumerate(self._rows):  # a finished row's cache, for the conversation's next turn
+            if i not in keep:
+                self._decoder.park(i, row.fed, row.request.params.cache_scope)
         if not keep:
             self._reset_batch()
             return
@@ -375,11 +385,16 @@ class LocalEngine:
         self._decoder.reset()
 
     def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
-        ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=self.device)
+        ids = list(prompt_ids) + list(response_ids)
         t = len(response_ids)
         # the head only where it predicts a response token: a teacher pass's prompt (the hinted
-        # request) is most of its positions, and the head is a fifth of a small model's work
-        logits = self.model(input_ids=ids, **self._keep_logits(t + 1)).logits[0, -(t + 1) : -1, :]  # (T, V)
+        # request) is most of its positions, and the head is a fifth of a small model's work; the
+        # fused decoder also copies the prompt's start from the turn's own kept cache
+        if hasattr(self._decoder, "score_logits"):
+            logits = self._decoder.score_logits(ids, t + 1)[:-1]  # (T, V)
+        else:
+            tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
+            logits = self.model(input_ids=tensor, **self._keep_logits(t + 1)).logits[0, -(t + 1) : -1, :]  # (T, V)
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
         chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
         top_ids: list[list[int]] = [[] for _ in range(t)]
@@ -401,6 +416,7 @@ class LocalEngine:
             raise EngineError(f"weights for unknown parameters: {unknown[:5]}")
         for name, tensor in state_dict.items():
             params[name].copy_(tensor.to(params[name].dtype))
+        self._decoder.forget()  # kept prefixes are of the old weights
         self.policy_version = policy_version
         log.info("serving policy version %d", policy_version)
 

@@ -167,7 +167,8 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     if spec.params.max_new_tokens > context:
         raise ApiError(400, f"max_tokens is {spec.params.max_new_tokens} but the model's context is {context} "
                        "tokens; ask for at most that many", param="max_tokens")
-    params = replace(spec.params, max_new_tokens=min(spec.params.max_new_tokens, context - len(prompt_ids)))
+    params = replace(spec.params, max_new_tokens=min(spec.params.max_new_tokens, context - len(prompt_ids)),
+                     cache_scope=spec.caller.name)  # a user's prefixes serve only that user's requests
     store = server.store
     ref = spec.previous or await run_in_threadpool(
         resolve_session, store, spec.messages, spec.session_header, spec.end_user, spec.caller.name)
