@@ -12,7 +12,10 @@ owns the model's state for the rows in the batch. Both decoders give the same lo
   everyone's cache. Rows are compact (row i of the cache is row i of the batch), each
   row's keys sit at its own positions 0..n-1 (no left padding), so a row's attention
   sees exactly its own tokens. The cache grows by doubling, in rows and in positions.
-  It reads the parameters in place, so a weight swap (a copy into them) needs nothing.
+  It reads the parameters in place, so a weight swap (a copy into them) needs nothing but
+  forgetting the kept prefixes: a finished row's cache is kept (prefixes.py), so a
+  conversation's next turn, or the judge's teacher pass over a turn, copies the keys and
+  values of what it shares with an earlier request and runs the model over the rest.
 - `HFDecoder`, for everything else: transformers' forward over a left-padded
   DynamicCache, merged when requests join (continuous batching) when the cache is a
   plain key/value list, else dynamic batching (newcomers wait for the batch to drain).
@@ -183,7 +186,8 @@ class FusedDecoder:
         the rest (`_prefill_suffix`); the others are packed (`_prefill_pack`)."""
         self._reserve(self.rows + len(prompts), max(len(p) for p in prompts) + 1)
         before = self.rows
-        matches = [self.prefixes.match(scope, prompt) for scope, prompt in zip(scopes or [None] * len(prompts), prompts)]
+        scopes = scopes or [None] * len(prompts)
+        matches = [self.prefixes.match(scope, prompt) for scope, prompt in zip(scopes, prompts)]
         out: list[torch.Tensor | None] = [None] * len(prompts)
         fresh = [i for i, found in enumerate(matches) if found is None]
         for i, found in enumerate(matches):

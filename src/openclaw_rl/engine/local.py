@@ -15,6 +15,8 @@ The same thread runs scoring jobs and weight updates between steps, so only one 
 computation touches the model at a time (two pools on two cores slow each other 5-10x).
 A weight update waits for the rows in flight to finish, admits nothing meanwhile, then
 swaps: every response comes from exactly one policy version and no request is refused.
+A finished row's cache is kept for the request's user (`SamplingParams.cache_scope`) until
+the next swap, up to `prefix_cache_mb` (engine/prefixes.py).
 """
 
 from __future__ import annotations
@@ -111,7 +113,8 @@ class LocalEngine:
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
-        self._decoder = make_decoder(self.model, self.pad_token_id, decoder, prefix_cache_mb << 20)  # auto | fused | hf
+        self._decoder = make_decoder(self.model, self.pad_token_id, decoder,  # auto | fused | hf
+                                     prefix_cache_bytes=prefix_cache_mb << 20)
         self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.decoder = type(self._decoder).__name__
 
