@@ -323,6 +323,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         in_order = [accepted[i] for i in sorted(accepted)]
         steps = list(server.metrics.train_history)
         dropped_by_check = server.store.verdicts_noting(DROPPED_BY_CHECK)
+        engine_stats = server.engine.stats()
     finally:
         try:
             evaluator.close()  # while serving still runs: it may answer the last evaluations
@@ -375,6 +376,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                                       if steps else None),
         "samples_per_step": [int(s.get("samples", 0)) for s in steps],
         "evaluations_answered_by": dict(evaluator.answered_by),
+        # the serving engine's counters: prompt and scored positions, and how many were copied from
+        # kept prefixes (engine/prefixes.py) instead of computed
+        "engine": {k: engine_stats[k] for k in ("prompt_tokens", "scored_tokens", "prefix_tokens_reused",
+                                                "tokens_generated", "decode_steps") if k in engine_stats},
     }
 
 

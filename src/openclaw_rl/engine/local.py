@@ -124,7 +124,8 @@ class LocalEngine:
         self._rows: list[_Row] = []
         self._stopping = False
         self._last_work = time.monotonic()
-        self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0}
+        self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0,
+                          "prompt_tokens": 0, "scored_tokens": 0}  # prefilled and scored positions, kept ones too
         self._thread = threading.Thread(target=self._run, name="openclaw-engine", daemon=True)
         self._thread.start()
 
@@ -325,6 +326,7 @@ class LocalEngine:
         logits = self._decoder.prefill([request.prompt_ids for request in requests],
                                        [request.params.cache_scope for request in requests])
         self._counters["prefills"] += 1
+        self._counters["prompt_tokens"] += sum(len(request.prompt_ids) for request in requests)
         rows = []
         for request in requests:
             rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator,
@@ -390,6 +392,7 @@ class LocalEngine:
     def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
         ids = list(prompt_ids) + list(response_ids)
         t = len(response_ids)
+        self._counters["scored_tokens"] += len(ids)
         # the head only where it predicts a response token: a teacher pass's prompt (the hinted
         # request) is most of its positions, and the head is a fifth of a small model's work; the
         # fused decoder also copies the prompt's start from the turn's own kept cache
