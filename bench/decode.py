@@ -77,7 +77,8 @@ async def _prefill(engine: LocalEngine, prompt: list[int], repeats: int) -> floa
 
 
 def measure_local(model_dir: Path, decoder: str, spec: dict, threads: int) -> dict:
-    engine = LocalEngine(model_dir, threads=threads, decoder=decoder)
+    # no prefix cache: the same prompts repeat, and every prefill must be computed as llama.cpp computes it
+    engine = LocalEngine(model_dir, threads=threads, decoder=decoder, prefix_cache_mb=0)
 
     async def run() -> dict:
         out: dict = {"decode": {}, "runs": {}}

@@ -139,7 +139,7 @@ def main() -> None:
     results: dict = {"model": model_dir.name, "machine": f"{platform.machine()}, {torch.get_num_threads()} threads",
                      "new_tokens": args.new_tokens, "load_average_at_start": os.getloadavg()[0]}
 
-    local = LocalEngine(model_dir, threads=args.local_threads or None)
+    local = LocalEngine(model_dir, threads=args.local_threads or None, prefix_cache_mb=0)  # prompts repeat: compute each
     prompts = [render_prompt(local.tokenizer, [{"role": "user", "content": p}], None, None) for p in PROMPTS]
 
     async def local_phase() -> dict:
