@@ -24,6 +24,9 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
         assert key in summary
     assert summary["judge"] == "oracle" and "ORACLE" in summary["judge_label"]
     assert summary["sessions"] == 2 and 0.0 <= summary["score_before"] <= 1.0
+    engine = summary["runs"]["combined"]["engine"]  # the serving engine's counters, kept prefixes among them
+    assert engine["prompt_tokens"] > 0 and 0 <= engine["prefix_tokens_reused"] <= engine["prompt_tokens"] + engine[
+        "scored_tokens"]
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["event"] for x in lines].count("session") == 2
     assert [x["updates"] for x in lines if x["event"] == "eval"][0] == 0  # the score before training
