@@ -277,7 +277,7 @@ class TrainConfig:
     optimizer_steps_per_batch: int = setting("AdamW steps taken on each batch", default=1)
     micro_batch_size: int | None = setting(
         "samples per forward/backward pass; gradients accumulate over a batch; unset: 1 on a CPU (every row of a "
-        "pass is padded to its longest, which cost more than wider products saved: bench/train_step.py), 4 on a GPU",
+        "pass is padded to its longest, which cost more than wider products saved: bench/train_pass.py), 4 on a GPU",
         default=None)
     grad_clip: float = setting("clip the global gradient norm to this value", default=1.0)
     gradient_checkpointing: str = setting(

@@ -7,7 +7,7 @@ Two costs pull in opposite directions on glibc:
   kernel faults each 4 KB page in: one forward and backward of the default model on
   4 x 450 tokens took 2.5 million page faults and 8.6 s of system time in a 30 s step.
   Served from the heap, the same step took 0.1 million faults and 22 s
-  (`bench/train_step.py --allocator`).
+  (`bench/train_pass.py` measures a whole step under each setting).
 - Every policy update makes full copies of the weights (540 MB for the default model, in
   tensors of 1-113 MB) and frees the previous ones. Left to glibc's defaults, those land
   in per-thread heap arenas that fragment, freed memory is never returned, and a long
@@ -24,6 +24,7 @@ no-ops.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 
 log = logging.getLogger(__name__)
@@ -32,6 +33,7 @@ HEAP_UP_TO_BYTES = 1 << 30  # blocks below this come from the heap, not a fresh 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
 
 
+@functools.cache
 def _glibc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL("libc.so.6")

@@ -38,6 +38,7 @@ _PACK_TOKENS = 1024  # prompts prefilled as one sequence, up to this many tokens
 
 class Decoder(Protocol):
     can_join: bool  # rows may join a running batch
+    reused_tokens: int  # prompt positions copied from kept prefixes instead of computed
 
     def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
         """Append one row per prompt to the batch; the logits of each prompt's last token (n, V).
@@ -48,6 +49,9 @@ class Decoder(Protocol):
 
     def forget(self) -> None:
         """Drop every kept prefix: the weights changed."""
+
+    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+        """The logits (last, V) of the last `last` positions of `ids`, outside the batch (a scoring pass)."""
 
     def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
         """Feed each row its next token at its position; the logits (B, V)."""
@@ -386,6 +390,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 class HFDecoder:
     """transformers' forward over a left-padded DynamicCache (see the module docstring)."""
 
+    reused_tokens = 0  # no prefix cache
+
     def __init__(self, model, pad_token_id: int):
         import inspect
 
@@ -411,6 +417,11 @@ class HFDecoder:
 
     def forget(self) -> None:
         pass
+
+    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+        """A plain forward, the head over the last `last` positions only where the model allows."""
+        keep = {"logits_to_keep": last} if self._accepts_logits_to_keep else {}
+        return self.model(input_ids=torch.tensor([ids], device=self.model.device), **keep).logits[0, -last:]
 
     def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
         from transformers import DynamicCache

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import inspect
 import logging
 import os
 import threading
@@ -115,7 +114,6 @@ class LocalEngine:
         self.policy_version = policy_version
         self._decoder = make_decoder(self.model, self.pad_token_id, decoder,  # auto | fused | hf
                                      prefix_cache_bytes=prefix_cache_mb << 20)
-        self._takes_logits_to_keep = "logits_to_keep" in inspect.signature(self.model.forward).parameters
         self.decoder = type(self._decoder).__name__
 
         self._lock = threading.Condition()
@@ -203,7 +201,7 @@ class LocalEngine:
                 "active_rows": len(self._rows),
                 "waiting_requests": len(self._waiting),
                 **self._counters,
-                "prefix_tokens_reused": getattr(self._decoder, "reused_tokens", 0),
+                "prefix_tokens_reused": self._decoder.reused_tokens,
             }
 
     async def aclose(self) -> None:
@@ -377,7 +375,7 @@ class LocalEngine:
         if len(keep) == len(self._rows):
             return
         for i, row in enumerate(self._rows):  # a finished row's cache, for the conversation's next turn
-            if i not in keep:
+            if row.done or row.request.cancelled:
                 self._decoder.park(i, row.fed, row.request.params.cache_scope)
         if not keep:
             self._reset_batch()
@@ -396,11 +394,7 @@ class LocalEngine:
         # the head only where it predicts a response token: a teacher pass's prompt (the hinted
         # request) is most of its positions, and the head is a fifth of a small model's work; the
         # fused decoder also copies the prompt's start from the turn's own kept cache
-        if hasattr(self._decoder, "score_logits"):
-            logits = self._decoder.score_logits(ids, t + 1)[:-1]  # (T, V)
-        else:
-            tensor = torch.tensor([ids], dtype=torch.long, device=self.device)
-            logits = self.model(input_ids=tensor, **self._keep_logits(t + 1)).logits[0, -(t + 1) : -1, :]  # (T, V)
+        logits = self._decoder.score_logits(ids, t + 1)[:-1]  # (T, V)
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
         chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
         top_ids: list[list[int]] = [[] for _ in range(t)]
@@ -409,11 +403,6 @@ class LocalEngine:
             ids_k, lps_k = top_alternatives(logprobs, top_k)
             top_ids, top_lps = ids_k.tolist(), lps_k.tolist()
         return Score(chosen.tolist(), top_ids, top_lps)
-
-    def _keep_logits(self, last: int) -> dict[str, int]:
-        """The forward's argument that computes logits for the `last` positions only (models whose
-        forward has no `logits_to_keep` compute them all)."""
-        return {"logits_to_keep": last} if self._takes_logits_to_keep else {}
 
     def _load(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
         params = dict(self.model.named_parameters())
