@@ -134,11 +134,26 @@ def test_hf_decoder_matches_the_full_forward():
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
-@pytest.mark.parametrize("rows", [1, 3, 8, 13])
-def test_gemv_kernel_equals_torch(rows):
+@pytest.mark.parametrize("rows,outputs", [(1, 77), (3, 77), (8, 77), (13, 77), (4, 701), (20, 701)])
+def test_gemv_kernel_equals_torch(rows, outputs):
+    """K and N not multiples of 8; 701 outputs span several of the kernel's L2 chunks, and 20
+    rows three blocks of x over each chunk."""
     g = torch.Generator().manual_seed(rows)
-    x, w = torch.randn(rows, 203, generator=g), torch.randn(77, 203, generator=g)  # K and N not multiples of 8
+    x, w = torch.randn(rows, 203, generator=g), torch.randn(outputs, 203, generator=g)
     assert torch.allclose(kernels.ops().gemv(x, w), F.linear(x, w), atol=1e-4)
+
+
+@pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")
+def test_the_attention_kernel_over_long_rows_gives_the_full_forwards_logits():
+    """Hundreds of positions per row: the softmax's vectorised exp runs over whole blocks of 8
+    and a tail, with scores far apart."""
+    model = _tiny("llama")
+    decoder = make_decoder(model, pad_token_id=0)
+    assert decoder.kernels
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, 300, (n,), generator=g).tolist() for n in (150, 263)]
+    continuations = [torch.randint(0, 300, (4,), generator=g).tolist() for _ in prompts]
+    _check(model, decoder, prompts, continuations)
 
 
 @pytest.mark.skipif(not kernels.available(), reason="no compiled kernels here")

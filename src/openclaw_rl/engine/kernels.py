@@ -4,8 +4,10 @@ Why: a decode step of B <= 16 rows multiplies a few vectors by every weight matr
 it is bound by how fast the weights stream from memory. MKL's sgemm/sgemv reach about
 11-12 GB/s on two cores here (one core's worth), llama.cpp's kernels about 20 GB/s on the
 same weights. `gemv` reads each weight row once for all rows of the batch (AVX2 + FMA,
-eight rows of x per pass, the row in L1), split across torch's own intra-op threads
-(at::parallel_for), so no second OpenMP pool competes with torch's.
+eight rows of x per pass, the row in L1; beyond eight, the weights in chunks that stay in
+L2 while each block of x passes), split across torch's own intra-op threads
+(at::parallel_for), so no second OpenMP pool competes with torch's. The attention's
+softmax takes its exponentials eight at a time (a polynomial, within 2 ulp of expf).
 
 `available()` compiles the extension with torch.utils.cpp_extension on first use
 (~1 min, g++ and ninja) into the cache dir and says whether it can be used: only on
@@ -74,12 +76,11 @@ static inline void tile(const float* w, const float* x, int64_t K, float* y, int
     }
 }
 
+// One row of w per tile: tiles of 2-8 rows (more accumulators, x shared between them)
+// measured 1.3-2x slower here at every batch size (bench notes in docs/experiments.md).
 template <int NB>
 static void rows(const float* w, const float* x, int64_t K, float* y, int64_t N, int64_t begin, int64_t end) {
-  constexpr int R = NB <= 1 ? 8 : (NB <= 2 ? 4 : (NB <= 4 ? 2 : 1));
-  int64_t n = begin;
-  for (; n + R <= end; n += R) tile<R, NB>(w + n * K, x, K, y + n, N);
-  for (; n < end; ++n) tile<1, NB>(w + n * K, x, K, y + n, N);
+  for (int64_t n = begin; n < end; ++n) tile<1, NB>(w + n * K, x, K, y + n, N);
 }
 
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
@@ -92,19 +93,25 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
   const float* xp = x.data_ptr<float>();
   const float* wp = w.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  // Rows of w in chunks small enough to stay in L2 while every block of 8 rows of x passes
+  // over them: w streams from memory once per step however many rows x has.
+  const int64_t chunk = std::max<int64_t>(8, (int64_t)(64 * 1024 / (4 * K)) / 8 * 8);
   at::parallel_for(0, N, 32, [&](int64_t begin, int64_t end) {
-    for (int64_t b0 = 0; b0 < B; b0 += 8) {  // each pass reads this thread's rows of w once
-      const float* xb = xp + b0 * K;
-      float* yb = yp + b0 * N;
-      switch ((int)std::min<int64_t>(8, B - b0)) {
-        case 1: rows<1>(wp, xb, K, yb, N, begin, end); break;
-        case 2: rows<2>(wp, xb, K, yb, N, begin, end); break;
-        case 3: rows<3>(wp, xb, K, yb, N, begin, end); break;
-        case 4: rows<4>(wp, xb, K, yb, N, begin, end); break;
-        case 5: rows<5>(wp, xb, K, yb, N, begin, end); break;
-        case 6: rows<6>(wp, xb, K, yb, N, begin, end); break;
-        case 7: rows<7>(wp, xb, K, yb, N, begin, end); break;
-        default: rows<8>(wp, xb, K, yb, N, begin, end); break;
+    for (int64_t c0 = begin; c0 < end; c0 += chunk) {
+      const int64_t c1 = std::min(end, c0 + chunk);
+      for (int64_t b0 = 0; b0 < B; b0 += 8) {
+        const float* xb = xp + b0 * K;
+        float* yb = yp + b0 * N;
+        switch ((int)std::min<int64_t>(8, B - b0)) {
+          case 1: rows<1>(wp, xb, K, yb, N, c0, c1); break;
+          case 2: rows<2>(wp, xb, K, yb, N, c0, c1); break;
+          case 3: rows<3>(wp, xb, K, yb, N, c0, c1); break;
+          case 4: rows<4>(wp, xb, K, yb, N, c0, c1); break;
+          case 5: rows<5>(wp, xb, K, yb, N, c0, c1); break;
+          case 6: rows<6>(wp, xb, K, yb, N, c0, c1); break;
+          case 7: rows<7>(wp, xb, K, yb, N, c0, c1); break;
+          default: rows<8>(wp, xb, K, yb, N, c0, c1); break;
+        }
       }
     }
   });
@@ -150,6 +157,37 @@ torch::Tensor silu_mul(torch::Tensor g, torch::Tensor u) {
   const int64_t n = g.numel();
   for (int64_t i = 0; i < n; ++i) op[i] = gp[i] / (1.f + std::exp(-gp[i])) * up[i];
   return out;
+}
+
+// x[i] = exp(x[i] - shift) for i < n, eight at a time (Cephes' expf: 2^k times a degree-5
+// polynomial on [-ln2/2, ln2/2], within 2 ulp); returns the sum. The inputs are <= 0 here.
+static inline float exp_shifted(float* x, int64_t n, float shift) {
+  const __m256 lo = _mm256_set1_ps(-87.3f), log2e = _mm256_set1_ps(1.44269504088896341f);
+  const __m256 c1 = _mm256_set1_ps(0.693359375f), c2 = _mm256_set1_ps(-2.12194440e-4f);
+  const __m256 p0 = _mm256_set1_ps(1.9875691500e-4f), p1 = _mm256_set1_ps(1.3981999507e-3f),
+               p2 = _mm256_set1_ps(8.3334519073e-3f), p3 = _mm256_set1_ps(4.1665795894e-2f),
+               p4 = _mm256_set1_ps(1.6666665459e-1f), p5 = _mm256_set1_ps(5.0000001201e-1f);
+  const __m256 one = _mm256_set1_ps(1.f), sh = _mm256_set1_ps(shift);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), sh), lo);
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_sub_ps(_mm256_sub_ps(v, _mm256_mul_ps(k, c1)), _mm256_mul_ps(k, c2));
+    __m256 y = _mm256_fmadd_ps(p0, r, p1);
+    y = _mm256_fmadd_ps(y, r, p2);
+    y = _mm256_fmadd_ps(y, r, p3);
+    y = _mm256_fmadd_ps(y, r, p4);
+    y = _mm256_fmadd_ps(y, r, p5);
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, one));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    _mm256_storeu_ps(x + i, y);
+    sum = _mm256_add_ps(sum, y);
+  }
+  float total = hsum(sum);
+  for (; i < n; ++i) { x[i] = std::exp(x[i] - shift); total += x[i]; }
+  return total;
 }
 
 // One decode step of attention for B rows, each at its own position p_b:
@@ -209,8 +247,7 @@ torch::Tensor decode_attention(torch::Tensor q, torch::Tensor k, torch::Tensor v
           scores[t] = acc * sc;
           best = std::max(best, scores[t]);
         }
-        float total = 0.f;
-        for (int64_t t = 0; t <= p; ++t) { scores[t] = std::exp(scores[t] - best); total += scores[t]; }
+        const float total = exp_shifted(scores.data(), p + 1, best);
         float* o = op + (b * Hq + hq) * D;
         for (int64_t d = 0; d < D; ++d) o[d] = 0.f;
         for (int64_t t = 0; t <= p; ++t) {
