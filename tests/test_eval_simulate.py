@@ -15,10 +15,11 @@ def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
     code = main(["simulate", "--persona", "student", "--sessions", "2", "--method", "combined", "--judge", "oracle",
                  "--model", str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2",
-                 "--max-turns", "2", "--opd-baseline", "mean"])
+                 "--max-turns", "2", "--opd-baseline", "mean", "--w-opd", "0.25"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["opd_baseline"] == "mean"
+    assert summary["w_opd"] == summary["runs"]["combined"]["w_opd"] == 0.25  # the trainer's weight of the OPD term
     assert summary["lr"] == summary["runs"]["combined"]["lr"] == 1e-5  # the rate used when --lr is unset
     for key in ("method", "judge", "sessions", "updates", "score_before", "score_after", "score_by_update"):
         assert key in summary

@@ -573,6 +573,7 @@ class SimulateConfig:
     settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
                                 "correction (train --settle-after); 0 = off", default=0)
     kl_beta: float = setting("k3 KL penalty to the reference policy (train --kl-beta); 0 = off", default=0.0)
+    w_opd: float = setting("weight of the OPD advantage in combined (train --w-opd; the paper: 1)", default=1.0)
     kl_reference: str = setting("the KL penalty's reference: initial | accepted (train --kl-reference)",
                                 default="initial")
     teacher: str = setting("the OPD teacher's weights: current | initial (judge --teacher)", default="current")
@@ -599,6 +600,7 @@ class SimulateConfig:
         check(self.catch_up >= 1, "catch_up", self.catch_up, "at least 1 (1: fixed batches)")
         check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
         check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "0 (off) or a positive weight")
+        check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
         check(self.kl_reference in ("initial", "accepted"), "kl_reference", self.kl_reference, "initial or accepted")
         check(self.teacher in ("current", "initial"), "teacher", self.teacher, "current or initial")
         check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
