@@ -119,3 +119,32 @@ def test_the_seed_aggregator_reports_the_median_its_interval_and_the_runs_that_n
     # 2, 3 and the never-adapted run counted as 4 + 1 = 5: median 3
     assert "| 3 | 3 [" in row and "1 of 3 (counted as length + 1)" in row
     assert (tmp_path / "fig.png").is_file()
+
+
+def test_the_agent_seeds_script_pools_held_out_episodes_and_intervals_the_mean(tmp_path):
+    """scripts/agent_seeds.py: eval episodes only, environment errors left out, a Wilson
+    interval over the pooled episodes and a bootstrap interval over the runs' rates."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent.parent / "scripts" / "agent_seeds.py"
+    dirs = []
+    for seed, outcomes in enumerate([[True, False, False, False], [True, True, False, False]]):
+        run = tmp_path / f"seed{seed}"
+        run.mkdir()
+        lines = [{"split": "eval", "success": ok, "error": None} for ok in outcomes]
+        lines += [{"split": "train", "success": True, "error": None},  # not held out: not counted
+                  {"split": "eval", "success": False, "error": "the sandbox died"}]  # not the agent's failure
+        (run / "episodes.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+        (run / "summary.json").write_text(json.dumps({"updates": 2, "samples_written": 8, "wall_time_s": 120.0}))
+        dirs.append(str(run))
+    done = subprocess.run([sys.executable, str(script), f"integrated={','.join(dirs)}"], capture_output=True,
+                          text=True, check=True)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| integrated"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:3] == ["2", "8"]  # 2 runs, 8 held-out episodes without an error
+    assert cells[3].startswith("0.375 [0.137, 0.694]")  # 3 of 8, Wilson
+    assert cells[4].startswith("0.375 [0.250, 0.500]") and cells[5] == "0.25, 0.50"
+    missing = subprocess.run([sys.executable, str(script), f"x={tmp_path / 'nowhere'}"], capture_output=True, text=True)
+    assert missing.returncode != 0 and "episodes.jsonl" in missing.stderr
