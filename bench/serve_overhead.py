@@ -79,11 +79,13 @@ def start_server(model_dir: Path, port: int, data_dir: Path, *flags: str, env: d
     raise RuntimeError("server did not start")
 
 
-def http_request(client: httpx.Client, url: str, i: int) -> tuple[float, int]:
+def http_request(client: httpx.Client, url: str, i: int, session: str = "") -> tuple[float, int]:
+    """One first turn of session `session` (default: bench-i). Every call needs a session of its own:
+    a second turn in a session gives the first its next state, and the server judges and trains on it."""
     body = {"messages": [{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], "max_tokens": MAX_TOKENS,
             "temperature": 0}
     start = time.perf_counter()
-    r = client.post(url, json=body, headers={"X-Session-Id": f"bench-{i}"}, timeout=300)
+    r = client.post(url, json=body, headers={"X-Session-Id": session or f"bench-{i}"}, timeout=300)
     r.raise_for_status()
     return time.perf_counter() - start, r.json()["usage"]["completion_tokens"]
 
@@ -93,7 +95,8 @@ def throughput(url: str, clients: int, requests_per_client: int) -> float:
 
     def worker(c: int) -> int:
         with httpx.Client() as client:
-            return sum(http_request(client, url, c * 100 + k)[1] for k in range(requests_per_client))
+            return sum(http_request(client, url, c * 100 + k, session=f"throughput-{clients}-{c}-{k}")[1]
+                       for k in range(requests_per_client))
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -121,7 +124,7 @@ def dashboard_cost(base: str, repeats: int, blocks: int = 4) -> dict:
     url = f"{base}/v1/chat/completions"
     latencies: dict[str, list[float]] = {"without": [], "with": []}
     with httpx.Client() as client:
-        http_request(client, url, 0)  # warm-up
+        http_request(client, url, 0, session="bench-warm-up")  # a session of its own
         for block in range(blocks):
             polled = block % 2 == 1
             thread = threading.Thread(target=reader) if polled else None
@@ -129,8 +132,8 @@ def dashboard_cost(base: str, repeats: int, blocks: int = 4) -> dict:
                 stop.clear()
                 thread.start()
                 time.sleep(1.0)  # the reader is polling before the first timed request
-            latencies["with" if polled else "without"] += [http_request(client, url, 1000 * block + i)[0]
-                                                            for i in range(repeats)]
+            latencies["with" if polled else "without"] += [
+                http_request(client, url, i, session=f"dashboard-{block}-{i}")[0] for i in range(repeats)]
             if thread:
                 stop.set()
                 thread.join(30)
@@ -172,7 +175,7 @@ def main() -> None:
         try:
             url = f"http://127.0.0.1:{args.port}/v1/chat/completions"
             with httpx.Client() as client:
-                http_request(client, url, 0)  # warm-up
+                http_request(client, url, 0, session="bench-warm-up")  # a session of its own
                 http = [http_request(client, url, i)[0] for i in range(args.repeats)]
             print(f"HTTP:       median {statistics.median(http) * 1000:.0f} ms")
             rates = {}
