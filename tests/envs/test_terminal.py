@@ -19,6 +19,7 @@ AVAILABLE, WHY = sandbox_available()
 pytestmark = pytest.mark.skipif(not AVAILABLE, reason=WHY)
 TASKS = load_tasks()
 BASIC = load_tasks(level="basic")
+STARTER = load_tasks(level="starter")
 BY_ID = {task.id: task for task in TASKS}
 
 
@@ -58,8 +59,22 @@ def test_the_basic_level_is_its_own_task_set_of_one_command_tasks() -> None:
                for task in BASIC)
     assert [task.id for task in TerminalEnv(level="basic").tasks()] == [task.id for task in BASIC]
     assert [task.id for task in TerminalEnv().tasks()] == [task.id for task in TASKS]
-    with pytest.raises(ValueError, match="unknown terminal level 'hard'; choose one of standard, basic"):
+    with pytest.raises(ValueError, match="unknown terminal level 'hard'; choose one of standard, basic, starter"):
         TerminalEnv(level="hard")
+
+
+def test_the_starter_level_writes_out_each_basic_tasks_own_command() -> None:
+    """The same tasks, splits and checks as basic; each prompt shows the task's command, not
+    the one with placeholders; ids of their own."""
+    assert [(t.split, t.data) for t in STARTER] == [(t.split, t.data) for t in BASIC]
+    assert [t.id for t in STARTER] == [t.id.replace("basic-", "starter-", 1) for t in BASIC]
+    for starter, basic in zip(STARTER, BASIC):
+        statement = basic.prompt.split("\n\n")[0]
+        assert starter.prompt.startswith(statement + "\n\n")
+        assert f"```bash\n{basic.data['solution']}\n```" in starter.prompt
+        placeholder = basic.prompt.split("```bash\n")[1].split("\n```")[0]
+        assert placeholder not in starter.prompt.split("\n\n", 1)[1]  # e.g. "mkdir NAME" is gone
+    assert [t.id for t in TerminalEnv(level="starter").tasks("eval")] == [t.id for t in STARTER if t.split == "eval"]
 
 
 @pytest.mark.parametrize("task", TASKS + BASIC, ids=[task.id for task in TASKS + BASIC])

@@ -32,6 +32,10 @@ Decisions and why:
   move, delete a file) whose prompts show the command with placeholders (`cp FROM TO`)
   and ask for a ```bash block, for a model too small for the standard ones, so that
   outcome rewards can vary (docs/agents.md, "Levels", with the measured base success).
+- `level="starter"` is the basic tasks with the command written out for this task
+  (`mkdir backup`, not `mkdir NAME`): the first rung of a curriculum for a model that
+  copies placeholders verbatim (SmolLM2-135M solved 0 of 40 basic episodes that way). Its
+  task ids say the level, so no store mixes its turns up with the basic ones.
 - A setup command that fails is the environment's fault (`EnvError`), never the agent's.
 """
 
@@ -51,16 +55,29 @@ __all__ = ["TerminalEnv", "load_tasks"]
 logger = logging.getLogger(__name__)
 
 TASK_FILES = {"standard": "terminal.json", "basic": "terminal-basic.json"}  # by level, in openclaw_rl/envs/tasks/
+LEVELS = (*TASK_FILES, "starter")  # starter: the basic tasks, each prompt with its own command written out
 DEFAULT_LIMITS = Limits(wall_s=10.0, max_output_chars=2000)
 _TASK_KEYS = {"id", "prompt", "split", "files", "setup", "check", "solution"}
 
 
 def load_tasks(split: Split | None = None, level: str = "standard") -> list[Task]:
-    """The shipped terminal tasks of `level` ("standard" or "basic"), all or one split; each
-    Task.data holds files, setup, check, solution."""
-    if level not in TASK_FILES:
-        raise ValueError(f"unknown terminal level {level!r}; choose one of {', '.join(TASK_FILES)}")
-    return [task for task in _all_tasks(TASK_FILES[level]) if split is None or task.split == split]
+    """The shipped terminal tasks of `level` (standard, basic or starter), all or one split;
+    each Task.data holds files, setup, check, solution."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown terminal level {level!r}; choose one of {', '.join(LEVELS)}")
+    tasks = _all_tasks(TASK_FILES["basic"]) if level == "starter" else _all_tasks(TASK_FILES[level])
+    if level == "starter":
+        tasks = tuple(_written_out(task) for task in tasks)
+    return [task for task in tasks if split is None or task.split == split]
+
+
+def _written_out(task: Task) -> Task:
+    """A basic task whose prompt shows the task's own command (its solution) in place of the
+    command with placeholders."""
+    statement = task.prompt.split("\n\n", 1)[0]
+    prompt = (f"{statement}\n\nThe command that does it is:\n```bash\n{task.data['solution']}\n```\n"
+              "Write that command in a ```bash block.")
+    return Task(task.id.replace("basic-", "starter-", 1), prompt, task.split, task.data)
 
 
 @functools.cache
