@@ -481,8 +481,8 @@ class AgentConfig:
                                  "call (--no-text-actions: tool calls only)", default=True)
     seed: int = setting("seed of the task order", default=0)
     level: str = setting("task level of the environments that have levels (terminal, toolcall): standard | basic "
-                         "(one-step tasks the default model solves some of the time) | starter (terminal only: the "
-                         "basic tasks with each command written out)", default="standard")
+                         "(one-step tasks for small models) | starter (the basic tasks with each command, or the operation "
+                         "with its numbers, written out)", default="standard")
     base_url: str = setting("drive this OpenAI-compatible openclaw-rl server instead of one in-process", default="")
     api_key: str = setting("API key of --base-url", default="")
     policy_model: str = setting("model name at --base-url; empty: the first it lists", default="")
@@ -520,8 +520,6 @@ class AgentConfig:
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
         check(self.level in ("standard", "basic", "starter"), "level", self.level, "standard, basic or starter")
-        check(self.level != "starter" or set(self.env_names) == {"terminal"}, "level", self.level,
-              "standard or basic with --env other than terminal: starter is a terminal level")
         check(not (self.pool and self.level != "standard"), "level", self.level,
               "standard with --pool: the pool builds its envs (openclaw-rl envs serve --option level=basic)")
         check(not self.base_url or self.model == "", "model", self.model,

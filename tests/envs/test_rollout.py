@@ -304,9 +304,7 @@ def test_config_errors_name_the_fix():
         AgentConfig(env="toolcall", episodes=3, group_size=1)
     with pytest.raises(ConfigError, match="standard, basic or starter"):
         AgentConfig(env="toolcall", level="hard")
-    with pytest.raises(ConfigError, match="starter is a terminal level"):
-        AgentConfig(env="terminal,toolcall", level="starter")
-    assert AgentConfig(env="terminal", level="starter").level == "starter"
+    assert AgentConfig(env="terminal,toolcall", level="starter").level == "starter"
     with pytest.raises(ConfigError, match="envs serve --option level=basic"):
         AgentConfig(env="toolcall", level="basic", pool="http://127.0.0.1:8100")
 

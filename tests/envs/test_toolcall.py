@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -55,8 +56,18 @@ def test_the_basic_level_asks_one_operation_on_small_numbers():
         assert len(problem.steps) == 1 and problem.template.startswith("basic_")
         assert computed_values(problem.steps)[-1] == problem.answer and 0 < problem.answer <= 25
         assert not any(ch.isdigit() for ch in BASIC_FORMS[problem.template]), "copying the form would pass"
-    with pytest.raises(ValueError, match="unknown toolcall level 'easy'; choose one of standard, basic"):
+    with pytest.raises(ValueError, match="unknown toolcall level 'easy'; choose one of standard, basic, starter"):
         ToolCallEnv(level="easy")
+
+
+def test_the_starter_level_shows_the_operation_with_the_problems_own_numbers():
+    basic = ToolCallEnv(level="basic", n_train=48, n_eval=24).tasks()
+    starter = ToolCallEnv(level="starter", n_train=48, n_eval=24).tasks()
+    assert [(t.split, t.data) for t in starter] == [(t.split, t.data) for t in basic]  # the same problems
+    assert all(t.id.startswith(f"toolcall-starter-{t.split}-") for t in starter)
+    for task in starter:
+        working = task.prompt.split("How to work it out: ")[1]
+        assert re.search(r"\d+ [+\-×÷] \d+ = C\. The answer is C\.", working), working  # C is the model's
 
 
 def test_tasks_are_deterministic():

@@ -28,6 +28,11 @@ Decisions and why:
   model too small for the standard ones, so that outcome rewards can vary (docs/agents.md,
   "Levels", with the measured base success). Its task ids say the level
   (`toolcall-basic-train-000`).
+- `level="starter"`: the basic problems with the operation written out with the
+  question's own numbers (`8 + 2 = C. The answer is C.`): the arithmetic and the sentence
+  that states the answer are the model's. The first rung of a curriculum for a model
+  that works the number out and then never states it (SmolLM2-135M, 8 of 120 basic
+  episodes solved).
 - Each `python` call is a new interpreter (variables do not carry over; files in the
   sandbox directory do), the tool description says so. The sandbox is made on the first
   call, not at reset, since many episodes never run code, and it is thrown away at the
@@ -41,7 +46,11 @@ import re
 from openclaw_rl.envs.actions import InvalidAction, checked_arguments
 from openclaw_rl.envs.base import Action, EnvError, Outcome, Split, StepResult, Task, tool_schema
 from openclaw_rl.envs.sandbox import Limits, Sandbox, SandboxedEnv
-from openclaw_rl.eval.problems import BASIC_FORMS, LEVELS, Problem, heldout_problems, train_problems
+from openclaw_rl.eval.problems import BASIC_FORMS, Problem, heldout_problems, train_problems
+from openclaw_rl.eval.problems import LEVELS as PROBLEM_LEVELS
+
+LEVELS = (*PROBLEM_LEVELS, "starter")  # starter: the basic problems, the operation shown with their numbers
+_SYMBOLS = {"+": "+", "-": "-", "*": "×", "/": "÷"}
 
 __all__ = ["ToolCallEnv", "parse_answer"]
 
@@ -92,8 +101,11 @@ def _is_correct(given: float, expected: float) -> bool:
     return math.isclose(given, expected, rel_tol=1e-9, abs_tol=1e-6)
 
 
-def _task(problem: Problem, task_id: str, split: Split) -> Task:
+def _task(problem: Problem, task_id: str, split: Split, starter: bool = False) -> Task:
     form = BASIC_FORMS.get(problem.template)
+    if starter:
+        step = problem.steps[0]
+        form = f"{form.split(':')[0]}: {step.left} {_SYMBOLS[step.op]} {step.right} = C. The answer is C."
     prompt = (BASIC_PROMPT.format(question=problem.question, form=form) if form
               else PROMPT.format(question=problem.question))
     return Task(id=task_id, prompt=prompt, split=split,
@@ -139,15 +151,16 @@ class ToolCallEnv(SandboxedEnv):
     @staticmethod
     def _make_tasks(n_train: int, n_eval: int, seed: int, level: str) -> list[Task]:
         prefix = "toolcall" if level == "standard" else f"toolcall-{level}"
+        starter, level = level == "starter", "basic" if level == "starter" else level  # its problems are basic's
         train: list[Task] = []
         seen: set[str] = set()
         for problem in train_problems(seed, 4 * n_train, level):  # spares stand in for repeated questions
             if problem.question not in seen and len(train) < n_train:
                 seen.add(problem.question)
-                train.append(_task(problem, f"{prefix}-train-{len(train):03d}", "train"))
+                train.append(_task(problem, f"{prefix}-train-{len(train):03d}", "train", starter))
         if len(train) < n_train:
             raise ValueError(f"the {level} level has fewer than {n_train} distinct training problems; ask for fewer")
-        evaluation = [_task(problem, f"{prefix}-eval-{i:03d}", "eval")
+        evaluation = [_task(problem, f"{prefix}-eval-{i:03d}", "eval", starter)
                       for i, problem in enumerate(heldout_problems(n_eval, level))]
         return train + evaluation
 
