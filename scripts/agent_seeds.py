@@ -7,7 +7,7 @@ after one LABEL are that configuration's seeds (the untrained base, `--no-train`
 more label). Prints a markdown table per label: runs, episodes of `--split` (held-out by
 default) over all seeds, the pooled success rate with a 95 % Wilson interval, the mean of
 the per-seed success rates with a 95 % bootstrap interval of the mean (10,000 resamples,
-fixed seed), each seed's rate, the updates and samples trained per run, and the wall time.
+fixed seed), each seed's rate, the updates and the samples kept for training per run, and the wall time.
 Episodes that ended on an environment error are left out, as in the run's own summary.
 """
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--split", default="eval", choices=("eval", "train"))
     args = parser.parse_args()
     lines = ["| configuration | runs | episodes | success, pooled [95 % Wilson] | mean of the runs [95 % bootstrap] "
-             "| per run | updates | samples trained | wall |", "|" + "---|" * 9]
+             "| per run | updates | samples kept for training | wall |", "|" + "---|" * 9]
     for config in args.configs:
         label, _, dirs = config.partition("=")
         if not dirs:
