@@ -15,20 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import statistics
 from pathlib import Path
 
-
-def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """The Wilson score interval of a binomial proportion."""
-    if n == 0:
-        return 0.0, 1.0
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
+from openclaw_rl.judge.hint_check import wilson
 
 
 def bootstrap_mean_ci(values: list[float], level: float = 0.95, resamples: int = 10_000,

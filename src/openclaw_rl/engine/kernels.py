@@ -45,44 +45,36 @@ static inline float hsum(__m256 v) {
   return _mm_cvtss_f32(_mm_add_ss(s, sh));
 }
 
-// y[j, n + r] = sum_k x[j, k] * w[n + r, k] for R rows of w and NB rows of x: R * NB
-// independent accumulators keep the FMA units busy while the w rows stream in.
-template <int R, int NB>
-static inline void tile(const float* w, const float* x, int64_t K, float* y, int64_t N) {
-  __m256 acc[R][NB];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_setzero_ps();
+// y[j, n] = sum_k x[j, k] * w[n, k] for one row n of w and NB rows of x, NB independent
+// accumulators. One row of w at a time: tiles of 2-8 rows (more accumulators, x shared
+// between them) measured 1.3-2x slower here at every batch size (docs/experiments.md).
+template <int NB>
+static inline void dot_rows(const float* w, const float* x, int64_t K, float* y, int64_t N) {
+  __m256 acc[NB];
+  for (int j = 0; j < NB; ++j) acc[j] = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 8 <= K; k += 8) {
-    if constexpr (NB <= 4) {  // x in registers, R rows of w share them
+    if constexpr (NB <= 4) {  // x into registers first, then the row of w (measured faster at four)
       __m256 xv[NB];
       for (int j = 0; j < NB; ++j) xv[j] = _mm256_loadu_ps(x + j * K + k);
-      for (int r = 0; r < R; ++r) {
-        __m256 wv = _mm256_loadu_ps(w + r * K + k);
-        for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_fmadd_ps(wv, xv[j], acc[r][j]);
-      }
-    } else {  // too many rows of x for the registers: read them from L1, and fetch the next
-      // row of w meanwhile (measured 1.5x at eight rows of x; at four or fewer it only costs)
-      _mm_prefetch((const char*)(w + R * K + k), _MM_HINT_T0);
-      for (int r = 0; r < R; ++r) {
-        __m256 wv = _mm256_loadu_ps(w + r * K + k);
-        for (int j = 0; j < NB; ++j) acc[r][j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + j * K + k), acc[r][j]);
-      }
+      const __m256 wv = _mm256_loadu_ps(w + k);
+      for (int j = 0; j < NB; ++j) acc[j] = _mm256_fmadd_ps(wv, xv[j], acc[j]);
+    } else {  // x from L1, and the next row of w fetched meanwhile (1.5x at eight; at four or fewer it only costs)
+      _mm_prefetch((const char*)(w + K + k), _MM_HINT_T0);
+      const __m256 wv = _mm256_loadu_ps(w + k);
+      for (int j = 0; j < NB; ++j) acc[j] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(x + j * K + k), acc[j]);
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NB; ++j) {
-      float s = hsum(acc[r][j]);
-      for (int64_t t = k; t < K; ++t) s += w[r * K + t] * x[j * K + t];
-      y[j * N + r] = s;
-    }
+  for (int j = 0; j < NB; ++j) {
+    float s = hsum(acc[j]);
+    for (int64_t t = k; t < K; ++t) s += w[t] * x[j * K + t];
+    y[j * N] = s;
+  }
 }
 
-// One row of w per tile: tiles of 2-8 rows (more accumulators, x shared between them)
-// measured 1.3-2x slower here at every batch size (bench notes in docs/experiments.md).
 template <int NB>
 static void rows(const float* w, const float* x, int64_t K, float* y, int64_t N, int64_t begin, int64_t end) {
-  for (int64_t n = begin; n < end; ++n) tile<1, NB>(w + n * K, x, K, y + n, N);
+  for (int64_t n = begin; n < end; ++n) dot_rows<NB>(w + n * K, x, K, y + n, N);
 }
 
 torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {

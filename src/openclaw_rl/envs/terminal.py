@@ -65,9 +65,9 @@ def load_tasks(split: Split | None = None, level: str = "standard") -> list[Task
     each Task.data holds files, setup, check, solution."""
     if level not in LEVELS:
         raise ValueError(f"unknown terminal level {level!r}; choose one of {', '.join(LEVELS)}")
-    tasks = _all_tasks(TASK_FILES["basic"]) if level == "starter" else _all_tasks(TASK_FILES[level])
+    tasks = _all_tasks(TASK_FILES["basic" if level == "starter" else level])
     if level == "starter":
-        tasks = tuple(_written_out(task) for task in tasks)
+        tasks = tuple(map(_written_out, tasks))
     return [task for task in tasks if split is None or task.split == split]
 
 
