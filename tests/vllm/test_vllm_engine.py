@@ -159,6 +159,31 @@ def test_teacher_scoring_matches_the_local_engine(remote, local, temperature):
         assert same_sets == len(response)
 
 
+def _prefix_cache_hits(url: str) -> float:
+    """vLLM's count of prompt tokens served from its prefix cache (its /metrics counter)."""
+    lines = httpx.get(f"{url}/metrics", timeout=30).text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith("vllm:prefix_cache_hits_total"))
+
+
+def test_one_users_cached_prefix_never_serves_another_users_request(remote, vllm_url):
+    """cache_scope becomes vLLM's cache_salt: the same long prompt hits the cache for its own user only."""
+    prompt = _prompt(remote.tokenizer, [{"role": "user", "content": "Sum these: " + " ".join(
+        f"{i} apples," for i in range(150))}])
+
+    def ask(scope: str | None) -> float:
+        before = _prefix_cache_hits(vllm_url)
+        asyncio.run(_generate(remote, prompt, SamplingParams(max_new_tokens=1, temperature=0.0, cache_scope=scope)))
+        return _prefix_cache_hits(vllm_url) - before
+
+    ask("alice")
+    assert ask("bob") == 0, "bob's request reused alice's cached prompt"
+    assert ask(None) == 0, "an unscoped (the engine's own) request reused alice's cached prompt"
+    assert ask("alice") >= len(prompt) // 2, "alice's own prompt was not served from her cache"
+    assert ask("bob") > 0
+    salt = remote.cache_salt("alice")
+    assert len(salt) == 64 and salt == remote.cache_salt("alice") != remote.cache_salt("bob")
+
+
 # -- updates under traffic, through the openclaw-rl server --------------------------------
 
 

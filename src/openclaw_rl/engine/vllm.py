@@ -34,13 +34,20 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   their model. Pausing clears vLLM's prefix cache, so no cached key/value of the old
   weights is reused. Full updates need `VLLM_SERVER_DEV_MODE=1` on the server,
   adapters `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1` and `--enable-lora`.
+- Users' prefixes: a request's `cache_scope` (the authenticated user) becomes vLLM's
+  `cache_salt`, an HMAC of the user's name under a key drawn when the engine starts, so
+  one user's cached prefix never serves (or times) another's request, as in the local
+  engine (engine/prefixes.py). The engine's own requests (scope None) go unsalted.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import logging
+import secrets
 import shutil
 import tempfile
 import time
@@ -102,6 +109,7 @@ class VLLMEngine:
         self.ties_embeddings = ties_embeddings(self.model_dir)
         self._served_ties = _serves_tied(card) if self.ties_embeddings else False
         self.adapter: str | None = None  # the LoRA adapter requests name, once one is loaded
+        self._salt_key = secrets.token_bytes(32)  # cache salts are unguessable without it
         self._gate = UpdateGate()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: httpx.AsyncClient | None = None
@@ -109,6 +117,10 @@ class VLLMEngine:
         self.last_update_s = 0.0
         if check_logprobs_mode:
             self._check_processed_logprobs()
+
+    def cache_salt(self, scope: str) -> str:
+        """vLLM's prefix-cache salt for a user: 64 hex digits (within its 128, none of its forbidden characters)."""
+        return hmac.new(self._salt_key, scope.encode(), hashlib.sha256).hexdigest()
 
     # -- the Engine contract -----------------------------------------------------------
 
@@ -130,6 +142,8 @@ class VLLMEngine:
                 "logprobs": params.top_logprobs, "return_tokens_as_token_ids": True, "return_token_ids": True,
                 "stop_token_ids": sorted(self.eos_token_ids), "skip_special_tokens": False,
             }
+            if params.cache_scope is not None:
+                body["cache_salt"] = self.cache_salt(params.cache_scope)
             self._counters["requests"] += 1
             try:
                 async with client.stream("POST", f"{self.url}/v1/completions", json=body,
