@@ -143,6 +143,37 @@ def test_the_gate_accepts_unchanged_weights_rejects_a_collapse_and_restores(tiny
     assert trainer.policy_version == 3 and len(trainer.optimizer.state) == 0  # the snapshot's state: none yet
 
 
+def test_the_fused_decoder_gives_the_probes_the_answers_of_transformers_generate(tiny_model_dir, tokenizer):
+    """The gate decodes its probes with the serving engine's fused decoder over the trainer's own
+    parameters (rows of different lengths, some ending early); generate is the reference."""
+    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=16)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    gate = Gate(trainer, config, tokenizer, lambda: [])
+    assert gate.fused_unsupported is None
+    prompts = [tokenizer.encode("Hi"), *_prompts(tokenizer), tokenizer.encode("Tell me a long story " * 5)]
+    for factor in (1.0, 3.0):  # the weights now are what is decoded: a change shows in both
+        _sharpen(trainer, factor)
+        eos = set(gate.trainer_eos())
+        (fused, tops), generated = gate._greedy_fused(prompts, eos, keep_top=True), gate._generate(prompts, eos)
+        assert fused == generated
+        assert all(0 < len(a) <= 16 for a in fused)
+        for prompt, answer, (values, ids) in zip(prompts, fused, tops):  # the top-k read off decoding
+            forced = gate._answer_logprobs(prompt, answer)  # (T, V): a teacher-forced pass
+            assert values.shape == ids.shape == (len(answer), 32)
+            assert torch.allclose(forced.gather(1, ids), values, atol=1e-4)
+            assert torch.allclose(forced.topk(32, dim=1).values, values, atol=1e-4)
+    stop = fused[-1][-1]  # a token the last answer emits: answers end at its first occurrence
+    ended, _ = gate._greedy_fused(prompts, {stop})
+    assert ended[-1] == fused[-1][:fused[-1].index(stop)] and ended == gate._generate(prompts, {stop})
+
+
+def test_a_lora_trainer_s_gate_decodes_with_generate(tiny_model_dir, tokenizer):
+    trainer = Trainer(tiny_model_dir, TrainConfig(lora=True, gate="on", gate_max_new_tokens=8), device="cpu")
+    gate = Gate(trainer, trainer.config, tokenizer, lambda: _prompts(tokenizer))
+    assert "LoRA" in gate.fused_unsupported
+    assert len(gate._answer(_prompts(tokenizer)).ids) == 3
+
+
 def _paired_turns(store: Store, count: int) -> list[int]:
     store.ensure_session("s", "new")
     ids = []

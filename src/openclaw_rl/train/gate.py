@@ -37,7 +37,12 @@ Decisions and why:
   against its prompt: a version that learnt to send people to a URL, or to run a command,
   that nobody asked about is what poisoned feedback looks like once trained.
 - Greedy decoding: the checks must not change from one run to the next by sampling noise.
-  The probes are decoded as one left-padded batch (8 answers cost about 2-3 times one).
+  The probes are decoded together by the serving engine's fused decoder (engine/decoder.py)
+  over the trainer's own parameters, read in place, when the model is of its family and
+  held whole (not sharded, not a LoRA wrapper); otherwise by transformers' `generate` as
+  one left-padded batch of 8. The fused decoder also gives each answer's top-k log-probs
+  off the logits that picked its tokens, where generate's answers need a teacher-forced
+  pass each (bench/gate_decision.py times both).
 - KL is measured on the served version's own answers: the served model's top-k
   log-probs (and the mass outside them) are kept from its pass, so the candidate needs one
   teacher-forced pass, not the served model beside it. The grouped estimate
@@ -64,6 +69,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from openclaw_rl.chat import render_prompt
+from openclaw_rl.engine import kernels
+from openclaw_rl.engine.decoder import FusedDecoder, fused_unsupported
 from openclaw_rl.judge.screen import brought_in
 
 if TYPE_CHECKING:
@@ -74,7 +81,8 @@ log = logging.getLogger(__name__)
 
 Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each (NaN: none)
 TOP_K = 32  # served log-probs kept per answer token for the KL estimate
-GENERATE_BATCH = 8  # probes decoded at once
+GENERATE_BATCH = 8  # probes decoded at once by transformers' generate
+FUSED_BATCH = kernels.MAX_ROWS  # ... and by the fused decoder (its compiled step's most rows)
 
 _NON_ANSWER = re.compile(
     r"^\s*$|^\W*(i'?m sorry|i apologi[sz]e|sorry,? (but )?i|as an ai\b|i (can ?not|can't|am unable to|won't)\b"
@@ -263,6 +271,11 @@ class Gate:
         # the score drift of each accepted version from the first, summed over the paired score
         # deltas of the versions between (probes change; each delta is measured on the same ones)
         self._drift: dict[int, float] = {}
+        # why the probes cannot be decoded by the fused decoder (None: they are)
+        self.fused_unsupported = _fused_unsupported(trainer.model)
+        if self.fused_unsupported:
+            log.info("update gate: probes decoded by transformers' generate (the fused decoder: %s)",
+                     self.fused_unsupported)
 
     def decide(self) -> Decision:
         """The trainer's weights now, against the snapshot's, on the probes."""
@@ -395,31 +408,80 @@ class Gate:
 
     @torch.no_grad()
     def _answer(self, prompts: list[list[int]], keep_top: bool = False) -> Answers:
-        """Greedy answers of the trainer's model now, the probes decoded together (left-padded,
-        masked: decoding is memory-bound here, so a batch costs little more than one answer)."""
-        model, device = self.trainer.model, self.trainer.device
+        """Greedy answers of the trainer's model now, the probes decoded together (decoding is
+        memory-bound here, so a batch costs little more than one answer). `keep_top`: with each
+        answer, the top-k log-probs at its positions (for the KL, once it is the served answer)."""
         eos = set(self.trainer_eos())
-        pad = min(eos)
+        fused = self.fused_unsupported is None
+        batch = FUSED_BATCH if fused else GENERATE_BATCH
         answers = Answers([], [])
-        for start in range(0, len(prompts), GENERATE_BATCH):
-            chunk = prompts[start:start + GENERATE_BATCH]
-            width = max(len(p) for p in chunk)
-            ids = torch.tensor([[pad] * (width - len(p)) + p for p in chunk], device=device)
-            mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk], device=device)
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
-                                 max_new_tokens=self.config.gate_max_new_tokens, pad_token_id=pad)
-            for prompt, row in zip(chunk, out[:, width:].tolist()):
-                end = next((i for i, token in enumerate(row) if token in eos), len(row))
-                answer = row[:end]  # up to the first end of turn (finished rows are padded with one)
+        for start in range(0, len(prompts), batch):
+            chunk = prompts[start:start + batch]
+            if fused:
+                rows, tops = self._greedy_fused(chunk, eos, keep_top)
+            else:
+                rows = self._generate(chunk, eos)
+                tops = [self._top(self._answer_logprobs(p, a)) for p, a in zip(chunk, rows)] if keep_top else []
+            for prompt, answer in zip(chunk, rows):
                 answers.ids.append(answer)
                 answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
                 answers.prompts.append(self.tokenizer.decode(prompt, skip_special_tokens=True))
-                if keep_top:
-                    logprobs = self._answer_logprobs(prompt, answer)  # (T, V)
-                    top = logprobs.topk(min(TOP_K, logprobs.shape[1]), dim=1)
-                    answers.top_logprobs.append(top.values.cpu())
-                    answers.top_ids.append(top.indices.cpu())
+            for values, ids in tops:
+                answers.top_logprobs.append(values)
+                answers.top_ids.append(ids)
         return answers
+
+    @staticmethod
+    def _top(logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        top = logprobs.topk(min(TOP_K, logprobs.shape[-1]), dim=-1)
+        return top.values.cpu(), top.indices.cpu()
+
+    def _greedy_fused(self, prompts: list[list[int]], eos: set[int], keep_top: bool = False,
+                      ) -> tuple[list[list[int]], list[tuple[torch.Tensor, torch.Tensor]]]:
+        """Greedy answers (up to the first end of turn, at most gate_max_new_tokens) by the fused
+        decoder over the trainer's parameters as they are now: a row leaves the batch when it ends.
+        With `keep_top`, each answer's top-k log-probs (T, k), read off the logits that picked its
+        tokens: the distribution a teacher-forced pass gives at those positions, without the pass."""
+        limit = self.config.gate_max_new_tokens
+        decoder = FusedDecoder(self.trainer.model)
+        logits = decoder.prefill(prompts)
+        answers: list[list[int]] = [[] for _ in prompts]
+        tops: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
+        live = list(range(len(prompts)))  # the prompt of each decoder row
+        while live:
+            keep = []
+            top = self._top(torch.log_softmax(logits.float(), dim=-1)) if keep_top else None
+            for row, (i, token) in enumerate(zip(live, logits.argmax(dim=-1).tolist())):
+                if token in eos:
+                    continue
+                answers[i].append(token)
+                if top is not None:
+                    tops[i].append((top[0][row], top[1][row]))
+                if len(answers[i]) < limit:
+                    keep.append(row)
+            if not keep:
+                break
+            decoder.keep(keep)
+            live = [live[row] for row in keep]
+            logits = decoder.step([answers[i][-1] for i in live], [len(prompts[i]) + len(answers[i]) - 1 for i in live])
+        if not keep_top:
+            return answers, []
+        k = min(TOP_K, logits.shape[-1])
+        return answers, [(torch.stack([v for v, _ in t]), torch.stack([i for _, i in t])) if t
+                         else (torch.zeros(0, k), torch.zeros(0, k, dtype=torch.long)) for t in tops]
+
+    def _generate(self, prompts: list[list[int]], eos: set[int]) -> list[list[int]]:
+        """The same answers by transformers' generate, as one left-padded, masked batch."""
+        model, device = self.trainer.model, self.trainer.device
+        pad = min(eos)
+        width = max(len(p) for p in prompts)
+        ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
+        mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+        out = model.generate(input_ids=ids, attention_mask=mask, do_sample=False,
+                             max_new_tokens=self.config.gate_max_new_tokens, pad_token_id=pad)
+        # each answer up to its first end of turn (finished rows are padded with one)
+        return [row[:next((i for i, token in enumerate(row) if token in eos), len(row))]
+                for row in out[:, width:].tolist()]
 
     def _answer_logprobs(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
         """Log-probs (T, V) of the trainer's model at each answer position, teacher-forced."""
@@ -446,6 +508,17 @@ class Gate:
         if self.tokenizer.eos_token_id is not None:
             found.append(self.tokenizer.eos_token_id)
         return sorted({int(i) for i in found if i is not None})
+
+
+def _fused_unsupported(model: torch.nn.Module) -> str | None:
+    """Why the fused decoder cannot decode the trainer's model in place, or None."""
+    if hasattr(model, "peft_config"):
+        return "a LoRA adapter (its forward adds the adapter)"
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return "sharded parameters (FSDP2)"
+    return fused_unsupported(model)
 
 
 def _mean_delta(candidate: list[float], held: list[float]) -> float | None:
