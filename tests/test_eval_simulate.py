@@ -164,8 +164,10 @@ def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defa
 
     demo = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo"]))
     assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (5e-5, 0.7, "combined", "embedding")
+    assert demo.gate == "on"  # no version worse than the one it replaces
     simulate = build(SimulateConfig, {}, _parser().parse_args(["simulate"]))
-    assert (simulate.lr, simulate.approve_threshold) == (None, None)
+    assert (simulate.lr, simulate.approve_threshold, simulate.gate) == (None, None, "off")
+    assert build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--gate", "off"])).gate == "off"
     flagged = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--lr", "1e-4"]))
     assert flagged.lr == 1e-4  # a flag wins over the demo's default
 
