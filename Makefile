@@ -83,6 +83,7 @@ bench: $(STAMP) $(LLAMACPP_STAMP)
 	$(PY) bench/judge_agreement.py
 	$(PY) bench/train_step.py
 	$(PY) bench/train_memory.py
+	$(PY) bench/gate_decision.py --tokens 200
 	$(PY) bench/store.py
 
 # The vLLM engine against the local one (decode throughput, update latency); needs the vLLM venv.
