@@ -235,3 +235,44 @@ def test_api_key_guards_everything_but_health(make_server):
     import openai
     with pytest.raises(openai.AuthenticationError):
         client(server, api_key="wrong").chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+
+
+def test_a_background_loop_that_dies_is_said_at_once_and_on_healthz(tiny_model_dir, tmp_path, caplog):
+    """A trainer loop that stopped on an error (here the disk filling up) is logged when it
+    happens and makes /healthz say `degraded` with the error; serving goes on."""
+    import asyncio
+    import time
+
+    from fastapi.testclient import TestClient
+    from transformers import AutoTokenizer
+
+    from conftest import ScriptedEngine
+    from openclaw_rl.config import ServeConfig
+    from openclaw_rl.serve.app import create_app
+    from openclaw_rl.serve.metrics import Metrics
+    from openclaw_rl.serve.server import Server
+    from openclaw_rl.store import make_store
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    config = ServeConfig(data_dir=str(tmp_path), train=False, status_interval_s=0.0)
+    server = Server(engine=ScriptedEngine(tokenizer, ["still here"]), tokenizer=tokenizer,
+                    store=make_store("", data_dir=tmp_path), config=config, model_name="scripted", metrics=Metrics())
+
+    async def trainer_loop(stop: asyncio.Event) -> None:
+        raise OSError(28, "No space left on device")
+
+    async def judge_loop(stop: asyncio.Event) -> None:
+        await stop.wait()
+
+    with TestClient(create_app(server, [trainer_loop, judge_loop])) as client:
+        deadline = time.monotonic() + 10
+        while client.get("/healthz").json()["status"] == "ok" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        health = client.get("/healthz").json()
+        assert health["status"] == "degraded", health
+        (name, error), = health["failed_loops"].items()
+        assert "trainer_loop" in name and "No space left on device" in error
+        assert any("stopped" in r.getMessage() and "No space left" in r.getMessage() for r in caplog.records)
+        reply = client.post("/v1/chat/completions", json={"model": "scripted",
+                                                          "messages": [{"role": "user", "content": "hi"}]})
+        assert reply.status_code == 200 and reply.json()["choices"][0]["message"]["content"] == "still here"

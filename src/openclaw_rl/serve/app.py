@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -84,6 +85,8 @@ def _lifespan(server: Server, background: Sequence[Background], owns_engine: boo
     async def lifespan(app: FastAPI):
         stop = asyncio.Event()
         tasks = [asyncio.create_task(loop(stop)) for loop in background]
+        for loop, task in zip(background, tasks):
+            task.add_done_callback(functools.partial(_report_failure, server, _loop_name(loop)))
         try:
             yield
         finally:
@@ -101,9 +104,29 @@ def _lifespan(server: Server, background: Sequence[Background], owns_engine: boo
     return lifespan
 
 
+def _loop_name(loop: Background) -> str:
+    """A background loop's name for logs and /healthz: its function's, without the closure's parts."""
+    name = getattr(loop, "__qualname__", "") or type(loop).__name__
+    return name.replace(".<locals>.<lambda>", "").replace(".<locals>.", ".")
+
+
+def _report_failure(server: Server, name: str, task: asyncio.Task) -> None:
+    """A loop that ended on an error is said at once, and on /healthz, while serving goes on."""
+    if task.cancelled() or task.exception() is None:
+        return
+    error = task.exception()
+    server.failed_loops[name] = f"{type(error).__name__}: {error}"
+    log.error("background loop %s stopped: %s; serving goes on without it (GET /healthz says so)",
+              name, server.failed_loops[name], exc_info=error)
+
+
 def _status_routes(app: FastAPI, server: Server) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
+        """Liveness; `degraded`, with each stopped loop's error, when a judge or trainer loop died."""
+        if server.failed_loops:
+            return {"status": "degraded", "policy_version": server.engine.policy_version,
+                    "failed_loops": dict(server.failed_loops)}
         return {"status": "ok", "policy_version": server.engine.policy_version}
 
     @app.get("/metrics")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from starlette.requests import Request
@@ -31,6 +31,8 @@ class Server:
     metrics: Metrics
     users: Users = None  # type: ignore[assignment]  # default: the data dir's users and config.api_key
     limits: UserLimits = None  # type: ignore[assignment]  # default: the config's per-user limits
+    # background loops (judge, trainer) that stopped on an error while serving went on: name -> the error
+    failed_loops: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.users is None:
