@@ -75,7 +75,13 @@ def make_decoder(model, pad_token_id: int, kind: str = "auto", prefix_cache_byte
 
 
 def fused_unsupported(model) -> str | None:
-    """Why the fused decoder cannot run `model`, or None."""
+    """Why the fused decoder cannot run `model` (reading its parameters in place), or None."""
+    if hasattr(model, "peft_config"):
+        return "a LoRA adapter (its forward adds the adapter)"
+    from torch.distributed.tensor import DTensor
+
+    if any(isinstance(p, DTensor) for p in model.parameters()):
+        return "sharded parameters (FSDP2)"
     config = model.config
     if config.model_type not in _FUSED_TYPES:
         return f"model type {config.model_type!r} (supported: {', '.join(_FUSED_TYPES)})"

@@ -92,6 +92,8 @@ def _lifespan(server: Server, background: Sequence[Background], owns_engine: boo
         finally:
             stop.set()
             for task in tasks:
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    continue  # a loop that died while serving: _report_failure said so then
                 try:
                     await asyncio.wait_for(task, 60)
                 except Exception:  # a loop that fails to stop must not block shutdown

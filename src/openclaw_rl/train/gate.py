@@ -272,7 +272,7 @@ class Gate:
         # deltas of the versions between (probes change; each delta is measured on the same ones)
         self._drift: dict[int, float] = {}
         # why the probes cannot be decoded by the fused decoder (None: they are)
-        self.fused_unsupported = _fused_unsupported(trainer.model)
+        self.fused_unsupported = fused_unsupported(trainer.model)
         if self.fused_unsupported:
             log.info("update gate: probes decoded by transformers' generate (the fused decoder: %s)",
                      self.fused_unsupported)
@@ -508,17 +508,6 @@ class Gate:
         if self.tokenizer.eos_token_id is not None:
             found.append(self.tokenizer.eos_token_id)
         return sorted({int(i) for i in found if i is not None})
-
-
-def _fused_unsupported(model: torch.nn.Module) -> str | None:
-    """Why the fused decoder cannot decode the trainer's model in place, or None."""
-    if hasattr(model, "peft_config"):
-        return "a LoRA adapter (its forward adds the adapter)"
-    from torch.distributed.tensor import DTensor
-
-    if any(isinstance(p, DTensor) for p in model.parameters()):
-        return "sharded parameters (FSDP2)"
-    return fused_unsupported(model)
 
 
 def _mean_delta(candidate: list[float], held: list[float]) -> float | None:
