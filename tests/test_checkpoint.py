@@ -163,6 +163,28 @@ def test_old_checkpoints_are_pruned_but_latest_is_kept(tiny_llama, tmp_path) -> 
     assert checkpoint.load_latest(tmp_path).train_step == 5
 
 
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_the_disk_estimate_covers_what_the_checkpoints_and_versions_write(tiny_llama, tmp_path, lora,
+                                                                          caplog) -> None:
+    from openclaw_rl.compose import warn_if_short_of_disk
+    from openclaw_rl.train.versions import VersionArchive
+
+    trainer = trained(tiny_llama, lora, steps=1)
+    archive = VersionArchive(tmp_path, keep=2)
+    for step in range(1, checkpoint.KEEP + 2):  # more than kept of each
+        trainer.train_step = trainer.policy_version = step
+        checkpoint.save(tmp_path, trainer)
+        archive.write(step, trainer, parent=step - 1)
+    written = sum(f.stat().st_size for f in tmp_path.rglob("*") if f.is_file())
+    estimate = checkpoint.disk_needed(trainer, keep_versions=2)
+    assert written <= estimate <= 1.5 * written  # the 3 protected versions it also counts are not here
+
+    assert not warn_if_short_of_disk(tmp_path, estimate)  # this disk has room for the tiny model
+    assert warn_if_short_of_disk(tmp_path, 10**18)  # an exabyte: said, with both numbers, at start
+    message = caplog.records[-1].getMessage()
+    assert caplog.records[-1].levelname == "WARNING" and "GB free" in message and "1000000000.0 GB" in message
+
+
 # -- export -----------------------------------------------------------------------------
 
 

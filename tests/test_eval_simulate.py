@@ -202,3 +202,27 @@ def test_the_evaluator_answers_from_serving_while_it_serves_the_version_else_fro
         return events
 
     assert asyncio.run(still_serving())
+
+
+def test_a_run_whose_trainer_loop_died_stops_with_the_error_instead_of_playing_on(tiny_model_dir, tmp_path,
+                                                                                    monkeypatch, capsys):
+    """The disk filled during a demo: the trainer loop died on the first step while the users
+    played on untrained and the run waited out the drain. Now the run stops at the next
+    session with the loop's error, and what was played stays in metrics.jsonl."""
+    from openclaw_rl.train.trainer import Trainer
+
+    def full_disk(self, samples):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "step", full_disk)  # the one fake: the real loop, server and users run
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "40", "--method", "binary", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "1", "--heldout", "1", "--max-turns", "1",
+                 "--parallel", "1", "--drain-timeout-s", "600"])
+    assert code == 1
+    error = capsys.readouterr().err
+    assert "binary run stopped after" in error and "No space left on device" in error and "loop" in error
+    sessions = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    played = [x for x in sessions if x["event"] == "session"]
+    assert 1 <= len(played) < 40  # stopped early, and the sessions it played were kept
+    assert not (out / "summary.json").exists()

@@ -239,7 +239,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from openclaw_rl.drivers.simulate import simulate  # per command
+    from openclaw_rl.drivers.simulate import RunStopped, simulate  # per command
 
     config = build(SimulateConfig, DEMO_DEFAULTS if args.command == "demo" else {}, args)
     state: dict[str, dict] = {}
@@ -266,7 +266,11 @@ def _simulate(args: argparse.Namespace) -> int:
                 row.update(update)
                 live.update(table())
 
-        summary = simulate(config, progress)
+        try:
+            summary = simulate(config, progress)
+        except RunStopped as error:
+            print(f"openclaw-rl: error: {error}", file=sys.stderr)
+            return 1
     print(f"score before {summary['score_before']}, after {summary['score_after']}; "
           f"wrote {config.out}/metrics.jsonl, summary.json, curve.png")
     return 0

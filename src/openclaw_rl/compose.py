@@ -27,6 +27,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -277,12 +278,26 @@ def trainer_core_lender(trainer: Trainer, engine: Engine) -> Callable[[], int] |
     return lambda: 1 if trainer.stepping else 2
 
 
+def warn_if_short_of_disk(data_dir: str | Path, needed: int) -> bool:
+    """Log a warning (and return True) when DATA_DIR's disk has less free space than the
+    trainer will write: said at start, not when a checkpoint fails later."""
+    free = shutil.disk_usage(data_dir).free
+    if free >= needed:
+        return False
+    log.warning("%s has %.1f GB free, and training writes about %.1f GB there (3 checkpoints with the optimizer "
+                "state, and --keep-versions versions); free some space or lower --keep-versions, or the trainer "
+                "stops at its first write that does not fit (GET /healthz then says degraded)",
+                data_dir, free / 1e9, needed / 1e9)
+    return True
+
+
 def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer=None,
                   scorer: Scorer | None = None) -> tuple[Gate | None, VersionArchive]:
     """What a trainer's new versions pass through: the update gate (`--gate on`; `scorer`,
     e.g. a persona's rubric, adds a score check) and the archive that keeps them for rollback.
     `tokenizer`: the model's (loaded from the trainer's model dir when the gate needs it)."""
     archive = VersionArchive(store.data_dir, config.keep_versions, store.protected_versions)
+    warn_if_short_of_disk(store.data_dir, checkpoint.disk_needed(trainer, config.keep_versions))
     if config.gate != "on":
         return None, archive
     tokenizer = tokenizer or AutoTokenizer.from_pretrained(trainer.model_dir)

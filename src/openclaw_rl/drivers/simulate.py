@@ -79,6 +79,19 @@ log = logging.getLogger(__name__)
 CONTROL = "off"  # the method name of the training-off control: the same stream, the base model throughout
 
 
+class RunStopped(RuntimeError):
+    """A background loop of the run's server (the trainer's, a judge's) died: the run stops
+    rather than play on untrained and wait out the drain. What was played stays in
+    metrics.jsonl."""
+
+
+def _stop_if_a_loop_died(server: Server, method: str, played: int) -> None:
+    if server.failed_loops:
+        failed = "; ".join(f"{name}: {error}" for name, error in server.failed_loops.items())
+        raise RunStopped(f"the {method} run stopped after {played} sessions: its server's background loop died "
+                         f"({failed}); the sessions played so far are in metrics.jsonl")
+
+
 def persona_of(config: SimulateConfig):
     """The persona, with `approve_threshold` applied when one is set."""
     persona = get_persona(config.persona)
@@ -309,6 +322,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                     finished, running = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
                         future.result()
+                _stop_if_a_loop_died(server, method, played)
                 if done_training():
                     break
                 running.add(pool.submit(play, index, problem))
@@ -316,8 +330,12 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 future.result()
         if training and not done_training():  # train every sample already judged, the last batch even if short
             flush.requested.set()
-            if not flush.done.wait(config.drain_timeout_s):
-                log.warning("training did not drain in %.0fs", config.drain_timeout_s)
+            deadline = time.monotonic() + config.drain_timeout_s
+            while not flush.done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+                _stop_if_a_loop_died(server, method, played)
+                if time.monotonic() >= deadline:
+                    log.warning("training did not drain in %.0fs", config.drain_timeout_s)
+                    break
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
         samples = server.store.sample_counts(get_method(train.method).name)
@@ -413,6 +431,8 @@ def _child_run(config: SimulateConfig, method: str, messages) -> None:
         result = run_method(config, method, _Recorder(Path(config.out), fresh=False),
                             lambda **update: messages.put(("progress", update)))
         messages.put(("done", result))
+    except RunStopped as error:
+        messages.put(("stopped", str(error)))
     except BaseException as error:
         messages.put(("error", f"{type(error).__name__}: {error}"))
         raise
@@ -436,6 +456,8 @@ def _run_in_child(config: SimulateConfig, method: str, progress=None) -> dict[st
                 progress(**payload)
             elif kind == "done":
                 return payload
+            elif kind == "stopped":
+                raise RunStopped(payload)
             elif kind == "error":
                 raise RuntimeError(f"the {method} run failed: {payload}")
     finally:
