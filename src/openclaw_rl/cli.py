@@ -193,6 +193,7 @@ def _agent(args: argparse.Namespace) -> int:
     from openclaw_rl.drivers.agent import run_agent  # per command
     from openclaw_rl.envs.client import PoolError  # per command
     from openclaw_rl.drivers.rollout import PolicyError  # per command
+    from openclaw_rl.serve.server import LoopDied  # per command
 
     config = build(AgentConfig, {}, args)
 
@@ -215,6 +216,10 @@ def _agent(args: argparse.Namespace) -> int:
             summary = run_agent(config, lambda snapshot: live.update(table(snapshot)))
     except (PolicyError, PoolError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)
+        return 1
+    except LoopDied as died:
+        print(f"openclaw-rl: error: the in-process server's background loop died ({died}); the episodes played "
+              f"are in {config.out}/episodes.jsonl", file=sys.stderr)
         return 1
     print(f"success rate {summary['success_rate']:.2f} over {summary['episodes']} episodes, "
           f"{summary['updates']} policy updates; wrote {config.out}/episodes.jsonl and summary.json")

@@ -401,3 +401,26 @@ def test_rollouts_on_the_tiny_model_land_in_the_store_and_train(tiny_model_dir, 
     sample = Sample.from_dict(json.loads(payload))  # the advantage is a signal of its own, not a reward
     assert sample.step_advantage == lines[0]["advantages"][0] != 0 and sample.reward is None
     assert summary["updates"] >= 1 and summary["policy_version_end"] >= 1
+
+
+def test_an_agent_run_whose_trainer_died_says_so_instead_of_waiting_out_the_drain(tiny_model_dir, tmp_path,
+                                                                                   monkeypatch):
+    """The drain used to wait --drain-timeout-s for a trainer that had died; now the run
+    ends at once with the loop's error (the CLI prints it, exit 1), the episodes it played kept."""
+    import time
+
+    from openclaw_rl.serve.server import LoopDied
+    from openclaw_rl.train.trainer import Trainer
+
+    def full_disk(self, samples):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(Trainer, "step", full_disk)  # the one fake: the real server, judge and driver run
+    config = AgentConfig(env="toolcall", episodes=4, parallel=2, group_size=2, max_steps=2, max_tokens=16,
+                         model=str(tiny_model_dir), out=str(tmp_path / "out"), batch_size=1, drain_timeout_s=120,
+                         verdict_timeout_s=60)
+    started = time.monotonic()
+    with pytest.raises(LoopDied, match="No space left on device"):
+        run_agent(config, judge=EpisodeNumberJudge())
+    assert time.monotonic() - started < 100  # not the 120 s drain
+    assert len((tmp_path / "out" / "episodes.jsonl").read_text().splitlines()) == 4

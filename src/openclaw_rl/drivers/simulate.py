@@ -68,7 +68,7 @@ from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, RubricComparer
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.serve.metrics import Metrics
-from openclaw_rl.serve.server import Server
+from openclaw_rl.serve.server import LoopDied, Server
 from openclaw_rl.train.gate import Scorer
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.runner import Flush
@@ -86,10 +86,11 @@ class RunStopped(RuntimeError):
 
 
 def _stop_if_a_loop_died(server: Server, method: str, played: int) -> None:
-    if server.failed_loops:
-        failed = "; ".join(f"{name}: {error}" for name, error in server.failed_loops.items())
+    try:
+        server.check_loops()
+    except LoopDied as died:
         raise RunStopped(f"the {method} run stopped after {played} sessions: its server's background loop died "
-                         f"({failed}); the sessions played so far are in metrics.jsonl")
+                         f"({died}); the sessions played so far are in metrics.jsonl") from None
 
 
 def persona_of(config: SimulateConfig):

@@ -21,6 +21,10 @@ from openclaw_rl.store import Store
 from openclaw_rl.users import User, Users
 
 
+class LoopDied(RuntimeError):
+    """A background loop of the server (a judge's, the trainer's) stopped on an error."""
+
+
 @dataclass
 class Server:
     engine: Engine
@@ -33,6 +37,12 @@ class Server:
     limits: UserLimits = None  # type: ignore[assignment]  # default: the config's per-user limits
     # background loops (judge, trainer) that stopped on an error while serving went on: name -> the error
     failed_loops: dict[str, str] = field(default_factory=dict)
+
+    def check_loops(self) -> None:
+        """Raise LoopDied, naming each stopped loop and its error, if any background loop died:
+        for drivers that would otherwise go on without it (simulate, agent)."""
+        if self.failed_loops:
+            raise LoopDied("; ".join(f"{name}: {error}" for name, error in self.failed_loops.items()))
 
     def __post_init__(self) -> None:
         if self.users is None:
