@@ -111,13 +111,19 @@ def test_the_seed_aggregator_reports_the_median_its_interval_and_the_runs_that_n
         run.mkdir()
         from openclaw_rl.eval.metrics import acceptance
 
-        (run / "summary.json").write_text(json.dumps({"runs": {"combined": {"accepted": flags, **acceptance(flags)}}}))
+        # held-out scores at updates 0, 2, 4: seed 1 fell to 0.55, more than 0.03 below its base of 0.6
+        scores = [{"0": 0.6, "2": 0.62, "4": 0.7}, {"0": 0.6, "2": 0.55, "4": 0.65}, {"0": 0.6, "2": 0.6}][seed]
+        (run / "summary.json").write_text(json.dumps({"runs": {"combined": {
+            "accepted": flags, **acceptance(flags), "score_by_update": scores, "updates": 2 * len(scores) - 2}}}))
         dirs.append(str(run))
     done = subprocess.run([sys.executable, str(script), f"trained={','.join(dirs)}", "--figure",
                            str(tmp_path / "fig.png")], capture_output=True, text=True, check=True)
     row = next(line for line in done.stdout.splitlines() if line.startswith("| trained"))
-    # 2, 3 and the never-adapted run counted as 4 + 1 = 5: median 3
-    assert "| 3 | 3 [" in row and "1 of 3 (counted as length + 1)" in row
+    # 2, 3 and the never-adapted run counted as 4 + 1 = 5: median 3; 6 of 14 sessions accepted
+    assert "| 3 | 3 [" in row and "1 of 3 (counted as length + 1)" in row and "| 0.43 (6/14) [0.21, 0.67] |" in row
+    scores = [line for line in done.stdout.splitlines() if line.startswith("| trained")][1]
+    # last scores 0.70, 0.65, 0.60: median 0.65; lowest 0.60, 0.55, 0.60; one run below 0.6 - 0.03
+    assert scores.startswith("| trained | 3 | 0.600 | 0.650 [") and "| 0.600 (0.550) | 1 of 3 | 4 | - |" in scores
     assert (tmp_path / "fig.png").is_file()
 
 

@@ -88,7 +88,7 @@ def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(
     assert f"({accepted}/4)" in row and "lowest level with base acceptance <= 0.5:" in report
     rescored = subprocess.run([sys.executable, str(scripts / "adaptation_seeds.py"), f"control={out}",
                                "--control-at", "0.0"], capture_output=True, text=True, check=True).stdout
-    assert "| control | 1 | 1 [1, 1] | 0 of 1 | 1.00 |" in rescored  # at level 0 every first answer is accepted
+    assert "| control | 1 | 1 [1, 1] | 0 of 1 | 1.00 (4/4) [0.51, 1.00] |" in rescored  # at level 0 all are accepted
 
 
 def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path):
