@@ -21,7 +21,6 @@ sample. Here
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +117,7 @@ class AgentServer:
         """Train every step sample still ready, the last batch even if it is short of a full
         one, and wait (at most `timeout_s`) until that is done; whether it was done in time."""
         self._flush.requested.set()
-        deadline = time.monotonic() + timeout_s
-        while not self._flush.done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-            self.server.check_loops()  # a trainer that died is said now (LoopDied), not after timeout_s
-            if time.monotonic() >= deadline:
-                return False
-        return True
+        return self.server.wait_for(self._flush.done, timeout_s)  # a trainer that died: LoopDied now
 
     def stop(self) -> None:
         self._thread.stop()  # the app's shutdown stops the judge and trainer, then closes engine and store

@@ -85,14 +85,6 @@ class RunStopped(RuntimeError):
     metrics.jsonl."""
 
 
-def _stop_if_a_loop_died(server: Server, method: str, played: int) -> None:
-    try:
-        server.check_loops()
-    except LoopDied as died:
-        raise RunStopped(f"the {method} run stopped after {played} sessions: its server's background loop died "
-                         f"({died}); the sessions played so far are in metrics.jsonl") from None
-
-
 def persona_of(config: SimulateConfig):
     """The persona, with `approve_threshold` applied when one is set."""
     persona = get_persona(config.persona)
@@ -323,7 +315,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                     finished, running = wait(running, return_when=FIRST_COMPLETED)
                     for future in finished:
                         future.result()
-                _stop_if_a_loop_died(server, method, played)
+                server.check_loops()
                 if done_training():
                     break
                 running.add(pool.submit(play, index, problem))
@@ -331,12 +323,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 future.result()
         if training and not done_training():  # train every sample already judged, the last batch even if short
             flush.requested.set()
-            deadline = time.monotonic() + config.drain_timeout_s
-            while not flush.done.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-                _stop_if_a_loop_died(server, method, played)
-                if time.monotonic() >= deadline:
-                    log.warning("training did not drain in %.0fs", config.drain_timeout_s)
-                    break
+            if not server.wait_for(flush.done, config.drain_timeout_s):
+                log.warning("training did not drain in %.0fs", config.drain_timeout_s)
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
         samples = server.store.sample_counts(get_method(train.method).name)
@@ -344,6 +332,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         steps = list(server.metrics.train_history)
         dropped_by_check = server.store.verdicts_noting(DROPPED_BY_CHECK)
         engine_stats = server.engine.stats()
+    except LoopDied as died:
+        raise RunStopped(f"the {method} run stopped after {played} sessions: its server's background loop died "
+                         f"({died}); the sessions played so far are in metrics.jsonl") from None
     finally:
         try:
             evaluator.close()  # while serving still runs: it may answer the last evaluations

@@ -7,6 +7,8 @@ request path can name it without importing the app that imports them.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +45,16 @@ class Server:
         for drivers that would otherwise go on without it (simulate, agent)."""
         if self.failed_loops:
             raise LoopDied("; ".join(f"{name}: {error}" for name, error in self.failed_loops.items()))
+
+    def wait_for(self, event: threading.Event, timeout_s: float) -> bool:
+        """Wait (at most `timeout_s`) for `event`, saying a loop that dies meanwhile at once
+        (LoopDied) rather than after `timeout_s`; whether the event was set in time."""
+        deadline = time.monotonic() + timeout_s
+        while not event.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            self.check_loops()
+            if time.monotonic() >= deadline:
+                return False
+        return True
 
     def __post_init__(self) -> None:
         if self.users is None:
