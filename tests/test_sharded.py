@@ -11,7 +11,9 @@ the next step matches the one-process trainer's next step.
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -47,6 +49,10 @@ def config(kind: str) -> TrainConfig:
 
 
 def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path) -> None:
+    log = os.open(out / f"rank{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)  # what a crash says, for the fixture
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    faulthandler.enable()  # a fatal signal (SIGABRT, SIGSEGV) writes each thread's Python stack there too
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(WORLD),
                       LOCAL_RANK=str(rank))
     torch.set_num_threads(1)
@@ -85,6 +91,13 @@ def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path
         dist.destroy_process_group()
 
 
+def _log_tail(path: Path, lines: int = 40) -> str:
+    """The end of a rank's output, without progress bars: what it said before it died."""
+    text = path.read_text(errors="replace") if path.exists() else ""
+    kept = [line for line in re.split(r"[\r\n]+", text) if line.strip() and "it/s]" not in line]
+    return f"--- {path.name}, last {lines} lines ---\n" + "\n".join(kept[-lines:])
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -98,7 +111,12 @@ def sharded_run(tiny_llama, tmp_path_factory):
     plain, _ = one_process(tiny_llama, "full", samples)
     checkpoint.save(out / "plain", plain)
     started = time.monotonic()
-    mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples, out / "plain"), nprocs=WORLD, join=True)
+    try:
+        mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples, out / "plain"), nprocs=WORLD, join=True)
+    except mp.ProcessExitedException as error:  # the dead rank's last words first: CI's summary shows one line
+        said = _log_tail(out / f"rank{error.error_index}.log").split("\nFatal Python error")[0].splitlines()[-1]
+        raise AssertionError(f"{error}, having said: {said}\n"
+                             + "\n".join(_log_tail(out / f"rank{r}.log") for r in range(WORLD))) from error
     seconds = time.monotonic() - started
     assert seconds < 90, f"the 2-rank run took {seconds:.0f} s"
     return out, samples
