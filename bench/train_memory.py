@@ -88,7 +88,7 @@ def run_mode(args: argparse.Namespace) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default=None, help="model directory (default: SmolLM2-135M-Instruct)")
-    parser.add_argument("--samples", type=int, default=4, help="samples in the batch (one micro-batch of 4)")
+    parser.add_argument("--samples", type=int, default=4, help="samples in the batch (the trainer's default micro-batches)")
     parser.add_argument("--prompt-tokens", type=int, default=2000, help="prompt length of the longest sample")
     parser.add_argument("--steps", type=int, default=2, help="timed steps per mode, after one warm-up")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
