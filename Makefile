@@ -65,7 +65,7 @@ llamacpp-venv: $(LLAMACPP_STAMP)
 # The newest releases pyproject.toml's ranges admit, written back to constraints/main.txt:
 # run `make test` (and CI's other targets) before committing the new file.
 upgrade: $(STAMP)
-	$(PY) -m pip install --quiet --upgrade -e '.[dev,postgres,ray,qlora,bench]' torch==2.13.0
+	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev,postgres,ray,qlora,bench]' torch==2.13.0
 	{ sed -n '1,2p' constraints/main.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints/main.new
 	mv constraints/main.new constraints/main.txt
 
