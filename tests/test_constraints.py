@@ -4,6 +4,7 @@ pyproject.toml without a pin would install whatever was released that morning on
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 
@@ -28,7 +29,8 @@ def pins(path: Path) -> dict[str, str]:
 def requirements() -> list[Requirement]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     listed = list(project["dependencies"])
-    for extra in ("dev", "postgres", "ray", "qlora", "bench"):  # what the Makefile's targets install
+    extras = re.search(r"^EXTRAS := (.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split(",")
+    for extra in [*extras, "bench"]:  # what the Makefile's venv and `make bench` install
         listed += project["optional-dependencies"][extra]
     return [Requirement(text) for text in listed]
 

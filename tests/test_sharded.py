@@ -114,9 +114,9 @@ def sharded_run(tiny_llama, tmp_path_factory):
     try:
         mp.spawn(_rank, args=(_free_port(), tiny_llama, out, samples, out / "plain"), nprocs=WORLD, join=True)
     except mp.ProcessExitedException as error:  # the dead rank's last words first: CI's summary shows one line
-        said = _log_tail(out / f"rank{error.error_index}.log").split("\nFatal Python error")[0].splitlines()[-1]
-        raise AssertionError(f"{error}, having said: {said}\n"
-                             + "\n".join(_log_tail(out / f"rank{r}.log") for r in range(WORLD))) from error
+        tails = [_log_tail(out / f"rank{r}.log") for r in range(WORLD)]
+        said = tails[error.error_index].split("\nFatal Python error")[0].splitlines()[-1]
+        raise AssertionError(f"{error}, having said: {said}\n" + "\n".join(tails)) from error
     seconds = time.monotonic() - started
     assert seconds < 90, f"the 2-rank run took {seconds:.0f} s"
     return out, samples
