@@ -257,7 +257,7 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
 
     monkeypatch.setattr(FilesChannel, "write", recording)
     config = TrainConfig(method="combined", batch_size=2, catch_up=1, lr=1e-3, checkpoint_every=3, max_staleness=100,
-                         train_poll_interval_s=0.05, train_threads=1)
+                         train_poll_interval_s=0.05, train_threads=1, gate="off")
     root = str(tmp_path)
     assert train_process(root, str(tiny_llama), config, resume=False, max_steps=5, store_url=store_url) == 5
     shutil.rmtree(checkpoint.checkpoints_dir(tmp_path) / "step-000005")  # the kill came before this save

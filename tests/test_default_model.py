@@ -71,7 +71,8 @@ def test_default_model_reaches_version_2_from_real_sessions_then_resumes(tmp_pat
     from openclaw_rl.config import JudgeConfig, TrainConfig
     from openclaw_rl.engine.loading import default_model_dir
 
-    train = TrainConfig(method="combined", batch_size=4, catch_up=1, train_poll_interval_s=0.2)
+    # the trainer's run, without the update gate (serve's default turns it on; the demo measures the two together)
+    train = TrainConfig(method="combined", batch_size=4, catch_up=1, train_poll_interval_s=0.2, gate="off")
     server = LiveServer(default_model_dir(), tmp_path, judge=JudgeConfig(judge="embedding", poll_interval_s=0.2),
                         train=train)
     client = OpenAI(base_url=server.base_url + "/v1", api_key="unused", max_retries=0)

@@ -91,15 +91,23 @@ def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(
     assert "| control | 1 | 1 [1, 1] | 0 of 1 | 1.00 (4/4) [0.51, 1.00] |" in rescored  # at level 0 all are accepted
 
 
-def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path):
+def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path,
+                                                                                        monkeypatch):
+    from openclaw_rl.drivers import simulate
+
     out = tmp_path / "sim"
+    trainers: list = []
+    build_app = simulate.build_app
+    monkeypatch.setattr(simulate, "build_app", lambda serve, judge, train, **kw: (trainers.append(train),
+                                                                                 build_app(serve, judge, train, **kw))[1])
     # lr 1 on the tiny model: every candidate drifts far from the served one, so the gate turns them away
     code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
                  str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
                  "--parallel", "3", "--max-updates", "2", "--eval-every", "1", "--gate", "on", "--lr", "1",
-                 "--gate-probes", "3"])
+                 "--gate-probes", "3", "--gate-max-length-ratio", "2.5", "--gate-max-repetition-increase", "0.2"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
+    assert (summary["gate_max_length_ratio"], summary["gate_max_repetition_increase"]) == (2.5, 0.2)
     lines = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     decisions = {x["version"]: x["gate"] for x in lines if x["event"] == "version"}
     # the probes: 3 more problems of the persona, asked as first messages (then reserved turns, up to
@@ -114,6 +122,7 @@ def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_r
     assert summary["rejected_versions"] >= 1
     rejected = next(x for x in lines if x["event"] == "version" and x["gate"] == "rejected")
     assert "gate_max" in rejected["reason"] and "score_delta" in rejected["checks"]  # the rubric scored it too
+    assert [(t.gate, t.gate_max_length_ratio, t.gate_max_repetition_increase) for t in trainers] == [("on", 2.5, 0.2)]
     scored = {x["updates"] for x in lines if x["event"] == "eval"}
     assert scored and all(decisions[v] in ("base", "accepted") for v in scored)  # what served, never a candidate
     # what the gate's checks read on each evaluated version (docs/experiments.md calibrates with it)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import shutil
 import threading
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import torch
 
 from conftest import LiveServer
-from openclaw_rl.config import TrainConfig
+from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.store import Store
 from openclaw_rl.train.gate import Gate, compare, grouped_kl, is_non_answer, repetition_rate
 from openclaw_rl.train.runner import run_trainer
@@ -271,7 +272,7 @@ def test_retention_keeps_the_newest_the_pinned_and_the_served(tiny_model_dir, tm
 def test_rollback_under_traffic_fails_no_request_and_serves_the_old_weights(tiny_model_dir, tmp_path):
     from openclaw_rl.config import JudgeConfig
 
-    train = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05)
+    train = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05, gate="off")
     server = LiveServer(tiny_model_dir, tmp_path, judge=JudgeConfig(judge="off"), train=train)
     store, base = server.server.store, server.base_url
     try:
@@ -582,3 +583,39 @@ def test_anchors_answered_to_another_length_are_made_again(tiny_model_dir, token
                  lambda: _prompts(tokenizer), anchor_path=path)
     assert len(fewer.anchors.prompts) == len(fewer.anchors.answers.ids) == len(fewer.anchors.scores) == 2
     assert fewer.decide().checks["anchors"]["probes"] == 2
+
+
+def test_gate_auto_is_on_for_one_process_and_off_where_it_cannot_be_afforded(tiny_model_dir, tmp_path, monkeypatch,
+                                                                             caplog):
+    from openclaw_rl.compose import build_updates
+    from openclaw_rl.train import gate as gate_module
+
+    store = Store(tmp_path)
+    config = TrainConfig(method="binary")
+    assert config.gate == "auto"  # the default of serve and train
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    gate, _ = build_updates(trainer, config, store)
+    assert isinstance(gate, Gate)  # one process, and the machine's real free memory holds the snapshot
+    assert build_updates(trainer, TrainConfig(method="binary", gate="off"), store)[0] is None
+
+    trainable = sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)
+    monkeypatch.setattr(gate_module.psutil, "virtual_memory",
+                        lambda: type("Memory", (), {"available": 3 * trainable * 3})())  # below 4x the snapshot
+    with caplog.at_level("WARNING"):
+        assert build_updates(trainer, config, store)[0] is None
+    assert "the update gate is off (--gate auto)" in caplog.text and "more than a quarter" in caplog.text
+    assert isinstance(build_updates(trainer, TrainConfig(method="binary", gate="on"), store)[0], Gate)  # on is on
+    monkeypatch.undo()
+    trainer.sharded = True
+    assert gate_module.auto_off_reason(trainer).startswith("the trainer is sharded")
+    trainer.sharded = False
+
+    bare = tmp_path / "no-tokenizer"  # a model dir whose tokenizer does not load
+    shutil.copytree(tiny_model_dir, bare, ignore=shutil.ignore_patterns("tokenizer*", "chat_template.jinja"))
+    trainer = Trainer(bare, config, device="cpu")
+    with caplog.at_level("WARNING"):
+        assert build_updates(trainer, config, store)[0] is None
+    assert "has no tokenizer that loads" in caplog.text
+    with pytest.raises(ConfigError, match="--gate on decodes probes with the model's tokenizer.*--gate off"):
+        build_updates(trainer, TrainConfig(method="binary", gate="on"), store)
+    store.close()

@@ -37,7 +37,8 @@ def test_serve_judge_and_train_processes_share_a_postgres_store(tiny_model_dir, 
         assert "judged 4 turns" in judged.stdout
 
         trained = _cli("train", "--data-dir", str(shared), "--store", postgres_url, "--model", str(tiny_model_dir),
-                       "--method", "binary", "--batch-size", "2", "--catch-up", "1", "--lr", "0.001", "--max-steps", "1")
+                       "--method", "binary", "--batch-size", "2", "--catch-up", "1", "--lr", "0.001", "--max-steps", "1",
+                       "--gate", "off")
         assert trained.returncode == 0, trained.stderr
         deadline = time.monotonic() + 30
         while server.server.engine.policy_version < 1 and time.monotonic() < deadline:

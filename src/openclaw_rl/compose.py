@@ -61,7 +61,7 @@ from openclaw_rl.serve.server import Server
 from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint, sharded
 from openclaw_rl.train.methods import get_method
-from openclaw_rl.train.gate import Gate, Scorer, read_probe_file
+from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
 from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
 from openclaw_rl.train.versions import VersionArchive
@@ -293,14 +293,26 @@ def warn_if_short_of_disk(data_dir: str | Path, needed: int) -> bool:
 
 def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer=None,
                   scorer: Scorer | None = None) -> tuple[Gate | None, VersionArchive]:
-    """What a trainer's new versions pass through: the update gate (`--gate on`; `scorer`,
-    e.g. a persona's rubric, adds a score check) and the archive that keeps them for rollback.
-    `tokenizer`: the model's (loaded from the trainer's model dir when the gate needs it)."""
+    """What a trainer's new versions pass through: the update gate (`--gate on`, or `auto` with a
+    trainer that is not sharded; `scorer`, e.g. a persona's rubric, adds a score check) and the
+    archive that keeps them for rollback. `tokenizer`: the model's (loaded from the trainer's
+    model dir when the gate needs it)."""
     archive = VersionArchive(store.data_dir, config.keep_versions, store.protected_versions)
     warn_if_short_of_disk(store.data_dir, checkpoint.disk_needed(trainer, config.keep_versions))
-    if config.gate != "on":
+    if config.gate == "off":
         return None, archive
-    tokenizer = tokenizer or AutoTokenizer.from_pretrained(trainer.model_dir)
+    if config.gate == "auto" and (why := auto_off_reason(trainer)):
+        log.warning("the update gate is off (--gate auto): %s; --gate on or off says which you want", why)
+        return None, archive
+    if tokenizer is None:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(trainer.model_dir)
+        except (OSError, ValueError) as e:
+            if config.gate == "on":
+                raise ConfigError(f"--gate on decodes probes with the model's tokenizer, and {trainer.model_dir} "
+                                  f"has none that loads ({str(e).splitlines()[0]}); add the tokenizer files, or use --gate off") from e
+            log.warning("the update gate is off (--gate auto): %s has no tokenizer that loads", trainer.model_dir)
+            return None, archive
     extra = read_probe_file(config.gate_probe_file, tokenizer) if config.gate_probe_file else []
 
     def probes() -> list[list[int]]:

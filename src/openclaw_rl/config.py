@@ -307,7 +307,11 @@ class TrainConfig:
     keep_versions: int = setting("weights of the newest this many versions kept in DATA_DIR/versions for rollback "
                                  "(pinned versions and the last accepted one are kept as well)", default=5)
     gate: str = setting("on: a new version serves only if it passes the update gate's checks on probe prompts "
-                        "(README, 'Safe updates') | off: every version serves", default="off")
+                        "(README, 'Safe updates') | off: every version serves | auto: on with one trainer "
+                        "process, off (with a warning saying why) with a sharded one (--nproc, --train-nproc > 1), "
+                        "which cannot decode probes, or where the gate's snapshot of the last accepted weights and "
+                        "optimizer state would take more than a quarter of the free memory",
+                        default="auto")
     gate_on_reject: str = setting("after a rejected version: restore (train on from the last accepted weights and "
                                   "optimizer state) | continue (from the rejected weights)", default="restore")
     gate_probe_every: int = setting("one main turn in this many is a probe: the gate's prompts, never trained on",
@@ -398,7 +402,7 @@ class TrainConfig:
         check(self.max_user_share is None or 0 < self.max_user_share <= 1, "max_user_share", self.max_user_share,
               "a share in (0, 1]")
         check(self.keep_versions >= 1, "keep_versions", self.keep_versions, "at least 1")
-        check(self.gate in ("on", "off"), "gate", self.gate, "on or off")
+        check(self.gate in ("auto", "on", "off"), "gate", self.gate, "auto, on or off")
         check(self.gate_on_reject in ("restore", "continue"), "gate_on_reject", self.gate_on_reject,
               "restore or continue")
         check(self.gate_probe_every >= 2, "gate_probe_every", self.gate_probe_every, "at least 2 (1 would train on nothing)")
@@ -571,6 +575,12 @@ class SimulateConfig:
                                "held out), asked as first messages like the held-out ones, are the gate's probe "
                                "file and its anchors; 0: the server's own probes (reserved turns) only",
                                default=16)
+    gate_max_length_ratio: float = setting("with --gate on: reject answers this many times longer (or shorter) "
+                                           "than the served version's or the anchors' (train "
+                                           "--gate-max-length-ratio)", default=2.0)
+    gate_max_repetition_increase: float = setting("with --gate on: reject when the share of repeated 4-grams rises "
+                                                  "by more than this (train --gate-max-repetition-increase)",
+                                                  default=0.15)
     settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
                                 "correction (train --settle-after); 0 = off", default=0)
     kl_beta: float = setting("k3 KL penalty to the reference policy (train --kl-beta); 0 = off", default=0.0)
@@ -591,6 +601,9 @@ class SimulateConfig:
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on", "rubric"), "hint_check", self.hint_check, "off, on or rubric")
+        check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
+        check(self.gate_max_repetition_increase >= 0, "gate_max_repetition_increase",
+              self.gate_max_repetition_increase, "0 or more")
         check(self.sessions >= 1, "sessions", self.sessions, "at least 1 session")
         check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")

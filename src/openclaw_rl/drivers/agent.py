@@ -411,7 +411,8 @@ def _start_server(config: AgentConfig, judge: Any) -> AgentServer:
     train = None
     if config.train:
         train = TrainConfig(method=AGENT_METHOD, batch_size=config.batch_size, lr=config.lr, lora=config.lora,
-                            max_staleness=config.max_staleness, train_threads=1)
+                            max_staleness=config.max_staleness, train_threads=1,
+                            gate="off")  # the agent study ran without it; its checks were set on chat's collapse
     return AgentServer(model=config.model, data_dir=config.data_dir or Path(config.out) / "data",
                        judge=config.judge, judge_model=config.judge_model, train=train,
                        max_tokens=config.max_tokens, judge_override=judge)

@@ -265,7 +265,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                         catch_up=config.catch_up, lora=config.lora, lr=config.lr,
                         max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
                         settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
-                        w_opd=config.w_opd,
+                        w_opd=config.w_opd, gate_max_length_ratio=config.gate_max_length_ratio,
+                        gate_max_repetition_increase=config.gate_max_repetition_increase,
                         gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
                         **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
     scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
@@ -364,6 +365,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "parallel": config.parallel,
         "seed": config.seed,
         "gate": config.gate,
+        "gate_max_length_ratio": config.gate_max_length_ratio,
+        "gate_max_repetition_increase": config.gate_max_repetition_increase,
         "settle_after": config.settle_after,
         "kl_beta": config.kl_beta,
         "w_opd": train.w_opd,  # what the trainer was given
@@ -497,6 +500,8 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "max_staleness": config.max_staleness,
         "opd_baseline": config.opd_baseline,
         "gate": config.gate,
+        "gate_max_length_ratio": config.gate_max_length_ratio,
+        "gate_max_repetition_increase": config.gate_max_repetition_increase,
         "settle_after": config.settle_after,
         "kl_beta": config.kl_beta,
         "w_opd": config.w_opd,

@@ -66,6 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import psutil
 import torch
 
 from openclaw_rl.chat import render_prompt
@@ -88,6 +89,28 @@ _NON_ANSWER = re.compile(
     r"^\s*$|^\W*(i'?m sorry|i apologi[sz]e|sorry,? (but )?i|as an ai\b|i (can ?not|can't|am unable to|won't)\b"
     r"|i am an? (ai|language model|assistant)|(hello|hi)[!,.]* i'?m (an? )?(ai|assistant|smollm|your))",
     re.IGNORECASE)
+
+
+SNAPSHOT_SHARE = 0.25  # --gate auto: the most of the free memory the snapshot may take
+
+
+def auto_off_reason(trainer: Trainer) -> str | None:
+    """Why `--gate auto` leaves this trainer's gate off, or None: it is on. The gate decodes its
+    probes with one process's whole model (so not a sharded trainer), and keeps a snapshot of
+    the last accepted trainable weights (on the CPU) and AdamW's two moments of each (where the
+    optimizer lives); auto does not let that take more than a quarter of the memory free."""
+    if trainer.sharded:
+        return "the trainer is sharded, and the gate decodes its probes with one process's whole model"
+    trainable = sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)
+    device = next(trainer.model.parameters()).device
+    host = psutil.virtual_memory().available
+    need = {"the CPU": 3 * trainable} if device.type == "cpu" else {"the CPU": trainable, str(device): 2 * trainable}
+    free = {"the CPU": host, **({str(device): torch.cuda.mem_get_info(device)[0]} if device.type == "cuda" else {})}
+    for where, size in need.items():
+        if where in free and size > SNAPSHOT_SHARE * free[where]:
+            return (f"its snapshot of the last accepted weights and optimizer state needs {size / 1e9:.1f} GB on "
+                    f"{where}, more than a quarter of the {free[where] / 1e9:.1f} GB free there")
+    return None
 
 
 def repetition_rate(ids: Sequence[int], n: int = 4) -> float:
