@@ -331,7 +331,8 @@ def test_serve_with_vllm_learns_from_sessions(vllm_url, model_dir, tmp_path):
     server = LiveServer(model_dir, data_dir, engine="vllm", engine_url=vllm_url,
                         judge=JudgeConfig(judge="embedding", poll_interval_s=0.2),
                         train=TrainConfig(method="combined", lora=True, batch_size=2, lr=1e-3,
-                                          train_poll_interval_s=0.2, checkpoint_every=100))
+                                          train_poll_interval_s=0.2, checkpoint_every=100,
+                                          gate="off"))  # the vLLM wiring; serve's default gate is tested in test_gate
     url = f"{server.base_url}/v1/chat/completions"
     replies = ["No, that's wrong. Don't use bullet points; write plain sentences.", "Thanks, that's exactly right!"]
     results = []
