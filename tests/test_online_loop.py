@@ -140,7 +140,7 @@ def test_separate_trainer_process_hands_weights_to_a_serve_only_process(trained,
         proc = subprocess.run(
             [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(trained["data_dir"]),
              "--model", str(tiny_model_dir), "--batch-size", "2", "--lr", "0.001", "--max-steps", "1",
-             "--max-staleness", "100", "--resume"],
+             "--max-staleness", "100", "--resume", "--gate", "off"],  # the hand-off, not the gate (test_gate)
             capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         deadline = time.monotonic() + 30
