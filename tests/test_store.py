@@ -336,8 +336,10 @@ claimed = []
 while True:
     # min_size 1: a last odd sample is claimed too (with min_size 2 it would wait, by design, and read as lost)
     samples, _ = store.claim_samples("combined", 2, 0, 2, 1, 1)
-    if not samples:
-        break
+    if not samples:  # a claim that lost the race for its samples comes back empty while others are ready
+        if store.sample_counts("combined")["ready"] == 0:
+            break
+        continue
     if not claimed:  # a second barrier: each claims once before either claims again, so the claims interleave
         pathlib.Path(str(here) + ".claimed").touch()  # even when one process starts seconds after the other
         deadline = time.time() + 60
