@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
 from openclaw_rl.store import Store, make_store  # noqa: E402
-from openclaw_rl.types import Sample  # noqa: E402
+from openclaw_rl.types import Sample, TurnRecord  # noqa: E402
 
 CLAIMER = """
 import sys, time
@@ -54,11 +54,11 @@ def fill(store: Store, turns: int, samples: int) -> list[float]:
     ids = []
     for i in range(max(turns, samples)):
         start = time.perf_counter()
-        turn = store.record_turn(
+        turn = store.record_turn(TurnRecord(
             session_id="bench", kind="main", policy_version=0,
             prompt_messages=[{"role": "user", "content": f"question {i} " * 20}], prompt_token_ids=list(range(200)),
             response_token_ids=list(range(100)), behaviour_logprobs=[-0.5] * 100, response_text="answer " * 50,
-            tool_calls=[], sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=f"h{i}")
+            tool_calls=[], sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=f"h{i}"))
         latencies.append(time.perf_counter() - start)
         ids.append(turn.id)
     for turn_id in ids[:samples]:

@@ -3,6 +3,7 @@ SQLite and on a real PostgreSQL server (see conftest.py), and must pass unchange
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import subprocess
@@ -13,17 +14,17 @@ from pathlib import Path
 import pytest
 
 from openclaw_rl.store import Store, StoreError, StoreUnavailable, add_missing_columns, make_store, redact_url
-from openclaw_rl.types import NextState, Sample, Verdict
+from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
+from openclaw_rl.users import LOCAL
 
 
 def _turn(store: Store, session_id: str = "s", kind: str = "main", version: int = 0, text: str = "ans",
           continuation_hash: str | None = None):
-    return store.record_turn(
+    return store.record_turn(TurnRecord(
         session_id=session_id, kind=kind, policy_version=version,
         prompt_messages=[{"role": "user", "content": f"q for {text}"}], prompt_token_ids=[1, 2],
-        response_token_ids=[3, 4, 5], behaviour_logprobs=[-0.1, -1 / 3, -2.5e-7], response_text=text,
-        tool_calls=[], sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=continuation_hash,
-    )
+        response_token_ids=[3, 4, 5], behaviour_logprobs=[-0.1, -1 / 3, -2.5e-7], response_text=text, tool_calls=[],
+        sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=continuation_hash))
 
 
 def _sample(turn_id: int, version: int = 0) -> Sample:
@@ -95,18 +96,29 @@ def test_sessions_continued_by_finds_main_turns_newest_first(store):
     assert store.sessions_continued_by([]) == []
 
 
-def test_mismatched_logprobs_record_nothing(store):
-    store.ensure_session("s", "new")
-    with pytest.raises(ValueError, match="log-probs"):
-        store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[],
-                          response_token_ids=[1, 2], behaviour_logprobs=[0.0], response_text="", tool_calls=[],
-                          sampling={}, finish_reason="stop", continuation_hash=None)
-    assert store.counts()["turns"] == 0
+def test_a_bad_turn_record_is_refused_with_the_value_and_the_fix(store):
+    fields = dict(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[],
+                  response_token_ids=[1, 2], behaviour_logprobs=[0.0, -1.0], response_text="", tool_calls=[],
+                  sampling={}, finish_reason="stop")
+    with pytest.raises(ValueError, match=r"2 response ids but 1 log-probs \(turn of session 's'\): record one"):
+        TurnRecord(**{**fields, "behaviour_logprobs": [0.0]})
+    with pytest.raises(ValueError, match="kind is 'main' or 'side', got 'aside'"):
+        TurnRecord(**{**fields, "kind": "aside"})
+    with pytest.raises(TypeError, match="record_turn takes a TurnRecord .* got dict"):
+        store.record_turn(fields)
+    record = TurnRecord(**fields)
+    assert (record.owner, record.source, record.continuation_hash) == (LOCAL.name, "new", None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.kind = "side"  # type: ignore[misc]
+    assert store.counts() == {"sessions": 0, "turns": 0, "main_turns": 0, "paired_turns": 0}
+    turn = store.record_turn(record)  # the session is created for the record's owner, with its source
+    assert (turn.session_id, turn.index, turn.kind, turn.owner) == ("s", 0, "main", LOCAL.name)
+    assert store.get_session("s").source == "new"
 
 
 def test_a_failed_write_rolls_back_and_the_store_goes_on(store):
-    with pytest.raises(Exception):  # noqa: B017 - sqlite3 and psycopg name the CHECK violation differently
-        _turn(store, session_id="never-created", kind="bogus")
+    with pytest.raises(Exception):  # noqa: B017 - sqlite3 and psycopg name the NOT NULL violation differently
+        _turn(store, session_id="never-created", text=None)  # the database refuses it inside the transaction
     assert store.get_session("never-created") is None  # the session it would have made is rolled back too
     store.ensure_session("s", "header")
     assert _turn(store).index == 0

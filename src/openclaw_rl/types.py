@@ -108,6 +108,38 @@ class NextState:
 
 
 @dataclass(frozen=True)
+class TurnRecord:
+    """A turn as serving hands it to the store (`Store.record_turn`), before the store gives it
+    an id, its index in the session and its time. The `Turn` it becomes keeps every field but
+    `source`, which only says how to create the session if the store has none."""
+
+    session_id: str
+    kind: TurnKind
+    policy_version: int
+    prompt_messages: list[Message]
+    prompt_token_ids: list[int]
+    response_token_ids: list[int]
+    behaviour_logprobs: list[float]  # (T,): one per response id, under the sampling distribution
+    response_text: str
+    tool_calls: list[dict[str, Any]]
+    sampling: dict[str, Any]
+    finish_reason: str
+    continuation_hash: str | None = None  # of prompt + response; None for side turns (serve/sessions.py)
+    owner: str = "local"  # the user whose session it is: users.LOCAL's name when the server has no keys
+    source: str = "new"  # how the session id was chosen, if the store has to create the session
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("main", "side"):
+            raise ValueError(f"a turn's kind is 'main' or 'side', got {self.kind!r} (turn of session "
+                             f"{self.session_id!r}): a side turn is a call off the session's main line")
+        if len(self.response_token_ids) != len(self.behaviour_logprobs):
+            raise ValueError(
+                f"{len(self.response_token_ids)} response ids but {len(self.behaviour_logprobs)} log-probs "
+                f"(turn of session {self.session_id!r}): record one behaviour log-prob per sampled token"
+            )
+
+
+@dataclass(frozen=True)
 class Turn:
     """One chat-completion call, exactly as it was sampled."""
 

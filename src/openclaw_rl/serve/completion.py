@@ -23,7 +23,7 @@ from openclaw_rl.engine.base import Finished, Started
 from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, continuation_hash, response_message
 from openclaw_rl.serve.textstream import TextAssembler
-from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind
+from openclaw_rl.types import Generation, Message, SamplingParams, TokenStep, Turn, TurnKind, TurnRecord
 from openclaw_rl.users import LOCAL, User
 
 
@@ -117,15 +117,14 @@ class TurnInProgress:
                     "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.end_user}
         hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.end_user or "")
                   if spec.kind == "main" else None)
-        self.turn = await run_in_threadpool(
-            lambda: store.record_turn(
-                session_id=self.ref.id, kind=spec.kind, policy_version=generation.policy_version,
-                prompt_messages=spec.messages, prompt_token_ids=self.prompt_ids,
-                response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
-                response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
-                continuation_hash=hashed, owner=spec.caller.name, source=self.ref.source,
-            )
+        record = TurnRecord(
+            session_id=self.ref.id, kind=spec.kind, policy_version=generation.policy_version,
+            prompt_messages=spec.messages, prompt_token_ids=self.prompt_ids,
+            response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
+            response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
+            continuation_hash=hashed, owner=spec.caller.name, source=self.ref.source,
         )
+        self.turn = await run_in_threadpool(store.record_turn, record)
         metrics = self.server.metrics
         metrics.turns_recorded.labels(spec.kind).inc()
         metrics.tokens_generated.inc(len(self.steps))
