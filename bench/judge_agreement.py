@@ -46,7 +46,7 @@ from openclaw_rl.engine.local import LocalEngine  # noqa: E402
 from openclaw_rl.judge.worker import JudgeWorker  # noqa: E402
 from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.store import Store  # noqa: E402
-from openclaw_rl.types import NextState  # noqa: E402
+from openclaw_rl.types import NextState, TurnRecord  # noqa: E402
 
 SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl" for name in ("tuning", "measured")}
 SCORES = (1, 0, -1)
@@ -66,11 +66,10 @@ def record_cases(store: Store, cases: list[dict], tokenizer) -> list:
         response = tokenizer.encode(case["response"] or " ", add_special_tokens=False) if tokenizer else [0]
         session = f"case-{case['id']}"
         store.ensure_session(session, "header")
-        turn = store.record_turn(
+        turn = store.record_turn(TurnRecord(
             session_id=session, kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
             response_token_ids=response, behaviour_logprobs=[0.0] * len(response), response_text=case["response"],
-            tool_calls=case.get("tool_calls") or [], sampling={"temperature": 1.0}, finish_reason="stop",
-            continuation_hash=None)
+            tool_calls=case.get("tool_calls") or [], sampling={"temperature": 1.0}, finish_reason="stop"))
         store.set_next_state(turn.id, NextState(case["next_state_role"], case["next_state"], at=time.time()))
         turns.append(store.get_turn(turn.id))
     return turns

@@ -34,7 +34,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-from openclaw_rl.compose import build_app  # noqa: E402
+from openclaw_rl.compose import build_stack  # noqa: E402
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig  # noqa: E402
 from openclaw_rl.net import free_port  # noqa: E402
 from openclaw_rl.serve.background import ServerThread  # noqa: E402
@@ -73,8 +73,9 @@ def run(model: str, defences: bool, sessions: int, max_tokens: int) -> dict:
     judge = JudgeConfig(judge="embedding", screen_hints=defences)
     train = TrainConfig(method="combined", batch_size=4, lr=5e-5, gate="on" if defences else "off",
                         max_user_share=None if defences else 1.0)
-    server, app = build_app(serve, judge, train)
-    thread = ServerThread(app, serve.port)
+    stack = build_stack(serve, judge, train)
+    server = stack.server
+    thread = ServerThread(stack.app(), serve.port)
     base = thread.base_url
     started = time.monotonic()
     try:

@@ -8,7 +8,7 @@ random token ids, combined objective, full fine-tuning. Each setting runs in a f
 process, since the allocator settings are process-wide:
 
 - allocator `mmap-1mb`: glibc's mmap threshold fixed at 1 MB (the CLI before
-  openclaw_rl/memory.py); `glibc`: its defaults; `tuned`: memory.tune_allocator (the CLI now);
+  openclaw_rl/allocator.py); `glibc`: its defaults; `tuned`: allocator.tune_allocator (the CLI now);
 - passes of 4 samples in arrival order (the trainer before), 4 sorted by length, 2, and 1
   (the CPU default now).
 
@@ -41,7 +41,7 @@ def one(allocator: str, size: int, by_length: bool, threads: int) -> dict:
     if allocator == "mmap-1mb":
         ctypes.CDLL("libc.so.6").mallopt(-3, 1 << 20)  # M_MMAP_THRESHOLD
     elif allocator == "tuned":
-        from openclaw_rl.memory import tune_allocator
+        from openclaw_rl.allocator import tune_allocator
         tune_allocator()
     import resource
     import time

@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from openclaw_rl.config import TrainConfig  # noqa: E402
 from openclaw_rl.engine.loading import resolve_model_dir  # noqa: E402
-from openclaw_rl.memory import tune_allocator  # noqa: E402
+from openclaw_rl.allocator import tune_allocator  # noqa: E402
 from openclaw_rl.judge.teacher import hinted_messages  # noqa: E402
 from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.train.batch import collate, split_micro_batches  # noqa: E402
@@ -306,7 +306,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=None,
                         help="our samples per forward/backward pass (default: the trainer's, 1 on a CPU)")
     parser.add_argument("--allocator", choices=("tuned", "glibc"), default="tuned",
-                        help="tuned: big blocks from the heap, as the CLI runs (openclaw_rl/memory.py); glibc: "
+                        help="tuned: big blocks from the heap, as the CLI runs (openclaw_rl/allocator.py); glibc: "
                              "its defaults")
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "train_step.json")
     args = parser.parse_args()

@@ -62,13 +62,14 @@ class LiveServer:
 
     def __init__(self, model_dir: Path, data_dir: Path, judge=None, train=None, **overrides):
         from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
-        from openclaw_rl.compose import build_app
+        from openclaw_rl.compose import build_stack
 
         self.port = free_port()
         overrides.setdefault("train", train is not None)
         overrides.setdefault("status_interval_s", 0.0)
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
-        self.server, self.app = build_app(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
+        stack = build_stack(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
+        self.server, self.app = stack.server, stack.app()
         self._thread = ServerThread(self.app, self.port)
 
     @property

@@ -22,6 +22,7 @@ from openclaw_rl.train import checkpoint
 from openclaw_rl.train.weights import FilesChannel
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.types import TurnRecord
 from test_trainer import (  # noqa: F401 (fixtures used by name)
     TEST_LR, build_tiny_llama, make_samples, one_thread, served_logprobs, tiny_llama,
 )
@@ -228,9 +229,10 @@ def test_export_without_a_checkpoint_says_so(tmp_path) -> None:
 def _ready_samples(store, model_dir: Path, count: int) -> None:
     store.ensure_session("s", "header")
     turn_ids = [
-        store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
-                          response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                          sampling={}, finish_reason="stop", continuation_hash=None).id
+        store.record_turn(TurnRecord(
+            session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+            response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[], sampling={},
+            finish_reason="stop")).id
         for _ in range(count)
     ]
     for sample in make_samples(model_dir, [(1.0, True), (-1.0, False)] * (count // 2), turn_ids=turn_ids):
@@ -242,7 +244,7 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
     """Checkpoint at step 3, a SIGKILL after step 5: v4 and v5 name weights that are lost, forever."""
     import hashlib
 
-    from openclaw_rl.compose import train_process
+    from openclaw_rl.processes import train_process
 
     store = make_store(store_url, data_dir=tmp_path)
     _ready_samples(store, tiny_llama, 14)
@@ -287,9 +289,10 @@ def test_a_trainer_without_a_checkpoint_numbers_its_weights_above_every_version_
     from openclaw_rl.compose import load_trainer
 
     store.ensure_session("s", "header")
-    store.record_turn(session_id="s", kind="main", policy_version=9, prompt_messages=[], prompt_token_ids=[1],
-                      response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                      sampling={}, finish_reason="stop", continuation_hash=None)  # served by a v9 since lost
+    store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=9, prompt_messages=[], prompt_token_ids=[1],
+        response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[], sampling={},
+        finish_reason="stop"))  # served by a v9 since lost
     store.set_policy_version(7, train_step=7)
     trainer = load_trainer(tiny_llama, store.data_dir, TrainConfig(), resume=True, store=store)
     assert (trainer.policy_version, trainer.parent_version, trainer.train_step) == (10, 0, 0)  # the base, renumbered

@@ -19,7 +19,7 @@ from conftest import LiveServer
 from openclaw_rl.config import JudgeConfig, TrainConfig
 from openclaw_rl.serve.dashboard import CSP, reward_curves, run_curve, version_curves
 from openclaw_rl.store import Store
-from openclaw_rl.types import NextState, Sample, Verdict
+from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
 from openclaw_rl.users import Users
 
 XSS_PROMPT = "<script>window.__xss='prompt'</script><img src=x onerror=\"window.__xss='prompt'\"> 2+2?"
@@ -98,10 +98,10 @@ def test_a_run_in_progress_is_found_beside_its_data_dir(tmp_path):
 
 def _turn(store: Store, session: str, owner: str, text: str = "hello"):
     store.ensure_session(session, "header", owner)
-    return store.record_turn(session_id=session, kind="main", policy_version=0,
-                             prompt_messages=[{"role": "user", "content": text}], prompt_token_ids=[1, 5],
-                             response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], response_text="ok",
-                             tool_calls=[], sampling={}, finish_reason="stop", continuation_hash=None, owner=owner)
+    return store.record_turn(TurnRecord(
+        session_id=session, kind="main", policy_version=0, prompt_messages=[{"role": "user", "content": text}],
+        prompt_token_ids=[1, 5], response_token_ids=[2, 3], behaviour_logprobs=[-1.0, -1.0], response_text="ok",
+        tool_calls=[], sampling={}, finish_reason="stop", owner=owner))
 
 
 def _sample(turn, reward: float = 1.0) -> Sample:
@@ -422,6 +422,6 @@ def test_the_version_the_gate_decides_on_is_shown_while_it_decides(tiny_model_di
         return []
 
     gate = Gate(trainer, config, AutoTokenizer.from_pretrained(tiny_model_dir), probes)
-    gate.watch = metrics.show_candidate  # as loop.train_loop sets it
+    gate.watch = metrics.show_candidate  # as loop.show_candidates sets it
     assert metrics.candidate is None and gate.decide().accepted
     assert seen == [(7, 7.0)] and metrics.candidate is None and metrics.gate_candidate._value.get() == -1

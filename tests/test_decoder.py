@@ -174,7 +174,8 @@ def test_a_process_with_a_local_model_switches_the_gil_often(tiny_model_dir, tmp
     import asyncio
     import sys
 
-    from openclaw_rl.compose import SWITCH_INTERVAL_S, build_engine
+    from openclaw_rl.compose import build_engine
+    from openclaw_rl.train.cores import SWITCH_INTERVAL_S
     from openclaw_rl.config import ServeConfig
 
     previous = sys.getswitchinterval()

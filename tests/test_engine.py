@@ -125,7 +125,7 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
 
 
 def test_serving_borrows_the_trainers_core_between_its_steps(tiny_model_dir):
-    from openclaw_rl.compose import trainer_core_lender
+    from openclaw_rl.train.cores import trainer_core_lender
 
     class Trainer:
         stepping = False
@@ -150,7 +150,7 @@ def test_serving_borrows_the_trainers_core_between_its_steps(tiny_model_dir):
 
 
 def test_the_in_process_trainer_borrows_servings_core_only_once_no_request_came_for_a_while(tiny_model_dir):
-    from openclaw_rl.compose import idle_core_lender
+    from openclaw_rl.train.cores import idle_core_lender
 
     eng = LocalEngine(tiny_model_dir, max_batch_size=4)
     try:

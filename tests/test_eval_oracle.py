@@ -13,7 +13,7 @@ from openclaw_rl.eval.teacher import TEACHER
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.judge.worker import JudgeFailure, JudgeWorker
 from openclaw_rl.store import Store
-from openclaw_rl.types import NextState, Turn
+from openclaw_rl.types import NextState, Turn, TurnRecord
 
 PROBLEM = heldout_problems(1)[0]  # Tomas: 8 × 8 = 64 crayons, 64 - 9 = 55 left
 GOOD = ("Tomas buys 8 packs with 8 crayons in each, so he has 8 times 8, which is 64 crayons. Then he gives 9 "
@@ -81,10 +81,10 @@ def test_teacher_oracle_finds_the_problem_from_the_grading_request():
 def test_judge_worker_records_oracle_verdicts_and_samples(tmp_path):
     store = Store(tmp_path)
     store.ensure_session("s", "header")
-    recorded = store.record_turn(
+    recorded = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=first_prompt(), prompt_token_ids=[1, 2],
         response_token_ids=[3, 4], behaviour_logprobs=[-1.0, -1.0], response_text=BAD, tool_calls=[],
-        sampling={"temperature": 1.0}, finish_reason="stop", continuation_hash=None)
+        sampling={"temperature": 1.0}, finish_reason="stop"))
     store.set_next_state(recorded.id, NextState("user", "Thanks!"))  # the oracle ignores what the user said
     worker = JudgeWorker(store, OracleJudge(STUDENT, [PROBLEM]), JudgeConfig())
     verdict = asyncio.run(worker.process(store.get_turn(recorded.id)))

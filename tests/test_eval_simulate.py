@@ -97,9 +97,9 @@ def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_r
 
     out = tmp_path / "sim"
     trainers: list = []
-    build_app = simulate.build_app
-    monkeypatch.setattr(simulate, "build_app", lambda serve, judge, train, **kw: (trainers.append(train),
-                                                                                 build_app(serve, judge, train, **kw))[1])
+    build_stack = simulate.build_stack
+    monkeypatch.setattr(simulate, "build_stack", lambda serve, judge, train, spec: (trainers.append(train),
+                                                                                   build_stack(serve, judge, train, spec))[1])
     # lr 1 on the tiny model: every candidate drifts far from the served one, so the gate turns them away
     code = main(["simulate", "--sessions", "12", "--method", "binary", "--judge", "oracle", "--model",
                  str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
@@ -169,16 +169,20 @@ def test_the_approval_threshold_applies_to_the_user_and_the_oracle():
 
 def test_the_demo_uses_the_settings_whose_curve_rose_and_simulate_the_plain_defaults():
     from openclaw_rl.cli import _parser
-    from openclaw_rl.config import DEMO_DEFAULTS, SimulateConfig, build
+    from openclaw_rl.config import SimulateConfig, build, driver_values
 
-    demo = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo"]))
-    assert (demo.lr, demo.approve_threshold, demo.method, demo.judge) == (5e-5, 0.7, "combined", "embedding")
-    assert demo.gate == "on"  # no version worse than the one it replaces
-    simulate = build(SimulateConfig, {}, _parser().parse_args(["simulate"]))
-    assert (simulate.lr, simulate.approve_threshold, simulate.gate) == (None, None, "off")
-    assert build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--gate", "off"])).gate == "off"
-    flagged = build(SimulateConfig, DEMO_DEFAULTS, _parser().parse_args(["demo", "--lr", "1e-4"]))
-    assert flagged.lr == 1e-4  # a flag wins over the demo's default
+    def resolved(*argv: str) -> SimulateConfig:
+        return build(SimulateConfig, driver_values(SimulateConfig, "simulate", argv[0]), _parser().parse_args(argv))
+
+    demo = resolved("demo")
+    assert (demo.train.lr, demo.approve_threshold, demo.method, demo.judge_spec) == (5e-5, 0.7, "combined", "embedding")
+    assert demo.train.gate == "on"  # no version worse than the one it replaces
+    assert (demo.train.batch_size, demo.train.max_staleness, demo.judge.max_hints) == (2, 4, 1)
+    simulate = resolved("simulate")
+    assert (simulate.train.lr, simulate.approve_threshold, simulate.train.gate) == (None, None, "off")
+    assert (simulate.train.batch_size, simulate.train.max_staleness) == (4, 4)  # presets/simulate.toml
+    assert resolved("demo", "--gate", "off").train.gate == "off"
+    assert resolved("demo", "--lr", "1e-4").train.lr == 1e-4  # a flag wins over the demo's default
 
 
 def test_the_evaluator_answers_from_serving_while_it_serves_the_version_else_from_a_snapshot(tiny_model_dir,

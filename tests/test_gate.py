@@ -20,7 +20,7 @@ from openclaw_rl.train.runner import run_trainer
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import CallbackChannel, Publisher
-from openclaw_rl.types import NextState, Sample, Verdict
+from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
 from openclaw_rl.users import Users
 
 # -- the checks, by hand -------------------------------------------------------------------
@@ -179,10 +179,10 @@ def _paired_turns(store: Store, count: int) -> list[int]:
     store.ensure_session("s", "new")
     ids = []
     for i in range(count):
-        turn = store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[],
-                                 prompt_token_ids=[1, 5 + i, 9], response_token_ids=[2], behaviour_logprobs=[-1.0],
-                                 response_text="", tool_calls=[], sampling={}, finish_reason="stop",
-                                 continuation_hash=None)
+        turn = store.record_turn(TurnRecord(
+            session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1, 5 + i, 9],
+            response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[], sampling={},
+            finish_reason="stop"))
         store.set_next_state(turn.id, NextState("user", "ok"))
         ids.append(turn.id)
     return ids
@@ -334,10 +334,10 @@ def _alice_and_root(scripted_server, turns: int):
     keys = users.add("alice"), users.add("root", admin=True)
     store = server.server.store
     store.ensure_session("s", "new", "alice")
-    made = [store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
-                              response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                              sampling={}, finish_reason="stop", continuation_hash=None, owner="alice")
-            for _ in range(turns)]
+    made = [store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+        response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[], sampling={},
+        finish_reason="stop", owner="alice")) for _ in range(turns)]
     return server, store, keys, made
 
 

@@ -30,7 +30,7 @@ from openclaw_rl.judge.teacher import hinted_messages
 from openclaw_rl.judge.votes import VoteParseError, parse_preference
 from openclaw_rl.judge.worker import JudgeWorker, LLMJudge
 from openclaw_rl.store import Store
-from openclaw_rl.types import NextState, SamplingParams, TokenStep
+from openclaw_rl.types import NextState, SamplingParams, TokenStep, TurnRecord
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +44,11 @@ def _turn(store: Store, tokenizer, user: str, response: str, next_state: str):
     messages = [{"role": "user", "content": user}]
     ids = tokenizer.encode(response)
     store.ensure_session("s", "header")
-    turn = store.record_turn(
+    turn = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=messages,
         prompt_token_ids=render_prompt(tokenizer, messages, None, None), response_token_ids=ids,
         behaviour_logprobs=[-1.0] * len(ids), response_text=response, tool_calls=[], sampling={"temperature": 1.0},
-        finish_reason="stop", continuation_hash=None)
+        finish_reason="stop"))
     store.set_next_state(turn.id, NextState("user", next_state, at=1.0))
     return store.get_turn(turn.id)
 

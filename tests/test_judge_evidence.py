@@ -9,11 +9,13 @@ import pytest
 
 from openclaw_rl.judge.evidence import (
     cue_features,
+    material,
     material_from_parts,
     rule_verdict,
     without_injections,
 )
 from openclaw_rl.judge.rules import correction_hints
+from openclaw_rl.types import NextState, Turn
 
 
 def _call(name: str, **arguments) -> list[dict]:
@@ -58,6 +60,18 @@ def test_a_gui_outcome_that_names_another_item_is_a_miss():
     observation = 'Clicked [9] button "Add to cart".\n\nPage "Red mug" (/p/13)\ntext "Added to cart: Red mug"'
     assert _vote("Add the blue mug to the cart.", _call("click", element_id=9), observation, "environment") == -1
     assert _vote("Add the red mug to the cart.", _call("click", element_id=9), observation, "environment") is None
+
+
+def test_a_request_in_several_text_parts_keeps_its_word_boundaries():
+    # read as "Save it asreport.md", the write to report.md would look like a write to another file
+    prompt = [{"role": "user", "content": [{"type": "text", "text": "Save it as"}, {"type": "text", "text": "report.md"}]}]
+    turn = Turn(id=1, session_id="s", index=0, kind="main", policy_version=0, prompt_messages=prompt,
+                prompt_token_ids=[1], response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="",
+                tool_calls=_call("write_file", path="report.md", content="x"), sampling={}, finish_reason="stop",
+                created_at=0.0, next_state=NextState("tool", "Successfully wrote 1 bytes to report.md"))
+    read = material(turn, "tool")
+    assert read.request == "Save it as\nreport.md"
+    assert rule_verdict(read) is None
 
 
 def test_tool_calls_written_in_the_response_text_are_read_too():

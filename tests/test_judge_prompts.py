@@ -129,6 +129,18 @@ def test_request_is_the_last_user_message_and_response_shows_tool_calls() -> Non
     assert block(user, "response") == '(no text)\nTool calls:\n- plot({"x": [1, 2]})'
 
 
+def test_text_parts_of_a_message_are_read_as_separate_lines() -> None:
+    # clients send separate pieces as parts; glued together they would read "bugin app.py"
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Earlier,"}, {"type": "text", "text": "twice"}]},
+        {"role": "assistant", "content": "Ok."},
+        {"role": "user", "content": [{"type": "text", "text": "Fix the bug"}, {"type": "text", "text": "in app.py"}]},
+    ]
+    _, user = render(evaluative_prompt, messages=messages)
+    assert block(user, "request") == "Fix the bug\nin app.py"
+    assert '<message role="user">\nEarlier,\ntwice\n</message>' in block(user, "earlier_context")
+
+
 def test_context_is_trimmed_to_the_budget_oldest_first() -> None:
     messages = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"m{i} " + "w " * 9} for i in range(6)]
     messages.append({"role": "user", "content": "the latest request " + "x " * 50})

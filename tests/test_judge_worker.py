@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import WrappedEngine
-from openclaw_rl.config import JudgeConfig
+from openclaw_rl.config import JudgeConfig, ServeConfig
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.judge.backends import OpenAIChatBackend
@@ -23,7 +23,7 @@ from openclaw_rl.judge.worker import EmbeddingJudge, JudgeWorker, LLMJudge
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.store import Store
 from openclaw_rl.train.methods import METHODS
-from openclaw_rl.types import NextState, Verdict
+from openclaw_rl.types import NextState, TurnRecord, Verdict
 
 CASES = [json.loads(line) for line in (Path(__file__).parent / "data" / "judge_tuning.jsonl").read_text().splitlines()]
 
@@ -54,11 +54,11 @@ def _paired_turn(store: Store, tokenizer, user="How many days in a leap year?", 
     prompt = render_prompt(tokenizer, messages, None, None)
     response_ids = response_ids or tokenizer.encode("A leap year has 365 days.")
     store.ensure_session("s", "header")
-    turn = store.record_turn(
+    turn = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
         response_token_ids=response_ids, behaviour_logprobs=[-1.0] * len(response_ids),
         response_text=tokenizer.decode(response_ids), tool_calls=[], sampling={"temperature": temperature},
-        finish_reason="stop", continuation_hash=None)
+        finish_reason="stop"))
     store.set_next_state(turn.id, NextState("user", next_state, at=1.0))
     return store.get_turn(turn.id)
 
@@ -341,7 +341,8 @@ def test_the_standalone_judge_teacher_scores_with_the_newest_published_version(t
     hint = "A leap year has 366 days, not 365."
     backend = ScriptedBackend(["SCORE: -1"] * 2, [f"CORRECTION: yes\n[HINT]{hint}[/HINT]"] * 2)
     config = _config(votes=1)
-    worker = standalone_judge(store, tmp_path, tiny_model_dir, config, judge=LLMJudge(backend, config, len))
+    worker = standalone_judge(store, ServeConfig(data_dir=str(tmp_path)), tiny_model_dir, config,
+                              judge=LLMJudge(backend, config, len))
     tokenizer = worker.tokenizer
     try:
         published = {v: _perturbed_weights(tiny_model_dir, v) for v in (1, 2)}
@@ -414,10 +415,10 @@ def _sampled_turn(store: Store, engine, params) -> object:
 
     steps = asyncio.run(sample())
     store.ensure_session("s", "header")
-    turn = store.record_turn(
+    turn = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
         response_token_ids=[s.token_id for s in steps], behaviour_logprobs=[s.logprob for s in steps],
-        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length", continuation_hash=None)
+        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length"))
     store.set_next_state(turn.id, NextState("user", "No, name a warmer one.", at=1.0))
     return store.get_turn(turn.id)
 

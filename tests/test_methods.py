@@ -20,7 +20,7 @@ from openclaw_rl.store import Store
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.methods import METHODS, Method, get_method, reward_advantages
 from openclaw_rl.train.trainer import Trainer
-from openclaw_rl.types import NextState, Sample
+from openclaw_rl.types import NextState, Sample, TurnRecord
 
 HERE = Path(__file__).parent
 
@@ -142,10 +142,10 @@ def test_each_method_keeps_only_the_signals_it_reads():
 def test_a_teacher_method_skips_a_turn_without_teacher_targets_and_records_why(tmp_path):
     store = Store(tmp_path)
     store.ensure_session("s", "header")
-    ids = [store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[],
-                             prompt_token_ids=[1, 2], response_token_ids=[3, 4], behaviour_logprobs=[-1.0, -1.0],
-                             response_text="", tool_calls=[], sampling={}, finish_reason="stop",
-                             continuation_hash=None).id for _ in range(2)]
+    ids = [store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1, 2],
+        response_token_ids=[3, 4], behaviour_logprobs=[-1.0, -1.0], response_text="", tool_calls=[], sampling={},
+        finish_reason="stop")).id for _ in range(2)]
     store.add_sample(_sample(ids[0], **FULL))
     store.add_sample(_sample(ids[1], reward=-1.0))  # a verdict, but no hint: nothing for opd
     opd = METHODS["opd"]
@@ -226,11 +226,11 @@ def test_one_judge_run_serves_trainers_of_two_methods_from_one_store(tiny_model_
     for i in range(4):
         messages = [{"role": "user", "content": f"How many days has leap year {i}?"}]
         response = engine.tokenizer.encode("A leap year has 365 days.")
-        turn = store.record_turn(
+        turn = store.record_turn(TurnRecord(
             session_id="s", kind="main", policy_version=0, prompt_messages=messages,
             prompt_token_ids=render_prompt(engine.tokenizer, messages, None, None), response_token_ids=response,
-            behaviour_logprobs=[-2.0] * len(response), response_text="", tool_calls=[], sampling={"temperature": 1.0},
-            finish_reason="stop", continuation_hash=None)
+            behaviour_logprobs=[-2.0] * len(response), response_text="", tool_calls=[],
+            sampling={"temperature": 1.0}, finish_reason="stop"))
         store.set_next_state(turn.id, NextState("user", "No, 366.", at=1.0))
     judge = FixedJudge()
     worker = JudgeWorker(store, judge, JudgeConfig(votes=1), engine, engine.tokenizer)  # no method anywhere

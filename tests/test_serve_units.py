@@ -11,7 +11,7 @@ from openclaw_rl.chat import parse_tool_calls, render_prompt
 from openclaw_rl.serve.sessions import continuation_hash, history_hash, next_state_of, response_message
 from openclaw_rl.serve.textstream import TextAssembler
 from openclaw_rl.store import StoreError, make_store
-from openclaw_rl.types import NextState
+from openclaw_rl.types import NextState, TurnRecord
 
 
 class CharTokenizer:
@@ -69,11 +69,10 @@ def test_tools_are_rendered_for_a_template_without_tool_support(tiny_model_dir):
 def test_next_state_is_what_follows_the_previous_prompt_and_response(store, store_url, tmp_path):
     store.ensure_session("s", "header")
     prompt = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "q"}]
-    turn = store.record_turn(
+    turn = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=prompt, prompt_token_ids=[1],
-        response_token_ids=[2, 3], behaviour_logprobs=[-0.1, -0.2], response_text="ans", tool_calls=[],
-        sampling={}, finish_reason="stop", continuation_hash=continuation_hash(prompt, response_message("ans", [])),
-    )
+        response_token_ids=[2, 3], behaviour_logprobs=[-0.1, -0.2], response_text="ans", tool_calls=[], sampling={},
+        finish_reason="stop", continuation_hash=continuation_hash(prompt, response_message("ans", []))))
     follow = prompt + [{"role": "assistant", "content": "ans"}, {"role": "tool", "content": "out1"},
                        {"role": "tool", "content": "out2"}]
     state = next_state_of(turn, follow)
@@ -94,9 +93,10 @@ def test_next_state_is_what_follows_the_previous_prompt_and_response(store, stor
 def test_record_turn_rejects_mismatched_logprobs(store):
     store.ensure_session("s", "new")
     with pytest.raises(ValueError, match="log-probs"):
-        store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[],
-                          response_token_ids=[1, 2], behaviour_logprobs=[0.0], response_text="", tool_calls=[],
-                          sampling={}, finish_reason="stop", continuation_hash=None)
+        store.record_turn(TurnRecord(
+            session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[],
+            response_token_ids=[1, 2], behaviour_logprobs=[0.0], response_text="", tool_calls=[], sampling={},
+            finish_reason="stop"))
     assert store.counts()["turns"] == 0
 
 

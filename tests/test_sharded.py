@@ -255,7 +255,7 @@ def _processes_naming(path: Path) -> list[str]:
 
 def test_the_gate_and_a_sharded_trainer_are_refused_together_with_the_fix(tiny_model_dir, tmp_path,
                                                                           monkeypatch) -> None:
-    from openclaw_rl.compose import train_process, trainer_process
+    from openclaw_rl.processes import train_process, trainer_process
     from openclaw_rl.config import ConfigError, ServeConfig
 
     monkeypatch.setenv("WORLD_SIZE", "2")  # a rank under torchrun: refused before it joins the group

@@ -20,7 +20,7 @@ from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.train.batch import collate, split_micro_batches
 from openclaw_rl.train.methods import METHODS
 from openclaw_rl.train.trainer import MICRO_BATCH, Trainer
-from openclaw_rl.types import Sample
+from openclaw_rl.types import Sample, TurnRecord
 
 TEST_LR = {False: 1e-3, True: 1e-2}  # large enough to see a tiny model move in a few steps
 # (reward, has a teacher) per sample; the last one carries no signal for any method. The reward
@@ -253,10 +253,10 @@ def test_a_turn_sampled_with_top_p_has_ratio_one_at_the_first_step(tiny_model_di
     steps = asyncio.run(sample())
     store = Store(tmp_path)
     store.ensure_session("s", "header")
-    turn = store.record_turn(
+    turn = store.record_turn(TurnRecord(
         session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
         response_token_ids=[s.token_id for s in steps], behaviour_logprobs=[s.logprob for s in steps],
-        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length", continuation_hash=None)
+        response_text="", tool_calls=[], sampling=params.to_dict(), finish_reason="length"))
     verdict = Verdict(turn_id=turn.id, status="ok", reward=1, votes=[1], raw=[], hints=[], selected_hint=None,
                       overlap_scores=[], judge="test", latency_s=0.0)
     sample = METHODS["combined"].assemble(turn_sample(turn, verdict, None))
@@ -427,9 +427,10 @@ def test_run_trainer_claims_steps_publishes_and_checkpoints_against_a_real_store
 
     store.ensure_session("s", "header")
     turn_ids = [
-        store.record_turn(session_id="s", kind="main", policy_version=5, prompt_messages=[], prompt_token_ids=[1],
-                          response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[],
-                          sampling={}, finish_reason="stop", continuation_hash=None).id
+        store.record_turn(TurnRecord(
+            session_id="s", kind="main", policy_version=5, prompt_messages=[], prompt_token_ids=[1],
+            response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="", tool_calls=[], sampling={},
+            finish_reason="stop")).id
         for _ in range(5)
     ]
     stale, *fresh = make_samples(tiny_llama, SIGNALS[:5], policy_version=5, turn_ids=turn_ids)

@@ -16,12 +16,12 @@ import httpx
 import pytest
 
 from conftest import ScriptedEngine
-from openclaw_rl.compose import check_exposure
+from openclaw_rl.serve.server import check_exposure
 from openclaw_rl.config import ConfigError, ServeConfig, TrainConfig
 from openclaw_rl.serve.limits import RateLimit
 from openclaw_rl.store import Store
 from openclaw_rl.train.runner import per_user_cap
-from openclaw_rl.types import NextState, Sample, Verdict
+from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
 from openclaw_rl.users import Users, UserError
 
 CARD, EMAIL, SSN = "4111 1111 1111 1111", "alice.liddell@example.org", "536-22-8726"
@@ -266,11 +266,11 @@ def test_deletion_while_sessions_are_written_judged_and_trained_loses_nothing_el
         def write():
             sid = f"{owner}-{next(count)}"
             store.ensure_session(sid, "new", owner)
-            turn = store.record_turn(session_id=sid, kind="main", policy_version=0,
-                                     prompt_messages=[{"role": "user", "content": f"{owner} asks"}],
-                                     prompt_token_ids=[1], response_token_ids=[2, 3], behaviour_logprobs=[-0.1, -0.2],
-                                     response_text="answer", tool_calls=[], sampling={}, finish_reason="stop",
-                                     continuation_hash=None, owner=owner)
+            turn = store.record_turn(TurnRecord(
+                session_id=sid, kind="main", policy_version=0,
+                prompt_messages=[{"role": "user", "content": f"{owner} asks"}], prompt_token_ids=[1],
+                response_token_ids=[2, 3], behaviour_logprobs=[-0.1, -0.2], response_text="answer", tool_calls=[],
+                sampling={}, finish_reason="stop", owner=owner))
             try:
                 store.set_next_state(turn.id, NextState("user", f"{owner} says thanks {EMAIL}"))
             except Exception:
@@ -422,10 +422,10 @@ def test_one_user_may_hold_only_so_many_generations_at_once(scripted_server):
 def test_one_user_fills_at_most_their_share_of_a_batch(store):
     for i, owner in enumerate(["alice", "alice", "alice", "bob"]):
         store.ensure_session(f"s{i}", "new", owner)
-        turn = store.record_turn(session_id=f"s{i}", kind="main", policy_version=0, prompt_messages=[],
-                                 prompt_token_ids=[1], response_token_ids=[2], behaviour_logprobs=[-0.1],
-                                 response_text="a", tool_calls=[], sampling={}, finish_reason="stop",
-                                 continuation_hash=None, owner=owner)
+        turn = store.record_turn(TurnRecord(
+            session_id=f"s{i}", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+            response_token_ids=[2], behaviour_logprobs=[-0.1], response_text="a", tool_calls=[], sampling={},
+            finish_reason="stop", owner=owner))
         store.set_next_state(turn.id, NextState("user", "fine"))
         _judge_and_claim(store, turn.id, f"s{i}")
     cap = per_user_cap(TrainConfig(batch_size=2, max_user_share=0.5))
@@ -448,11 +448,11 @@ def _modes(root: Path) -> dict[str, int]:
 
 def _planted_turn(store: Store) -> None:
     store.ensure_session("s", "new")
-    turn = store.record_turn(session_id="s", kind="main", policy_version=0,
-                             prompt_messages=[{"role": "user", "content": f"charge {CARD}, SSN {SSN}"}],
-                             prompt_token_ids=[1], response_token_ids=[2], behaviour_logprobs=[-0.1],
-                             response_text=f"I'll mail {EMAIL}", tool_calls=[], sampling={}, finish_reason="stop",
-                             continuation_hash=None)
+    turn = store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=0,
+        prompt_messages=[{"role": "user", "content": f"charge {CARD}, SSN {SSN}"}], prompt_token_ids=[1],
+        response_token_ids=[2], behaviour_logprobs=[-0.1], response_text=f"I'll mail {EMAIL}", tool_calls=[],
+        sampling={}, finish_reason="stop"))
     store.set_next_state(turn.id, NextState("user", f"write to {EMAIL} please"))
 
 

@@ -24,13 +24,28 @@ _TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTAL
 
 
 def content_text(message: Message) -> str:
-    """The text of a message's content (a string, a list of text parts, or nothing)."""
+    """The text of a message's content: a string, a list of parts, or nothing.
+
+    The one reading of a message's text, for the policy's prompt, session pairing and the
+    judge alike. Text parts are joined by a newline, as vLLM flattens them for a template
+    that takes a string: clients send separate pieces as parts (a reminder, then the
+    request), and gluing them ("...the bug" + "in app.py") would merge words across the
+    boundary for the model and for the judge's word-level grounding. A part that is not
+    text (an image the text model cannot see) stays as a marker, `[image_url]`, so that
+    whoever reads the message knows something was attached.
+    """
     content = message.get("content")
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return "\n".join(_part_text(part) for part in content if isinstance(part, dict))
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    if "text" in part or part.get("type", "text") == "text":  # text, input_text, output_text
+        return str(part.get("text", ""))
+    return f"[{part.get('type')}]"
 
 
 def template_knows_tools(tokenizer) -> bool:

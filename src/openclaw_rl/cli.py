@@ -2,8 +2,11 @@
 
 Each command imports the stack it runs (torch, transformers, FastAPI, Ray) inside its own
 function, marked `# per command`: `openclaw-rl --help`, a typo'd flag and the light
-commands then answer at once instead of after seconds of imports. Everything else is
-imported here.
+commands then answer at once instead of after seconds of imports; each such import's
+comment names what it would load. Everything else is imported here.
+
+(Over 400 lines: a parser and a short runner per command, the live tables of simulate and
+agent among them; each is small, and `openclaw-rl --help` reads them all from here.)
 """
 
 from __future__ import annotations
@@ -15,15 +18,17 @@ import os
 import sys
 import threading
 import time
+from typing import Any
 
 from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler
+from rich.progress import Progress
 from rich.table import Table
 
 from openclaw_rl import __version__
 from openclaw_rl.config import (
-    DEMO_DEFAULTS,
+    PRESETS,
     AgentConfig,
     ConfigError,
     HintsConfig,
@@ -37,11 +42,16 @@ from openclaw_rl.config import (
     TrainProcessConfig,
     add_flags,
     build,
+    driver_values,
     load_file,
+    load_preset,
+    render,
 )
-from openclaw_rl.memory import tune_allocator
+from openclaw_rl.allocator import tune_allocator
+from openclaw_rl.envs.client import PoolError
+from openclaw_rl.envs.registry import env_class
 from openclaw_rl.store import StoreError
-from openclaw_rl.users import UserError
+from openclaw_rl.users import UserError, Users
 
 _FORMAT = argparse.HelpFormatter
 
@@ -107,8 +117,6 @@ def _users_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _users(args: argparse.Namespace) -> int:
-    from openclaw_rl.users import Users  # per command
-
     users = Users(args.data_dir)
     if args.users_command == "add":
         key = users.add(args.name, admin=args.admin)
@@ -135,13 +143,15 @@ def _when(at: float | None) -> str:
 
 
 def _simulate_parsers(commands: argparse._SubParsersAction) -> None:
-    """`simulate` and `demo`: SimulateConfig's flags; the demo's defaults are DEMO_DEFAULTS."""
+    """`simulate` and `demo`: SimulateConfig's flags and its sections'; each command's
+    defaults where they differ are its presets (config.PRESETS), shown in --help."""
+    demo = ", ".join(f"{key}={value}" for table in load_preset("demo").values() for key, value in table.items())
     for name, text in (("simulate", "simulated users teach a live server; measure the personalization score"),
-                       ("demo", "the student persona teaches the default model on screen (simulate, smaller; "
-                                "defaults: " + ", ".join(f"{k}={v}" for k, v in DEMO_DEFAULTS.items()) + ")")):
+                       ("demo", f"the student persona teaches the default model on screen (simulate, smaller; "
+                                f"defaults: {demo})")):
         sim = commands.add_parser(name, help=text, formatter_class=_FORMAT)
-        add_flags(sim, SimulateConfig, defaults=DEMO_DEFAULTS if name == "demo" else None)
-        sim.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+        _common(sim, "simulate")
+        add_flags(sim, SimulateConfig, defaults=driver_values(SimulateConfig, "simulate", name))
 
 
 def _envs_parser(commands: argparse._SubParsersAction) -> None:
@@ -159,8 +169,7 @@ def _envs_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def _envs_serve(args: argparse.Namespace) -> int:
-    from openclaw_rl.envs.pool import resolve_token, serve  # per command
-    from openclaw_rl.envs.registry import env_class  # per command
+    from openclaw_rl.envs.pool import resolve_token, serve  # per command: FastAPI and uvicorn
 
     options = {}
     for item in args.option:
@@ -182,20 +191,19 @@ def _envs_serve(args: argparse.Namespace) -> int:
 
 
 def _agent_parser(commands: argparse._SubParsersAction) -> None:
-    """`agent`: AgentConfig's flags (unset = its defaults)."""
+    """`agent`: AgentConfig's flags and its sections' (defaults: presets/agent.toml over the built-in ones)."""
     agent = commands.add_parser("agent", help="play episodes of an environment through the policy and train on "
                                               "step-wise advantages", formatter_class=_FORMAT)
-    add_flags(agent, AgentConfig)
-    agent.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+    _common(agent, "agent")
+    add_flags(agent, AgentConfig, defaults=driver_values(AgentConfig, "agent", "agent"))
 
 
 def _agent(args: argparse.Namespace) -> int:
-    from openclaw_rl.drivers.agent import run_agent  # per command
-    from openclaw_rl.envs.client import PoolError  # per command
-    from openclaw_rl.drivers.rollout import PolicyError  # per command
-    from openclaw_rl.serve.server import LoopDied  # per command
+    from openclaw_rl.drivers.agent import run_agent  # per command: the in-process server (torch)
+    from openclaw_rl.drivers.rollout import PolicyError  # per command: FastAPI
+    from openclaw_rl.serve.server import LoopDied  # per command: torch
 
-    config = build(AgentConfig, {}, args)
+    config = _driver_config(AgentConfig, "agent", args)
 
     def table(snapshot: dict) -> Table:
         version = snapshot.get("policy_version")
@@ -226,10 +234,39 @@ def _agent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _common(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="a TOML or YAML file with [serve], [judge] and [train] sections "
-                                         "(and [ray] for serve)")
+def _common(parser: argparse.ArgumentParser, table: str | None = None) -> None:
+    """--config, --print-config and -v; `table`: a driver's own table in its config file."""
+    tables = (f"[{table}], [train] and [judge] tables" if table
+              else "[serve], [judge] and [train] tables (and [ray] for serve)")
+    command = parser.prog.split()[-1]
+    preset = f" (over {' then '.join(f'presets/{p}.toml' for p in PRESETS[command])})" if command in PRESETS else ""
+    parser.add_argument("--config", help=f"a TOML or YAML file with {tables}{preset}; a flag wins over it")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print every setting as resolved (defaults, preset, --config, flags) as TOML at the "
+                             "start, then run as usual")
     parser.add_argument("-v", "--verbose", action="store_true", help="log debug messages")
+
+
+def _parts(args: argparse.Namespace, file_values: dict[str, Any]) -> dict[str, Any]:
+    """What serve, judge or train runs with, by config-file table, for --print-config; the
+    [process] table of judge and train holds their flags-only settings (not read from --config)."""
+    def part(cls: type, table: str) -> Any:
+        return build(cls, file_values.get(table, {}), args)
+
+    if args.command == "serve":
+        return {"serve": part(ServeConfig, "serve"), "judge": part(JudgeConfig, "judge"),
+                "train": part(TrainConfig, "train"), "ray": part(RayConfig, "ray")}
+    if args.command == "judge":
+        return {"process": build(JudgeProcessConfig, {}, args), "judge": part(JudgeConfig, "judge")}
+    return {"process": build(TrainProcessConfig, {}, args), "train": part(TrainConfig, "train")}
+
+
+def _driver_config(cls: type, table: str, args: argparse.Namespace) -> Any:
+    """A driver's config: its presets, then --config, then the flags; printed with --print-config."""
+    config = build(cls, driver_values(cls, table, args.command, args.config), args)
+    if args.print_config:
+        print(render({table: config}), flush=True)
+    return config
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -244,11 +281,11 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _simulate(args: argparse.Namespace) -> int:
-    from openclaw_rl.drivers.simulate import RunStopped, simulate  # per command
+    from openclaw_rl.drivers.simulate import RunStopped, simulate  # per command: torch, transformers
 
-    config = build(SimulateConfig, DEMO_DEFAULTS if args.command == "demo" else {}, args)
+    config = _driver_config(SimulateConfig, "simulate", args)
     state: dict[str, dict] = {}
-    judge = "ORACLE (reads the persona rubric)" if config.judge == "oracle" else config.judge
+    judge = "ORACLE (reads the persona rubric)" if config.judge_spec == "oracle" else config.judge_spec
 
     def table() -> Table:
         view = Table(title=f"openclaw-rl {args.command}: {config.persona} persona, judge {judge}")
@@ -282,9 +319,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 def _hints(args: argparse.Namespace) -> int:
-    from rich.progress import Progress  # per command
-
-    from openclaw_rl.drivers.hints import check_store  # per command
+    from openclaw_rl.drivers.hints import check_store  # per command: the engine (torch)
 
     config = build(HintsConfig, {}, args)
     with Progress(transient=True) as bar:
@@ -309,6 +344,10 @@ def _hints(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Parse, set up logging, run the command; an error a user can fix exits 2 with its message.
+
+    (Over 60 lines: one branch per command, each a few lines, in one `try` that turns
+    their errors into that message.)"""
     tune_allocator()  # big blocks from the heap, given back once per version (memory.py)
     os.umask(0o077)  # what we write is people's conversations and the weights learnt from them: owner only
     args = _parser().parse_args(argv)
@@ -317,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "users":
             return _users(args)
         if args.command == "export":
-            from openclaw_rl.train.checkpoint import export  # per command
+            from openclaw_rl.train.checkpoint import export  # per command: torch
 
             print(f"wrote {export(args.data_dir, args.out)}")
             return 0
@@ -334,18 +373,20 @@ def main(argv: list[str] | None = None) -> int:
             if section not in ("serve", "judge", "train", "ray"):
                 raise ConfigError(f"unknown section [{section}] in {args.config}; use [serve], [judge], [train] "
                                   "and [ray]")
-        from openclaw_rl import compose  # per command
+        if args.print_config:
+            print(render(_parts(args, file_values)), flush=True)
+        from openclaw_rl import processes  # per command: the whole stack (torch, FastAPI)
 
         if args.command == "serve" and (cluster := build(RayConfig, file_values.get("ray", {}), args)).ray:
-            from openclaw_rl.cluster.deploy import serve_on_ray  # per command
+            from openclaw_rl.cluster.deploy import serve_on_ray  # per command: Ray
 
             serve_on_ray(build(ServeConfig, file_values.get("serve", {}), args),
                          build(JudgeConfig, file_values.get("judge", {}), args),
                          build(TrainConfig, file_values.get("train", {}), args), cluster)
         elif args.command == "serve":
-            compose.serve(build(ServeConfig, file_values.get("serve", {}), args),
-                       build(JudgeConfig, file_values.get("judge", {}), args),
-                       build(TrainConfig, file_values.get("train", {}), args))
+            processes.serve(build(ServeConfig, file_values.get("serve", {}), args),
+                            build(JudgeConfig, file_values.get("judge", {}), args),
+                            build(TrainConfig, file_values.get("train", {}), args))
         elif args.command == "judge":
             if args.method is not None:
                 raise ConfigError(
@@ -354,10 +395,10 @@ def main(argv: list[str] | None = None) -> int:
                     "its own --method. Drop the flag here and give it to `openclaw-rl train` (or serve); add "
                     "--no-teacher-targets if no method that trains reads a teacher (binary, stepwise)")
             part = build(JudgeProcessConfig, {}, args)
-            judged = compose.judge_process(part, build(JudgeConfig, file_values.get("judge", {}), args))
+            judged = processes.judge_process(part, build(JudgeConfig, file_values.get("judge", {}), args))
             print(f"judged {judged} turns")
         elif args.command == "train":
-            from openclaw_rl.train import sharded  # per command
+            from openclaw_rl.train import sharded  # per command: torch
 
             part = build(TrainProcessConfig, {}, args)
             ranks = sharded.world_size()
@@ -366,8 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             if part.nproc not in (1, ranks):
                 raise ConfigError(f"--nproc {part.nproc} under torchrun with WORLD_SIZE={ranks}: give torchrun "
                                   "--nproc-per-node the ranks, or drop --nproc")
-            steps = compose.train_process(part.data_dir, part.model, build(TrainConfig, file_values.get("train", {}), args),
-                                          part.resume, part.max_steps, store_url=part.store)
+            steps = processes.train_process(part.data_dir, part.model,
+                                            build(TrainConfig, file_values.get("train", {}), args),
+                                            part.resume, part.max_steps, store_url=part.store)
             if int(os.environ.get("RANK", "0")) == 0:  # a follower rank of a sharded trainer counts nothing
                 print(f"trained {steps} steps")
     except (ConfigError, ValueError, FileNotFoundError, StoreError, UserError) as error:

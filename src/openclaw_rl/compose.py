@@ -1,24 +1,19 @@
 """The composition root: every engine, store, judge, trainer and publisher is built here.
 
-`serve`, `judge`, `train`, the drivers (`simulate`, `agent`) and the Ray actors all get
-their parts from these functions, so a new kind of part (an engine, a judge backend, a
-weights transport) is wired in one place, and the update gate of the next issue sits in
-one place too: between `load_trainer` and the `Publisher` built beside it. The loops
-that run beside serving (judge, trainer, status) are in `loop.py`; this module only
-decides what is built, from which config, with how many threads.
+    build_stack(serve, judge, train, StackSpec)  the serving stack: server, its loops, the publisher
+    standalone_judge(...)                        the judge worker of `openclaw-rl judge` and the Ray judges
+    build_trainer_loop(...)                      the trainer loop of `openclaw-rl train` and the Ray trainer
+    build_engine / build_judge / open_store / load_trainer / build_updates   the parts all of them share
 
-Thread budget: torch thread pools are per OS thread, and two pools of 2 threads on 2
-cores slow each other 5-10x. With training in-process, serving and training get one
-thread each unless told otherwise; serving borrows the trainer's between its steps
-(`trainer_core_lender`), and the trainer borrows serving's once no engine has had work
-for `LEND_AFTER_IDLE_S` (`idle_core_lender`).
+`serve`, the drivers (`simulate`, `agent`) and the Ray actors all get their parts from
+these functions, so a new kind of part (an engine, a judge backend, a weights transport) is
+wired in one place. What differs between those deployments is named in one frozen record,
+`StackSpec` (defaults: what `serve` does), not in hooks added to the builder one at a time.
+Starting processes, torchrun ranks and signals is processes.py's; how serving and an
+in-process trainer share the cores is train/cores.py's; the loops' story is loop.py's.
 
-The interpreter is shared too: a model thread takes the GIL back after every torch op,
-and with Python's default 5 ms switch interval it waits behind any thread that runs
-Python (HTTP streams, the judge, simulated users) up to 5 ms each time. Measured here:
-one training step of the default model, 2.9 s alone, took 16.3 s beside one busy Python
-thread and 4.9 s with a 0.5 ms interval. So every process with a model thread in it
-switches every `SWITCH_INTERVAL_S`.
+(Over 400 lines: it is the one composition root. Split, the builders every deployment
+calls would be spread over modules again, which is what this module replaced.)
 """
 
 from __future__ import annotations
@@ -28,20 +23,16 @@ import dataclasses
 import logging
 import os
 import shutil
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import torch
-import uvicorn
-import yaml
 from fastapi import FastAPI
 from transformers import AutoTokenizer
 
-from openclaw_rl.config import ConfigError, JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
@@ -52,25 +43,177 @@ from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
-from openclaw_rl.loop import judge_loop, status_loop, train_loop
-from openclaw_rl.net import is_loopback
+from openclaw_rl.loop import count_verdicts, record_train_steps, show_candidates, status_loop
 from openclaw_rl.privacy import parse_kinds
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.metrics import Metrics
-from openclaw_rl.serve.server import Server
+from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.store import Store, make_store
-from openclaw_rl.train import checkpoint, sharded
-from openclaw_rl.train.methods import get_method
+from openclaw_rl.train import checkpoint
+from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, trainer_core_lender
 from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
+from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.runner import Flush, run_trainer
+from openclaw_rl.train.sharded import refuse_gate_when_sharded
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
 from openclaw_rl.train.versions import VersionArchive
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
+from openclaw_rl.types import Verdict
 from openclaw_rl.users import Users
 
 log = logging.getLogger(__name__)
 
-LEND_AFTER_IDLE_S = 5.0  # serving's core goes to training after this long without a request
+# Where a stack's policy is trained: by a trainer in this process; by a sharded trainer in processes
+# of its own (processes.py starts them) publishing to the files channel; by someone else publishing
+# there (`serve --no-train` beside `openclaw-rl train`); or nowhere (nothing is followed).
+Training = Literal["in_process", "sharded", "follow_files", "off"]
+
+
+@dataclass(frozen=True)
+class StackSpec:
+    """What varies between the deployments of a serving stack; the defaults are what `serve` does.
+
+    A deployment that needs a new variation adds a field here, read in `build_stack` only."""
+
+    training: Training | None = None  # None: as ServeConfig says (train, train_nproc)
+    channels: tuple[WeightsChannel, ...] = ()  # get every version after the engine (the simulator's evaluator)
+    judge: Judge | None = None  # replaces the configured judge (the simulator's oracle)
+    write_samples: bool = True  # False: the judge writes verdicts only, the caller the samples (the agent driver)
+    teacher_targets: bool | None = None  # None: when a method trained here reads them, or nothing trains here
+    scorer: Scorer | None = None  # adds a score check to the update gate (the simulator's persona rubric)
+    comparer: Comparer | None = None  # replaces the judge's own in the hint check (the simulator's rubric)
+    flush: Flush | None = None  # drains the in-process trainer at the end of a finite run (simulate, agent)
+
+
+@dataclass
+class Stack:
+    """A serving stack as built: the server, the loops to run beside it, and what its callers
+    reach into: the judge it runs, the in-process trainer and its publisher, the [train]
+    settings as adjusted for this process (threads, TIS cap)."""
+
+    server: Server
+    loops: list[Background]
+    training: Training
+    train: TrainConfig
+    judge: Judge | None = None
+    trainer: Trainer | None = None
+    publisher: Publisher | None = None
+    flush: Flush | None = None
+
+    def app(self, *more: Background) -> FastAPI:
+        """The serving app with the stack's loops (and `more`) beside it until shutdown."""
+        return create_app(self.server, [*self.loops, *more])
+
+
+@dataclass
+class TrainerLoop:
+    """A trainer, what its new versions pass through (the gate, the archive) and where they go
+    (the publisher): the trainer loop of every deployment (`build_trainer_loop`)."""
+
+    store: Store
+    trainer: Trainer
+    config: TrainConfig
+    publisher: Publisher
+    gate: Gate | None
+    archive: VersionArchive
+    on_step: Callable[[dict], None] | None = None
+    flush: Flush | None = None
+
+    async def catch_up(self) -> None:
+        """Deliver the version the trainer holds (resumed or renumbered) to the channels that lack it."""
+        await self.publisher.catch_up(self.trainer.policy_version, parent=self.trainer.parent_version)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Claim, step, let the gate decide, publish; until `stop` (train/runner.py)."""
+        await run_trainer(self.store, self.trainer, self.config, self.publisher, stop, self.on_step, flush=self.flush,
+                          gate=self.gate, archive=self.archive)
+
+
+def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spec: StackSpec = StackSpec()) -> Stack:
+    """The serving process: engine, store, and the loops that run beside it (judge, trainer or a
+    weights follower, status line), as `spec` varies them. With training in-process, serving
+    and training get one core-thread each unless told otherwise (train/cores.py)."""
+    training = spec.training or training_of(config)
+    if training == "sharded":  # before anything loads
+        refuse_gate_when_sharded(train, config.train_nproc, "--train-nproc")
+    trains = training in ("in_process", "sharded")
+    threads = 1 if trains and not config.threads else None  # one core each for serving and training
+    lend = training == "in_process" and threads == 1 and not train.train_threads and (os.cpu_count() or 1) >= 2
+    if trains:
+        train = _train_beside_serving(config, train)
+    server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
+    stack = Stack(server, [status_loop(server, config.status_interval_s)] if config.status_interval_s else [],
+                  training, train, flush=spec.flush)
+    # the judge writes signals for any method; a teacher that only this process's trainer would read, and
+    # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
+    teacher_targets = spec.write_samples and (
+        spec.teacher_targets if spec.teacher_targets is not None
+        else get_method(train.method).reads_teacher or not trains)
+    teacher = _add_judge(stack, config, judge, spec, teacher_targets, threads)
+    if training == "in_process":
+        _add_trainer(stack, config, train, spec, lend, teacher)
+    elif training != "off":
+        stack.loops.append(follow(FilesChannel(config.data_dir), server.engine))
+    log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
+             server.engine.policy_version, config.host, config.port, config.data_dir,
+             f"{training} ({train.method}, batch {train.batch_size})" if trains else "off")
+    return stack
+
+
+def training_of(config: ServeConfig) -> Training:
+    """Where `serve` with this config trains: --train (--train-nproc N > 1: sharded), else --no-train."""
+    if not config.train:
+        return "follow_files"
+    return "sharded" if config.train_nproc > 1 else "in_process"
+
+
+def _train_beside_serving(config: ServeConfig, train: TrainConfig) -> TrainConfig:
+    """[train] as a trainer beside this serving engine runs it: one thread unless told, and the
+    TIS cap when the engine samples below the trainer's float32."""
+    if not train.train_threads:
+        train = dataclasses.replace(train, train_threads=1)
+    if train.tis_cap is None and resolve_dtype(config.dtype, _device()) != torch.float32:
+        train = dataclasses.replace(train, tis_cap=TIS_CAP)
+    return train
+
+
+def _add_judge(stack: Stack, config: ServeConfig, judge: JudgeConfig, spec: StackSpec, teacher_targets: bool,
+               threads: int | None) -> Engine | None:
+    """The judge worker beside serving, the serving engine its teacher (so teacher log-probs come
+    from the version being served) unless --teacher initial gives it a frozen engine of its own;
+    that engine, if any."""
+    server = stack.server
+    stack.judge = spec.judge or build_judge(judge, server.engine.model_dir, server.engine)
+    if stack.judge is None:
+        return None
+    teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
+               if judge.teacher == "initial" and teacher_targets else None)
+    comparer = None
+    if judge.hint_check == "on" and spec.write_samples:  # hints are checked only where samples are written
+        comparer = spec.comparer or hint_comparer(stack.judge, judge)
+    worker = _judge_worker(server.store, stack.judge, judge, (teacher or server.engine) if teacher_targets else None,
+                           comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server))
+    stack.loops.append(worker.run)
+    if teacher is not None:
+        stack.loops.append(_closed_at_stop(teacher))
+    return teacher
+
+
+def _add_trainer(stack: Stack, config: ServeConfig, train: TrainConfig, spec: StackSpec, lend: bool,
+                 teacher: Engine | None) -> None:
+    """The in-process trainer: its versions go to the serving engine, then to `spec.channels`."""
+    server = stack.server
+    trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
+    if lend:
+        trainer.threads = idle_core_lender([server.engine, teacher])
+        server.engine.threads_now = trainer_core_lender(trainer, server.engine)
+    loop = build_trainer_loop(server.store, trainer, train, [EngineChannel(server.engine), *spec.channels],
+                              tokenizer=server.tokenizer, scorer=spec.scorer,
+                              on_step=record_train_steps(server, trainer), flush=spec.flush)
+    asyncio.run(loop.catch_up())
+    show_candidates(server, loop.gate)
+    stack.trainer, stack.publisher = trainer, loop.publisher
+    stack.loops.append(loop.run)
 
 
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
@@ -82,35 +225,13 @@ def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int
 
 
 def open_store(url: str, data_dir: str | Path, log_text: str = "redacted", redact: str = "all") -> Store:
-    """The store of a process that writes logs, with its `--log-text` and `--redact`."""
+    """The one way to open a store: a `--store` URL, else the SQLite file in `data_dir`, with the
+    process's `--log-text` and `--redact` (what its JSONL logs keep)."""
     try:
         kinds = parse_kinds(redact)
     except ValueError as error:
         raise ConfigError(f"--redact {redact!r}: {error}") from error
     return make_store(url, data_dir=data_dir, log_text=log_text, redact_kinds=kinds)  # type: ignore[arg-type]
-
-
-def check_exposure(config: ServeConfig, users: Users) -> None:
-    """Refuse to serve other machines without a key; say what is in force either way."""
-    if users.keys_configured:
-        log.info("API keys required: %s", "users of " + str(users.path) if users.list() else "--api-key")
-        return
-    if not is_loopback(config.host):
-        raise ConfigError(
-            f"refusing to serve on {config.host} with no API key: anyone who can reach it could read and steer "
-            f"every conversation. Add a user (openclaw-rl users add NAME --data-dir {config.data_dir}) or pass "
-            "--api-key KEY, or bind to 127.0.0.1")
-    log.warning("no API key configured: serving on loopback (%s) only, every request is the local admin; "
-                "add users with `openclaw-rl users add NAME --data-dir %s`", config.host, config.data_dir)
-
-
-SWITCH_INTERVAL_S = 0.0005
-
-
-def share_the_interpreter() -> None:
-    """Let model threads take the GIL back quickly (see the module docstring)."""
-    if sys.getswitchinterval() > SWITCH_INTERVAL_S:
-        sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
 def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
@@ -174,6 +295,38 @@ def hint_comparer(judge: Judge, config: JudgeConfig) -> Comparer:
                      "rubric (the persona's rubric decides), else turn --hint-check off")
 
 
+def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: JudgeConfig,
+                     judge: Judge | None = None, *, teacher_targets: bool = True, follow_files: bool | None = None,
+                     threads: int | None = None, name: str = "") -> JudgeWorker:
+    """A judge worker with a policy engine of its own (the `serve` settings pick it) as its teacher:
+    `openclaw-rl judge`, and each Ray judge (on its shard of the store). `follow_files` (default:
+    with --teacher current) loads the newest published version before each batch of turns;
+    `teacher_targets` False scores none; `judge` replaces the configured one (tests). It knows no
+    method: its samples serve trainers of any methods. The engine is `worker.teacher_engine`."""
+    engine = build_engine(serve, model_dir, threads, name=name)
+    judge = judge or build_judge(config, model_dir, engine)
+    if judge is None:
+        raise ConfigError("--judge off: there is no judge to run")
+    if not teacher_targets:
+        config = dataclasses.replace(config, teacher_targets=False)
+    channel = FilesChannel(serve.data_dir)
+    follow_files = config.teacher == "current" if follow_files is None else follow_files
+    return _judge_worker(store, judge, config, engine,
+                         comparer=hint_comparer(judge, config) if config.hint_check == "on" else None,
+                         refresh=(lambda: channel.refresh(engine)) if follow_files else None)
+
+
+def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *,
+                  comparer: Comparer | None = None, refresh=None, write_samples: bool = True,
+                  on_verdict: Callable[[Verdict], None] | None = None) -> JudgeWorker:
+    """Every judge worker of every deployment; `teacher` None: no teacher targets."""
+    log.info("judge: %s (m = %d votes), %s, teacher targets %s", judge.name, config.votes,
+             "samples and verdicts" if write_samples else "verdicts only",
+             "on" if teacher is not None and config.teacher_targets and write_samples else "off")
+    return JudgeWorker(store, judge, config, teacher_engine=teacher, tokenizer=teacher.tokenizer if teacher else None,
+                       on_verdict=on_verdict, refresh=refresh, write_samples=write_samples, comparer=comparer)
+
+
 def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None,
                  make: Callable[[Path, TrainConfig], Trainer] = Trainer):
     """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
@@ -185,7 +338,7 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     number is reserved in the store before anything serves it. Weights and optimizer
     state are the checkpoint's either way.
     """
-    store = store or Store(data_dir)
+    store = store or open_store("", data_dir)
     latest = checkpoint.load_latest(data_dir) if resume else None
     share_the_interpreter()
     trainer = make(model_dir, config)
@@ -202,80 +355,13 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
     return trainer
 
 
-def build_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, judge_override: Judge | None = None,
-              channels: Sequence[WeightsChannel] = (), scorer: Scorer | None = None,
-              flush: Flush | None = None, comparer: Comparer | None = None) -> tuple[Server, FastAPI]:
-    """The serving process: engine, store, app, and the loops that run beside it.
-
-    `judge_override` replaces the configured judge (the simulator's oracle); `channels`
-    get every policy version after the engine has it (the simulator's evaluator); `scorer`
-    adds a score check to the update gate (the simulator's persona rubric); `comparer`
-    replaces the judge's own in the hint check (the simulator's rubric); `flush` drains
-    the in-process trainer at the end of a finite run (the simulator's). Without
-    training, the engine follows the files channel a separate trainer publishes to."""
-    threads = 1 if config.train and not config.threads else None  # one core each for serving and training
-    lend = threads == 1 and not train.train_threads and (os.cpu_count() or 1) >= 2  # serving's core, when idle
-    if config.train and not train.train_threads:
-        train = dataclasses.replace(train, train_threads=1)
-    if config.train and train.tis_cap is None and resolve_dtype(config.dtype, _device()) != torch.float32:
-        train = dataclasses.replace(train, tis_cap=TIS_CAP)  # the engine samples below the trainer's float32
-    server = build_server(config, threads, lora_rank=train.lora_rank if config.train and train.lora else 0)
-    loops = [status_loop(server, config.status_interval_s)] if config.status_interval_s else []
-    # the judge writes signals for any method; a teacher that only this process's trainer would read, and
-    # does not, is not scored (get_method also fails fast on a bad name, before the trainer loads)
-    teacher_targets = get_method(train.method).reads_teacher or not config.train
-    teacher = None  # a frozen engine of the judge's, when it scores with the initial weights
-    if (reader := judge_override or build_judge(judge, server.engine.model_dir, server.engine)) is not None:
-        teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
-                   if judge.teacher == "initial" and teacher_targets else None)
-        if judge.hint_check == "on":
-            comparer = comparer or hint_comparer(reader, judge)
-        loops.append(judge_loop(server, reader, judge, teacher_targets, teacher, comparer))
-        if teacher is not None:
-            loops.append(_closed_at_stop(teacher))
-    if config.train and config.train_nproc > 1:  # a sharded trainer of its own beside serving
-        loops += [trainer_process(config, train, server.engine.model_dir), follow(FilesChannel(config.data_dir),
-                                                                                server.engine)]
-    elif config.train:
-        trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
-        if lend:
-            trainer.threads = idle_core_lender([server.engine, teacher])
-            server.engine.threads_now = trainer_core_lender(trainer, server.engine)
-        publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine), *channels])
-        asyncio.run(publisher.catch_up(trainer.policy_version, parent=trainer.parent_version))
-        gate, archive = build_updates(trainer, train, server.store, server.tokenizer, scorer)
-        loops.append(train_loop(server, train, trainer, publisher, gate, archive, flush))
-    else:
-        loops.append(follow(FilesChannel(config.data_dir), server.engine))
-    app = create_app(server, loops)
-    log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
-             server.engine.policy_version, config.host, config.port, config.data_dir,
-             f"on ({train.method}, batch {train.batch_size})" if config.train else "off")
-    return server, app
-
-
-def idle_core_lender(engines: Sequence[Engine | None], quiet_s: float = LEND_AFTER_IDLE_S) -> Callable[[], int]:
-    """The in-process trainer's threads for its next micro-batch: serving's core too once no
-    engine of the process has had work for `quiet_s` (one that cannot tell is never idle), so
-    the core is lent when traffic stops, not in the gaps between one user's turns. A request
-    that arrives meanwhile shares a core with training for at most one micro-batch."""
-    engines = [e for e in engines if e is not None]
-
-    def threads() -> int:
-        idle = [getattr(e, "idle_s", None) for e in engines]
-        return 2 if all(s is not None and s >= quiet_s for s in idle) else 1
-
-    return threads
-
-
-def trainer_core_lender(trainer: Trainer, engine: Engine) -> Callable[[], int] | None:
-    """Serving's threads for its next step: the trainer's core too while it is not in a step
-    (its gate checks and writes run at a lower priority, train/runner.py). A step that starts
-    meanwhile shares a core with decoding for at most one decode step. None: the engine
-    cannot take it (no `threads_now`). Asked only where `build_app` lends cores (2 or more)."""
-    if not hasattr(engine, "threads_now"):
-        return None
-    return lambda: 1 if trainer.stepping else 2
+def build_trainer_loop(store: Store, trainer: Trainer, config: TrainConfig, channels: Sequence[WeightsChannel], *,
+                       tokenizer=None, scorer: Scorer | None = None, on_step: Callable[[dict], None] | None = None,
+                       flush: Flush | None = None) -> TrainerLoop:
+    """The trainer loop of every deployment: its versions pass the update gate and go to
+    `channels`, in order (the serving engine, the files channel, Ray's object store...)."""
+    gate, archive = build_updates(trainer, config, store, tokenizer, scorer)
+    return TrainerLoop(store, trainer, config, Publisher.for_trainer(trainer, channels), gate, archive, on_step, flush)
 
 
 def warn_if_short_of_disk(data_dir: str | Path, needed: int) -> bool:
@@ -322,178 +408,13 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
     return Gate(trainer, config, tokenizer, probes, scorer, Path(store.data_dir) / "gate-anchors.json"), archive
 
 
-def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path):
-    """`serve --train-nproc N`: `openclaw-rl train --nproc N` on this data dir with this [train]
-    config, started with serving and stopped with it (SIGTERM to its process group: rank 0
-    finishes its step and writes a final checkpoint). Its output goes to DATA_DIR/trainer.log."""
-    if train.gate == "on":
-        raise ConfigError("--gate on is not supported with --train-nproc > 1 (the gate decodes probes with the "
-                          "trainer's model); use --train-nproc 1 with the gate, or --gate off")
-    data_dir = Path(config.data_dir)
-    settings = data_dir / "trainer-config.yaml"
-    settings.write_text(yaml.safe_dump({"train": {k: v for k, v in dataclasses.asdict(train).items()
-                                                  if v is not None}}))
-    command = [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(data_dir), "--model",
-               str(model_dir), "--nproc", str(config.train_nproc), "--config", str(settings)]
-    command += (["--resume"] if config.resume else []) + (["--store", config.store] if config.store else [])
-
-    async def run(stop: asyncio.Event) -> None:
-        with open(data_dir / "trainer.log", "ab") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        log.info("trainer: %d ranks (pid %d), log in %s", config.train_nproc, process.pid, data_dir / "trainer.log")
-        try:
-            while not stop.is_set() and process.poll() is None:
-                try:
-                    await asyncio.wait_for(stop.wait(), 1.0)
-                except TimeoutError:
-                    pass
-            if process.poll() is not None and not stop.is_set():
-                log.error("the trainer exited with status %d; serving goes on without training (see %s)",
-                          process.returncode, data_dir / "trainer.log")
-        finally:
-            await asyncio.to_thread(_stop_group, process)
-    return run
-
-
-def _stop_group(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    """SIGTERM to the process group `process` leads (torchrun and its ranks are in it), then wait
-    until every member is gone; SIGKILL what is left after `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        while time.monotonic() < deadline:
-            process.poll()  # reap the leader, or the group never empties
-            os.killpg(process.pid, 0)  # raises once no member is left
-            time.sleep(0.2)
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
-
-
 def _device() -> str:
     """Where an engine started here runs (engine/precision.py resolves `auto` for it)."""
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _closed_at_stop(engine: Engine):
+def _closed_at_stop(engine: Engine) -> Background:
     async def close(stop: asyncio.Event) -> None:
         await stop.wait()
         await engine.aclose()
     return close
-
-
-def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
-    check_exposure(config, Users(config.data_dir, config.api_key))
-    _, app = build_app(config, judge, train)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
-
-
-def judge_process(part: JudgeProcessConfig, config: JudgeConfig) -> int:
-    """`openclaw-rl judge`: the worker as its own process against an existing store.
-
-    Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
-    follows the files channel: before each batch of turns it loads the newest published
-    version, so teacher log-probs come from the policy serving has, not the one at start."""
-    store = open_store(part.store, part.data_dir, part.log_text, part.redact)
-    worker = standalone_judge(store, part.data_dir, resolve_model_dir(part.model or None), config)
-    engine = worker.teacher_engine
-
-    async def main() -> int:
-        try:
-            if part.once:
-                return await worker.drain()
-            await worker.run(asyncio.Event())
-            return worker.judged
-        finally:
-            await engine.aclose()
-
-    return asyncio.run(main())
-
-
-def standalone_judge(store: Store, data_dir: str | Path, model_dir: Path, config: JudgeConfig,
-                     judge: Judge | None = None) -> JudgeWorker:
-    """The worker of `openclaw-rl judge`: a policy engine of its own as the teacher, following
-    the files channel; `judge` replaces the configured one (tests). It knows no method: its
-    samples serve trainers of any methods (--no-teacher-targets skips the teacher)."""
-    engine = build_engine(ServeConfig(model=str(model_dir), data_dir=str(data_dir)), model_dir)
-    judge = judge or build_judge(config, model_dir, engine)
-    if judge is None:
-        raise SystemExit("--judge off: nothing to run")
-    channel = FilesChannel(data_dir)
-    return JudgeWorker(store, judge, config, teacher_engine=engine, tokenizer=engine.tokenizer,
-                       refresh=(lambda: channel.refresh(engine)) if config.teacher == "current" else None,
-                       comparer=hint_comparer(judge, config) if config.hint_check == "on" else None)
-
-
-def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
-                  store_url: str = "") -> int:
-    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights.
-    Under torchrun with more than one rank (`train --nproc N` starts it), the policy is sharded
-    over the ranks (train/sharded.py) and this is one rank of them."""
-    if sharded.world_size() > 1:
-        return _sharded_train_process(data_dir, model, config, resume, max_steps, store_url)
-    store = make_store(store_url, data_dir=data_dir)
-    if not config.train_threads:
-        config = dataclasses.replace(config, train_threads=2)
-    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
-    return _run_train_process(store, trainer, config, Path(data_dir), max_steps)
-
-
-def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int,
-                           store_url: str) -> int:
-    """One rank of a sharded `openclaw-rl train`: rank 0 runs the loop of one process with a
-    ShardedTrainer, the others follow it (train/sharded.py); every rank gets an equal share
-    of the cores unless --train-threads says otherwise. SIGTERM (torchrun passes it to every
-    rank) stops rank 0 after the step in progress, with a final checkpoint the followers
-    write their shards of, so they ignore it and end when rank 0 leads them out."""
-    if config.gate == "on":
-        raise ConfigError("--gate on is not supported with --nproc > 1 (the gate decodes probes with the "
-                          "trainer's model); use --nproc 1 with the gate, or --gate off")
-    world = sharded.world_size()
-    if not config.train_threads:
-        config = dataclasses.replace(config, train_threads=max(1, (os.cpu_count() or 1) // world))
-    torch.set_num_threads(config.train_threads)
-    rank = sharded.init_from_env()
-    try:
-        if rank == 0:
-            resolve_model_dir(model or None)  # converts the bundled model once, before the others look
-        torch.distributed.barrier()
-        model_dir = resolve_model_dir(model or None)
-        if rank != 0:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            sharded.ShardedTrainer(model_dir, config).follow()
-            return 0
-        store = make_store(store_url, data_dir=data_dir)
-        trainer = load_trainer(model_dir, Path(data_dir), config, resume, store, make=sharded.ShardedTrainer)
-        try:
-            return _run_train_process(store, trainer, config, Path(data_dir), max_steps, stop_on_sigterm=True)
-        finally:
-            trainer.stop_followers()
-    finally:
-        torch.distributed.destroy_process_group()
-
-
-def _run_train_process(store: Store, trainer: Trainer, config: TrainConfig, data_dir: Path, max_steps: int,
-                       stop_on_sigterm: bool = False) -> int:
-    """The trainer's loop against the store, publishing to DATA_DIR/weights; returns the steps taken.
-    `stop_on_sigterm`: SIGTERM ends the loop after the step in progress, with a final checkpoint."""
-    publisher = Publisher.for_trainer(trainer, [FilesChannel(data_dir)])
-
-    async def main() -> int:
-        stop = asyncio.Event()
-        if stop_on_sigterm:
-            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
-        await publisher.catch_up(trainer.policy_version, parent=trainer.parent_version)  # resumed or renumbered
-
-        def on_step(stats: dict) -> None:
-            if max_steps and trainer.train_step >= max_steps:
-                stop.set()
-
-        started = time.monotonic()
-        gate, archive = build_updates(trainer, config, store)
-        await run_trainer(store, trainer, config, publisher, stop, on_step, gate=gate, archive=archive)
-        log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
-        return trainer.train_step
-
-    return asyncio.run(main())

@@ -5,19 +5,30 @@ that --help, config files, the checks and the README's CLI test all read one pla
 `openclaw-rl --help` needs nothing heavier than this module.)
 
 Every field has help text (shown by `--help`) and its default is the value a laptop
-user wants. Precedence: built-in default < config file < CLI flag. Values are checked in
-`__post_init__`, and an error names the field, the value seen and what would work.
+user wants. Precedence: built-in default < the command's preset < config file < CLI flag.
+Values are checked in `__post_init__`, and an error names the field, the value seen and
+what would work.
+
+Each setting is declared once, in the section that owns it. A driver (`simulate`, `demo`,
+`agent`) holds the sections it runs, `train: TrainConfig` and `judge: JudgeConfig`, instead
+of copies of their settings; where it wants other defaults than `serve` (simulate trains on
+batches of 4), they are in a checked-in preset file, `presets/<command>.toml`, with the
+same tables as a config file (`[simulate]`, `[train]`, `[judge]`). The few section settings
+a driver sets itself from its own (`SET_BY_DRIVER`: the judge backend from `--judge`) are
+neither flags nor file keys of that driver.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.resources
+import json
 import tomllib
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
@@ -30,8 +41,19 @@ def setting(help: str, default: Any = dataclasses.MISSING, **flag: Any) -> Any:
     """The one way to declare a setting: a dataclass field whose name is the TOML/YAML key
     and, as `--field-name`, the CLI flag, with `help` as the flag's help. `flag` holds what
     argparse needs beyond that: `const` and `metavar` for a flag that may stand alone
-    (`--ray` = "local"), `required` for one that must be given."""
+    (`--ray` = "local"), `required` for one that must be given, and `flag` for a driver's
+    setting whose flag is not its name (simulate's `judge_spec` is `--judge`, because its
+    `judge` is the [judge] section)."""
     return field(default=default, metadata={"help": help, **flag})
+
+
+def section(cls: type, table: str, preset: str) -> Any:
+    """A driver's nested section (`train: TrainConfig`): the `[table]` of its config and
+    preset files, its flags in a `--help` group of their own. Its defaults are the class's
+    under the `[table]` of the driver's preset file, wherever the driver's config is built,
+    in code too: `SimulateConfig().train.batch_size` is 4, as for `openclaw-rl simulate`."""
+    return field(default_factory=lambda: build(cls, _preset_table(preset, table)),
+                 metadata={"section": cls, "preset": preset})
 
 
 LOG_TEXT = ("off", "redacted", "full")
@@ -137,48 +159,93 @@ def load_file(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def settings_of(cls: type) -> list[dataclasses.Field]:
+    """`cls`'s own settings: its fields but the nested sections."""
+    return [f for f in dataclasses.fields(cls) if "section" not in f.metadata]
+
+
+def sections_of(cls: type) -> dict[str, type]:
+    """A driver's nested sections by name: {"train": TrainConfig, "judge": JudgeConfig}; {} for a section."""
+    return {f.name: f.metadata["section"] for f in dataclasses.fields(cls) if "section" in f.metadata}
+
+
+def set_by_driver(cls: type, section_name: str) -> dict[str, str]:
+    """The settings of a driver's section that the driver sets itself: {setting: what sets it}."""
+    return getattr(cls, "SET_BY_DRIVER", {}).get(section_name, {})
+
+
+def flag_of(f: dataclasses.Field) -> str:
+    return "--" + f.metadata.get("flag", f.name).replace("_", "-")
+
+
 def add_flags(parser: argparse.ArgumentParser, cls: type, title: str | None = None,
-              defaults: dict[str, Any] | None = None) -> None:
-    """One `--field-name` flag per dataclass field, in a `--help` group of their own
-    (titled `title`, else the class's first docstring line); unset flags stay None, so
-    `build` can tell a given flag from a default. `defaults` are shown in place of the
-    class's where a command builds with other ones (`demo`)."""
-    hints = get_type_hints(cls)
-    group = parser.add_argument_group(title or (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip("."))
-    for f in dataclasses.fields(cls):
-        kind = _base_type(hints[f.name])
-        flag = "--" + f.name.replace("_", "-")
-        default = (defaults or {}).get(f.name, f.default)
+              defaults: dict[str, Any] | None = None, prefix: str = "", skip: dict[str, str] | None = None) -> None:
+    """One flag per setting (`--field-name`), in a `--help` group of their own (titled
+    `title`, else the class's first docstring line); a driver's sections follow, each in its
+    group, but for the settings the driver sets itself. Unset flags stay None, so `build`
+    can tell a given flag from a default; a section's dests are prefixed (`train.lr`).
+    `defaults` (nested as a config file is) are shown in place of the class's where a
+    command's preset changes them."""
+    hints, defaults = get_type_hints(cls), defaults or {}
+    group = parser.add_argument_group(title or _title(cls))
+    for f in settings_of(cls):
+        if f.name in (skip or {}):
+            continue
+        kind, dest = _base_type(hints[f.name]), prefix + f.name
+        default = defaults.get(f.name, f.default)
         shown = "" if f.metadata.get("required") else f" (default: {default!r})"
         extra = {"required": True} if f.metadata.get("required") else {}
         help_text = f"{f.metadata.get('help', '')}{shown}"
         if kind is bool:
-            group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            group.add_argument(flag_of(f), dest=dest, action=argparse.BooleanOptionalAction, default=None,
+                               help=help_text)
         elif "const" in f.metadata:  # the flag alone stands for this value (`--ray` = "local")
-            group.add_argument(flag, dest=f.name, type=kind, nargs="?", const=f.metadata["const"], default=None,
+            group.add_argument(flag_of(f), dest=dest, type=kind, nargs="?", const=f.metadata["const"], default=None,
                                metavar=f.metadata.get("metavar"), help=help_text)
         else:
-            group.add_argument(flag, dest=f.name, type=kind, default=None, help=help_text, **extra)
+            group.add_argument(flag_of(f), dest=dest, type=kind, default=None, metavar=f.name.upper(),
+                               help=help_text, **extra)
+    for name, section_cls in sections_of(cls).items():
+        add_flags(parser, section_cls, f"{_title(section_cls)} ([{name}])", defaults.get(name), f"{name}.",
+                  set_by_driver(cls, name))
 
 
-def build(cls: type, file_values: dict[str, Any], args: argparse.Namespace | None = None) -> Any:
-    """Defaults, then the file's section, then the flags that were given."""
-    names = {f.name for f in dataclasses.fields(cls)}
-    values = {}
+def _title(cls: type) -> str:
+    return (cls.__doc__ or cls.__name__).strip().splitlines()[0].rstrip(".")
+
+
+def build(cls: type, file_values: dict[str, Any], args: argparse.Namespace | None = None, prefix: str = "") -> Any:
+    """Defaults, then the file's section (a driver's holds its sections as nested mappings:
+    {"sessions": 8, "train": {"lr": 1e-4}}), then the flags that were given."""
+    names, sections = {f.name for f in settings_of(cls)}, sections_of(cls)
+    values: dict[str, Any] = {}
     for key, value in file_values.items():
         name = key.replace("-", "_")
-        if name not in names:
+        if name in sections and not isinstance(value, dict):
+            flagged = [f.name for f in settings_of(cls) if flag_of(f) == f"--{key.replace('_', '-')}"]
+            raise ConfigError(f"{key} = {value!r}: `{key}` is the [{name}] section of {cls.__name__}"
+                              + (f"; the setting of --{key} is {flagged[0]}" if flagged else ""))
+        if name not in names and name not in sections:
             raise ConfigError(f"unknown setting {key!r} for {cls.__name__}; known: {', '.join(sorted(names))}")
         values[name] = value
     if args is not None:
-        values.update({n: getattr(args, n) for n in names if getattr(args, n, None) is not None})
+        values.update({n: getattr(args, prefix + n) for n in names if getattr(args, prefix + n, None) is not None})
     hints = get_type_hints(cls)
     for name, value in values.items():
+        if name in sections:
+            continue
         kind = _base_type(hints[name])
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
             values[name] = float(value)
         elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise ConfigError(f"{name} = {value!r} is invalid: expected a {kind.__name__}")
+    for name, section_cls in sections.items():
+        given = {key.replace("-", "_"): value for key, value in values.get(name, {}).items()}
+        for key, setter in set_by_driver(cls, name).items():
+            if key in given:
+                raise ConfigError(f"[{name}] {key} = {given[key]!r}: {cls.__name__} sets it from {setter}; set that "
+                                  "instead")
+        values[name] = build(section_cls, {**_preset_table(_preset_of(cls, name), name), **given}, args, f"{name}.")
     return cls(**values)
 
 
@@ -186,6 +253,70 @@ def _base_type(hint: Any) -> type:
     if get_origin(hint) in (Union, types.UnionType):
         hint = next(a for a in get_args(hint) if a is not type(None))
     return hint
+
+
+# -- presets and --print-config -------------------------------------------------------------
+
+# The commands whose defaults differ from the built-in ones, and the preset files
+# (presets/NAME.toml, package data) that say how, applied in this order: demo is simulate,
+# smaller. Each file has a config file's tables: the driver's own, [train] and [judge].
+PRESETS = {"simulate": ("simulate",), "demo": ("simulate", "demo"), "agent": ("agent",)}
+
+
+def load_preset(name: str) -> dict[str, Any]:
+    """The parsed preset file presets/NAME.toml."""
+    return tomllib.loads((importlib.resources.files("openclaw_rl") / "presets" / f"{name}.toml").read_text())
+
+
+def _preset_table(preset: str, table: str) -> dict[str, Any]:
+    return load_preset(preset).get(table, {})
+
+
+def _preset_of(cls: type, section_name: str) -> str:
+    return next(f.metadata["preset"] for f in dataclasses.fields(cls) if f.name == section_name)
+
+
+def driver_values(cls: type, table: str, command: str, config_file: str | None = None) -> dict[str, Any]:
+    """A driver's values before its flags, nested as `build` takes them: its command's
+    presets, then the `--config` file (tables `[table]`, `[train]`, `[judge]`), each table
+    replacing the settings it names."""
+    values: dict[str, Any] = {}
+    layers = [(f"preset {name}", load_preset(name)) for name in PRESETS.get(command, ())]
+    if config_file:
+        layers.append((config_file, load_file(config_file)))
+    for source, data in layers:
+        for key, entries in data.items():
+            if key not in (table, *sections_of(cls)) or not isinstance(entries, dict):
+                raise ConfigError(f"unknown section [{key}] in {source}; use [{table}], "
+                                  + ", ".join(f"[{name}]" for name in sections_of(cls)))
+            target = values if key == table else values.setdefault(key, {})
+            target.update(entries)
+    return values
+
+
+def render(tables: dict[str, Any]) -> str:
+    """Settings as TOML, a table per config (a driver's sections follow its own): what
+    `--print-config` prints. An unset setting is a comment, as is one a driver sets itself."""
+    lines: list[str] = []
+    for table, config in tables.items():
+        lines.append(f"{'' if not lines else chr(10)}[{table}]")
+        lines.extend(_toml_line(f.name, getattr(config, f.name)) for f in settings_of(type(config)))
+        for name in sections_of(type(config)):
+            lines.append(f"\n[{name}]")
+            derived = set_by_driver(type(config), name)
+            for f in settings_of(type(getattr(config, name))):
+                line = _toml_line(f.name, getattr(getattr(config, name), f.name))
+                lines.append(f"# {line.lstrip('# ')}  (set from {derived[f.name]})" if f.name in derived else line)
+    return "\n".join(lines) + "\n"
+
+
+def _toml_line(name: str, value: Any) -> str:
+    if value is None:
+        return f"# {name} = unset"
+    if isinstance(value, bool):
+        return f"{name} = {'true' if value else 'false'}"
+    return f"{name} = {json.dumps(value) if isinstance(value, str) else repr(value)}"
+
 
 
 @dataclass
@@ -250,6 +381,23 @@ class JudgeConfig:
         check(self.concurrency >= 1, "concurrency", self.concurrency, "at least 1")
         check(self.call_timeout_s > 0, "call_timeout_s", self.call_timeout_s, "a positive number of seconds")
         check(self.max_attempts >= 1, "max_attempts", self.max_attempts, "at least 1")
+
+    @classmethod
+    def from_spec(cls, spec: str, model: str = "default", base: JudgeConfig | None = None) -> JudgeConfig:
+        """The judge a driver's `--judge SPEC` names: embedding | local | off | an
+        OpenAI-compatible base URL (then `model` names the model there); `base`'s other
+        settings (votes, max_hints, ...) are kept. The one place a spec becomes a JudgeConfig."""
+        check(spec in JUDGE_SPECS or spec.startswith(("http://", "https://")), "judge", spec,
+              f"{', '.join(JUDGE_SPECS)} or an http(s):// base URL of an OpenAI-compatible judge")
+        url = spec.startswith(("http://", "https://"))
+        return dataclasses.replace(base or cls(), judge="openai" if url else spec,
+                                   openai_base_url=spec if url else "", openai_model=model if url else "")
+
+
+JUDGE_SPECS = ("embedding", "local", "off")  # and a URL: JudgeConfig.from_spec
+# the judge section's settings a driver's --judge and --judge-model set (JudgeConfig.from_spec)
+SPEC_SETTINGS = {"judge": "judge_spec (--judge)", "openai_base_url": "judge_spec (--judge)",
+                 "openai_model": "judge_model (--judge-model)"}
 
 
 OPD_BASELINES = ("none", "mean")  # train.losses.opd_advantages' baselines
@@ -469,6 +617,11 @@ class PoolConfig:
 class AgentConfig:
     """Agent episodes: `openclaw-rl agent`."""
 
+    # the settings of its sections the agent sets itself, and from what (not flags, not file keys)
+    SET_BY_DRIVER: ClassVar[dict[str, dict[str, str]]] = {
+        "train": {"method": "the agent: its samples carry step advantages, which stepwise trains on"},
+        "judge": SPEC_SETTINGS}
+
     env: str = setting("environment(s): terminal | toolcall | swe | gui | module:Class, comma-separated", default="")
     episodes: int = setting("episodes per environment (a multiple of --group-size for --split train)", default=8)
     parallel: int = setting("episodes played at the same time, K", default=4)
@@ -494,21 +647,23 @@ class AgentConfig:
     pool_token: str = setting(f"bearer token of --pool; empty: ${TOKEN_ENV_VAR}", default="")
     model: str = setting("in-process: model directory; empty: the bundled model", default="")
     data_dir: str = setting("in-process: the store, logs and checkpoints; empty: OUT/data", default="")
-    judge: str = setting("in-process: judge of the steps: embedding | local | off | an OpenAI-compatible URL",
-                         default="embedding")
-    judge_model: str = setting("in-process: model name at a judge URL", default="default")
-    train: bool = setting("in-process: train the policy on the episodes (--no-train: serve and judge only)",
-                          default=True)
-    batch_size: int = setting("in-process: samples per training step", default=16)
-    lr: float | None = setting("in-process: learning rate; unset: 1e-5, or 1e-4 with --lora", default=None)
-    lora: bool = setting("in-process: train a LoRA adapter instead of every weight", default=False)
-    max_staleness: int = setting("in-process: drop samples more than this many policy versions old", default=4)
+    judge_spec: str = setting("in-process: judge of the steps: embedding | local | off | an OpenAI-compatible URL "
+                              "(flag --judge, key judge_spec: it sets the [judge] section's judge, openai_base_url "
+                              "and openai_model; the section's other settings are its own flags)",
+                              default="embedding", flag="judge")
+    judge_model: str = setting("in-process: model name at a judge URL (sets [judge] openai_model)", default="default")
+    training: bool = setting("in-process: train the policy on the episodes (--no-train: serve and judge only; "
+                             "flag --train, key training: `train` is the [train] section)", default=True,
+                             flag="train")
     verdict_timeout_s: float = setting("longest wait for a group's verdicts before rewards go without them",
                                        default=300.0)
     drain_timeout_s: float = setting("in-process: after the last group, wait this long for the trainer to train "
                                      "every sample left, the last batch even if short", default=300.0)
+    train: TrainConfig = section(TrainConfig, "train", preset="agent")
+    judge: JudgeConfig = section(JudgeConfig, "judge", preset="agent")
 
     def __post_init__(self) -> None:
+        self.judge = JudgeConfig.from_spec(self.judge_spec, self.judge_model, self.judge)
         check(bool(self.env_names), "env", self.env, "an environment name, e.g. --env toolcall")
         check(self.episodes >= 1, "episodes", self.episodes, "at least 1")
         check(self.parallel >= 1, "parallel", self.parallel, "at least 1")
@@ -521,7 +676,6 @@ class AgentConfig:
         check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "0 or more")
         check(self.max_steps >= 1, "max_steps", self.max_steps, "at least 1")
         check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
-        check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
         check(self.level in ("standard", "basic", "starter"), "level", self.level, "standard, basic or starter")
         check(not (self.pool and self.level != "standard"), "level", self.level,
@@ -539,25 +693,30 @@ class AgentConfig:
 class SimulateConfig:
     """Simulated users: `openclaw-rl simulate` and `openclaw-rl demo`."""
 
+    # the settings of its sections the simulator sets itself, and from what (not flags, not file keys)
+    SET_BY_DRIVER: ClassVar[dict[str, dict[str, str]]] = {
+        "train": {"method": "method (--method): each of its methods trains a run of its own",
+                  "gate_max_new_tokens": "eval_max_tokens: probe answers are scored as held-out ones are"},
+        "judge": {**SPEC_SETTINGS, "hint_check": "hint_check (--hint-check)"}}
+
     persona: str = setting("student | teacher | module:ATTR (a Persona of your own: docs/experiments.md)",
                            default="student")
     sessions: int = setting("sessions to play", default=32)
     method: str = setting("binary | opd | combined | topk | stepwise | module:ATTR, or several separated by commas "
-                          "(each trains a server of its own); off: the training-off control (the same stream "
-                          "against the base model)", default="combined")
-    judge: str = setting("embedding | local | oracle | an OpenAI-compatible base URL", default="embedding")
-    judge_model: str = setting("model name at a judge URL", default="default")
+                          "(each trains a server of its own, its [train] method); off: the training-off control "
+                          "(the same stream against the base model)", default="combined")
+    judge_spec: str = setting("embedding | local | off | oracle (the persona's rubric votes: simulation only) | an "
+                              "OpenAI-compatible base URL (flag --judge, key judge_spec: it sets the [judge] "
+                              "section's judge, openai_base_url and openai_model; the section's other settings are "
+                              "its own flags)", default="embedding", flag="judge")
+    judge_model: str = setting("model name at a judge URL (sets [judge] openai_model)", default="default")
     seed: int = setting("seed of the problems and the user's replies", default=0)
     out: str = setting("where metrics.jsonl, summary.json and curve.png go", default="./openclaw-sim")
     model: str = setting("model directory; empty: the bundled model", default="")
-    batch_size: int = setting("samples per training step", default=4)
-    catch_up: int = setting("a trainer that fell behind takes up to this many times batch_size in one step "
-                            "(train --catch-up); 1 = fixed batches", default=4)
-    lora: bool = setting("train a LoRA adapter instead of every weight", default=False)
-    lr: float | None = setting("AdamW learning rate; unset: 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
     max_turns: int = setting("turns per session before the user gives up", default=3)
     heldout: int = setting("held-out problems the score is measured on", default=16)
-    eval_max_tokens: int = setting("max new tokens of a scored held-out answer", default=200)
+    eval_max_tokens: int = setting("max new tokens of a scored held-out answer (and of a gate probe's answer, "
+                                   "scored as a held-out one is)", default=200)
     response_max_tokens: int = setting("max new tokens of a reply to a simulated user", default=200)
     user_model: str = setting("an OpenAI-compatible URL whose model plays the user; empty: the persona's "
                               "seeded template replies", default="")
@@ -568,56 +727,34 @@ class SimulateConfig:
                               default=1)
     max_updates: int = setting("stop starting sessions after this many policy updates (0: play all sessions)",
                                default=0)
-    max_hints: int = setting("candidate hints per turn (each one costs a teacher forward pass)", default=3)
-    gate: str = setting("the update gate (train --gate): on adds a score check by the persona's rubric on the "
-                        "probes; every version's decision goes to metrics.jsonl", default="off")
     gate_probes: int = setting("with --gate on: this many more of the persona's problems (neither played nor "
                                "held out), asked as first messages like the held-out ones, are the gate's probe "
-                               "file and its anchors; 0: the server's own probes (reserved turns) only",
-                               default=16)
-    gate_max_length_ratio: float = setting("with --gate on: reject answers this many times longer (or shorter) "
-                                           "than the served version's or the anchors' (train "
-                                           "--gate-max-length-ratio)", default=2.0)
-    gate_max_repetition_increase: float = setting("with --gate on: reject when the share of repeated 4-grams rises "
-                                                  "by more than this (train --gate-max-repetition-increase)",
-                                                  default=0.15)
-    settle_after: int = setting("pause updates once the judge approved this many turns in a row, until a "
-                                "correction (train --settle-after); 0 = off", default=0)
-    kl_beta: float = setting("k3 KL penalty to the reference policy (train --kl-beta); 0 = off", default=0.0)
-    w_opd: float = setting("weight of the OPD advantage in combined (train --w-opd; the paper: 1)", default=1.0)
-    kl_reference: str = setting("the KL penalty's reference: initial | accepted (train --kl-reference)",
-                                default="initial")
-    teacher: str = setting("the OPD teacher's weights: current | initial (judge --teacher)", default="current")
-    max_staleness: int = setting("drop samples more than this many policy versions old: the trainer lags the users, "
-                                 "and a sample many updates old pulls an already changed policy off course",
-                                 default=4)
+                               "file and its anchors, and the persona's rubric scores their answers (the gate's "
+                               "score check); every version's decision goes to metrics.jsonl. 0: the server's own "
+                               "probes (reserved turns) only", default=16)
     approve_threshold: float | None = setting("rubric score at which the user approves and the oracle votes +1; "
                                               "unset: the persona's own (0.8)", default=None)
-    opd_baseline: str = setting("none (the paper) | mean: centre each sample's OPD advantages "
-                                "(docs/experiments.md)", default="none")
-    hint_check: str = setting("keep a hint for OPD only when the teacher told it answers better (judge "
-                              "--hint-check): off | on (the judge's comparer, what a deployment gets) | rubric (the "
-                              "persona's rubric decides: simulation only)", default="off")
+    hint_check: str = setting("keep a hint for OPD only when the teacher told it answers better: off | on (the "
+                              "judge's comparer, what a deployment gets) | rubric (the persona's rubric decides: "
+                              "simulation only). Sets [judge] hint_check (on for on and rubric)", default="off")
+    train: TrainConfig = section(TrainConfig, "train", preset="simulate")
+    judge: JudgeConfig = section(JudgeConfig, "judge", preset="simulate")
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on", "rubric"), "hint_check", self.hint_check, "off, on or rubric")
-        check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
-        check(self.gate_max_repetition_increase >= 0, "gate_max_repetition_increase",
-              self.gate_max_repetition_increase, "0 or more")
+        check(self.judge_spec == "oracle" or self.judge_spec in JUDGE_SPECS
+              or self.judge_spec.startswith(("http://", "https://")), "judge_spec", self.judge_spec,
+              f"{', '.join(JUDGE_SPECS)}, oracle or an http(s):// base URL")
+        base = dataclasses.replace(self.judge, hint_check="off" if self.hint_check == "off" else "on")
+        # the oracle replaces the judge (drivers/simulate.py): no judge of the section's own runs beside it
+        self.judge = JudgeConfig.from_spec("off" if self.judge_spec == "oracle" else self.judge_spec,
+                                           self.judge_model, base)
         check(self.sessions >= 1, "sessions", self.sessions, "at least 1 session")
         check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
         check(self.parallel >= 1, "parallel", self.parallel, "at least 1 session at a time")
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
-        check(self.max_staleness >= 0, "max_staleness", self.max_staleness, "0 or more policy versions")
-        check(self.catch_up >= 1, "catch_up", self.catch_up, "at least 1 (1: fixed batches)")
-        check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")
-        check(self.kl_beta >= 0, "kl_beta", self.kl_beta, "0 (off) or a positive weight")
-        check(self.w_opd >= 0, "w_opd", self.w_opd, "a weight >= 0")
-        check(self.kl_reference in ("initial", "accepted"), "kl_reference", self.kl_reference, "initial or accepted")
-        check(self.teacher in ("current", "initial"), "teacher", self.teacher, "current or initial")
-        check(self.opd_baseline in OPD_BASELINES, "opd_baseline", self.opd_baseline, " or ".join(OPD_BASELINES))
         check(self.approve_threshold is None or 0.0 < self.approve_threshold <= 1.0, "approve_threshold",
               self.approve_threshold, "a rubric score in (0, 1]")
 
@@ -691,9 +828,3 @@ class TrainProcessConfig:
     def __post_init__(self) -> None:
         check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (no limit) or more steps")
         check(self.nproc >= 1, "nproc", self.nproc, "1 or more trainer processes")
-
-# `openclaw-rl demo` is `simulate` with these defaults (a flag still wins): smaller, and the
-# settings whose curve rose across seeds, and the update gate (docs/experiments.md).
-DEMO_DEFAULTS = {"sessions": 24, "out": "./openclaw-demo", "batch_size": 2, "lr": 5e-5, "heldout": 8,
-                 "eval_every": 2, "max_hints": 1, "approve_threshold": 0.7,
-                 "gate": "on"}  # without it 1 seed in 5 served a version below the base - 0.03

@@ -10,59 +10,46 @@ trainer (claims a batch for its method, steps, publishes v+1), and a status line
 talk only through the store and the trainer's publisher (train/weights.py), so
 `openclaw-rl judge` and `openclaw-rl train` run the very same loops as separate
 processes (weights then travel through the files channel in the data dir, which those
-processes follow). What is built, from which config, is decided in compose.py.
+processes follow). What is built, from which config, is decided in compose.py
+(`build_stack`, and `build_trainer_loop` / `standalone_judge` for the separate processes);
+here are only the hooks that show the built loops' progress on the server's metrics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
-from openclaw_rl.config import JudgeConfig, TrainConfig
-from openclaw_rl.engine.base import Engine
-from openclaw_rl.judge.hint_check import Comparer
-from openclaw_rl.judge.worker import Judge, JudgeWorker
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
-from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.trainer import Trainer
-from openclaw_rl.train.versions import VersionArchive
-from openclaw_rl.train.weights import Publisher
+from openclaw_rl.types import Verdict
 
 log = logging.getLogger(__name__)
 
 
-def judge_loop(server: Server, judge: Judge, config: JudgeConfig, teacher_targets: bool = True,
-               teacher: Engine | None = None, comparer: Comparer | None = None) -> Background:
-    """Judge every paired turn, beside serving, the serving engine its teacher (so teacher
-    log-probs come from the version being served) unless `teacher` is another engine (the
-    initial weights: --teacher initial); `teacher_targets` False when no method that will
-    train reads them (the judge itself knows no method); `comparer`: the hint check's
-    (judge/hint_check.py), with --hint-check on."""
-    teacher = teacher or server.engine
-    worker = JudgeWorker(server.store, judge, config, teacher_engine=teacher if teacher_targets else None,
-                         tokenizer=server.tokenizer, comparer=comparer,
-                         on_verdict=lambda v: server.metrics.verdicts.labels(v.status).inc())
-    log.info("judge: %s (m = %d votes), teacher targets %s", judge.name, config.votes,
-             "on" if teacher_targets and config.teacher_targets else "off")
-    return worker.run
+def count_verdicts(server: Server) -> Callable[[Verdict], None]:
+    """The judge worker's `on_verdict` beside serving: each verdict counted by its status."""
+    return lambda verdict: server.metrics.verdicts.labels(verdict.status).inc()
 
 
-def train_loop(server: Server, config: TrainConfig, trainer: Trainer, publisher: Publisher,
-               gate: Gate | None = None, archive: VersionArchive | None = None,
-               flush: Flush | None = None) -> Background:
-    """Claim a batch for the method, step, let the gate decide, hand the new version to the
-    publisher; repeat. `flush`: a finite run's drain (train/runner.py)."""
+def record_train_steps(server: Server, trainer: Trainer) -> Callable[[dict], None]:
+    """The in-process trainer's `on_step`: the step's numbers on the metrics (dashboard, Prometheus,
+    the status line)."""
 
     def on_step(stats: dict) -> None:
         server.metrics.train_steps.set(trainer.train_step)
         server.metrics.record_train_step(
             {**stats, "mean_reward": stats.get("reward_mean"), "mean_abs_a_opd": stats.get("opd_adv_abs_mean")})
 
-    if gate is not None:  # while the gate decides, its candidate is shown (dashboard, Prometheus gauge)
+    return on_step
+
+
+def show_candidates(server: Server, gate: Gate | None) -> None:
+    """While the gate decides, its candidate is shown (dashboard, Prometheus gauge)."""
+    if gate is not None:
         gate.watch = server.metrics.show_candidate
-    return lambda stop: run_trainer(server.store, trainer, config, publisher, stop, on_step, gate=gate,
-                                    archive=archive, flush=flush)
 
 
 def status_loop(server: Server, interval_s: float) -> Background:

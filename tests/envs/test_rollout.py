@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from openclaw_rl.config import ConfigError, JudgeConfig
+from openclaw_rl.config import ConfigError, JudgeConfig, build
 from openclaw_rl.drivers.agent import AGENT_METHOD, AgentConfig, group_advantages, run_agent, step_rewards
 from openclaw_rl.envs.base import Action, Outcome, StepResult, Task, tool_schema
 from openclaw_rl.drivers.rollout import NO_TOOL_CALL, Reply, TurnVerdict, play_episode
@@ -23,7 +23,7 @@ from openclaw_rl.envs.text_actions import text_action_hint
 from openclaw_rl.envs.toolcall import ToolCallEnv
 from openclaw_rl.judge.worker import JudgeWorker, Reading
 from openclaw_rl.store import Store
-from openclaw_rl.types import NextState, Sample
+from openclaw_rl.types import NextState, Sample, TurnRecord
 
 S152 = math.sqrt(152.0)
 
@@ -339,9 +339,10 @@ def test_the_judge_worker_can_write_verdicts_only(tmp_path):
 
     store = Store(tmp_path)
     store.ensure_session("s", "header")
-    turn = store.record_turn(session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
-                             response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="x", tool_calls=[],
-                             sampling={}, finish_reason="stop", continuation_hash=None)
+    turn = store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
+        response_token_ids=[2], behaviour_logprobs=[-1.0], response_text="x", tool_calls=[], sampling={},
+        finish_reason="stop"))
     store.set_next_state(turn.id, NextState("tool", "ok"))
     worker = JudgeWorker(store, Judge(), JudgeConfig(), write_samples=False)
     verdict = asyncio.run(worker.process(store.get_turn(turn.id)))
@@ -363,9 +364,9 @@ class EpisodeNumberJudge:
 
 
 def test_rollouts_on_the_tiny_model_land_in_the_store_and_train(tiny_model_dir, tmp_path):
-    config = AgentConfig(env="toolcall", episodes=4, parallel=2, group_size=2, max_steps=2, max_tokens=16,
-                         model=str(tiny_model_dir), out=str(tmp_path / "out"), batch_size=3, drain_timeout_s=60,
-                         verdict_timeout_s=60)
+    config = build(AgentConfig, {"env": "toolcall", "episodes": 4, "parallel": 2, "group_size": 2, "max_steps": 2,
+                                 "max_tokens": 16, "model": str(tiny_model_dir), "out": str(tmp_path / "out"),
+                                 "drain_timeout_s": 60.0, "verdict_timeout_s": 60.0, "train": {"batch_size": 3}})
     snapshots: list[dict] = []
     summary = run_agent(config, snapshots.append, judge=EpisodeNumberJudge())
 
@@ -416,9 +417,9 @@ def test_an_agent_run_whose_trainer_died_says_so_instead_of_waiting_out_the_drai
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(Trainer, "step", full_disk)  # the one fake: the real server, judge and driver run
-    config = AgentConfig(env="toolcall", episodes=4, parallel=2, group_size=2, max_steps=2, max_tokens=16,
-                         model=str(tiny_model_dir), out=str(tmp_path / "out"), batch_size=1, drain_timeout_s=120,
-                         verdict_timeout_s=60)
+    config = build(AgentConfig, {"env": "toolcall", "episodes": 4, "parallel": 2, "group_size": 2, "max_steps": 2,
+                                 "max_tokens": 16, "model": str(tiny_model_dir), "out": str(tmp_path / "out"),
+                                 "drain_timeout_s": 120.0, "verdict_timeout_s": 60.0, "train": {"batch_size": 1}})
     started = time.monotonic()
     with pytest.raises(LoopDied, match="No space left on device"):
         run_agent(config, judge=EpisodeNumberJudge())

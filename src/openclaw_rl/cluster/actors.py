@@ -30,42 +30,59 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed
+
+from openclaw_rl.cluster.gateway import create_gateway
+from openclaw_rl.compose import (
+    TrainerLoop,
+    build_server,
+    build_trainer_loop,
+    load_trainer,
+    open_store,
+    standalone_judge,
+)
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import LoraAdapter, Weights
-from openclaw_rl.train.weights import FilesChannel, Publisher, follow
+from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.envs import pool
+from openclaw_rl.envs.registry import make_env
+from openclaw_rl.net import free_port
+from openclaw_rl.serve.app import create_app
+from openclaw_rl.serve.background import ServerThread
+from openclaw_rl.store import Store
+from openclaw_rl.train import sharded
+from openclaw_rl.train.weights import FilesChannel, follow
 
 log = logging.getLogger(__name__)
 
 
 def _one_torch_thread() -> None:
-    import torch
-
     torch.set_num_threads(1)
 
 
 def _node_ip() -> str:
-    import ray
+    import ray  # an optional extra: imported where it is used
 
     return ray.util.get_node_ip_address()
 
 
-def open_store(config: ServeConfig):
-    """The store every part shares: a `--store` URL, else the SQLite file in the data dir."""
-    from openclaw_rl.store import make_store
-
-    return make_store(config.store, data_dir=config.data_dir)
+def _store(config: ServeConfig) -> Store:
+    """The store every part shares (a `--store` URL, else the SQLite file in the data dir), with
+    the `--log-text` and `--redact` of `serve`."""
+    return open_store(config.store, config.data_dir, config.log_text, config.redact)
 
 
 class _Served:
     """An app on a free port of this node, in a background thread."""
 
     def _start(self, app, host: str) -> None:
-        from openclaw_rl.serve.background import ServerThread, free_port
-
         self._thread = ServerThread(app, free_port(), host=host)
 
     async def url(self) -> str:
@@ -80,9 +97,6 @@ class Replica(_Served):
         """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
         `openclaw-rl train`). `index` names this replica's engine files in the data dir;
         `lora_rank` gives a vLLM server it starts adapter slots of that rank (a LoRA trainer)."""
-        from openclaw_rl.compose import build_server
-        from openclaw_rl.serve.app import create_app
-
         _one_torch_thread()
         config = dataclasses.replace(config, status_interval_s=0.0)
         self.server = build_server(config, threads=config.threads or 1, lora_rank=lora_rank, name=f"replica-{index}")
@@ -119,24 +133,13 @@ class JudgeActor:
     def __init__(self, config: ServeConfig, judge: JudgeConfig, teacher_targets: bool = True, shard: int = 0,
                  shards: int = 1, watch_weights: bool = False):
         """`teacher_targets` False: no method that trains reads a teacher, so none is scored."""
-        from openclaw_rl.compose import build_engine, build_judge, hint_comparer
-        from openclaw_rl.engine.loading import resolve_model_dir
-        from openclaw_rl.judge.worker import JudgeWorker
-
         _one_torch_thread()
-        model_dir = resolve_model_dir(config.model or None)
+        self.store = _store(config)
         # the current policy, for teacher scoring, on the engine `--engine` names (through the Engine protocol)
-        self.engine = build_engine(config, model_dir, threads=1, name=f"judge-{shard}")
-        self.store = open_store(config)
-        judge_impl = build_judge(judge, model_dir, self.engine)
-        if judge_impl is None:
-            raise ValueError("--judge off: there is no judge to run")
-        channel = FilesChannel(config.data_dir)
-        self.worker = JudgeWorker(_Sharded(self.store, shard, shards) if shards > 1 else self.store, judge_impl,
-                                  judge, teacher_engine=self.engine if teacher_targets else None,
-                                  tokenizer=self.engine.tokenizer,
-                                  refresh=(lambda: channel.refresh(self.engine)) if watch_weights else None,
-                                  comparer=hint_comparer(judge_impl, judge) if judge.hint_check == "on" else None)
+        self.worker = standalone_judge(_Sharded(self.store, shard, shards) if shards > 1 else self.store, config,
+                                       resolve_model_dir(config.model or None), judge, teacher_targets=teacher_targets,
+                                       follow_files=watch_weights, threads=1, name=f"judge-{shard}")
+        self.engine = self.worker.teacher_engine
         self._stop: asyncio.Event | None = None
 
     async def run(self) -> int:
@@ -227,13 +230,12 @@ class TrainerActor:
         self.store = None
         self.trainer = None
         self._stop: asyncio.Event | None = None
+        self._trainer_loop: TrainerLoop | None = None
         if world == 1:
             self._load(None)
 
     def address(self) -> tuple[str, int]:
         """Rank 0: where the other ranks meet it (this node, a free port)."""
-        from openclaw_rl.net import free_port
-
         return _node_ip(), free_port("0.0.0.0")
 
     async def join(self, address: tuple[str, int]) -> None:
@@ -242,17 +244,8 @@ class TrainerActor:
         await asyncio.to_thread(self._load, address)
 
     def _load(self, address: tuple[str, int] | None) -> None:
-        from openclaw_rl.compose import load_trainer
-        from openclaw_rl.engine.loading import resolve_model_dir
-
         make: Any = None
         if address is not None:
-            import os
-
-            import torch.distributed
-
-            from openclaw_rl.train import sharded
-
             os.environ.update(RANK=str(self.rank), WORLD_SIZE=str(self.world), LOCAL_RANK="0",  # Ray: one GPU each
                               MASTER_ADDR=address[0], MASTER_PORT=str(address[1]))
             sharded.init_from_env()
@@ -263,14 +256,12 @@ class TrainerActor:
                 self.trainer = sharded.ShardedTrainer(resolve_model_dir(self.serve.model or None), self.config)
                 return
             make = sharded.ShardedTrainer
-        self.store = open_store(self.serve)
+        self.store = _store(self.serve)
         self.trainer = load_trainer(resolve_model_dir(self.serve.model or None), Path(self.data_dir), self.config,
                                     self.serve.resume, self.store, **({"make": make} if make else {}))
 
     async def follow(self) -> int:
         """Ranks > 0: run what rank 0 leads until it stops them; the steps taken."""
-        import torch.distributed
-
         try:
             await asyncio.to_thread(self.trainer.follow)
         finally:
@@ -280,32 +271,29 @@ class TrainerActor:
     async def catch_up(self, subscribers: list) -> int:
         """Bring the files channel and every subscriber to the version the trainer holds (a resumed
         one: before the gateway opens); that version."""
-        publisher = await self._publisher(subscribers)
-        await publisher.catch_up(self.trainer.policy_version, parent=self.trainer.parent_version)
+        await (await self._loop(subscribers)).catch_up()
         return self.trainer.policy_version
 
     async def run(self, subscribers: list) -> int:
         """Train until `stop`, pushing each version to `subscribers` (replicas, judges); the steps taken."""
-        from openclaw_rl.compose import build_updates
-        from openclaw_rl.train.runner import run_trainer
-
-        publisher = await self._publisher(subscribers)
+        loop = await self._loop(subscribers)
         self._stop = asyncio.Event()
-        gate, archive = build_updates(self.trainer, self.config, self.store)
         try:
-            await run_trainer(self.store, self.trainer, self.config, publisher, self._stop, gate=gate, archive=archive)
+            await loop.run(self._stop)
         finally:
             self.store.close()
             if self.world > 1:
-                import torch.distributed
-
                 await asyncio.to_thread(self.trainer.stop_followers)
                 torch.distributed.destroy_process_group()
         return self.trainer.train_step
 
-    async def _publisher(self, subscribers: list) -> Publisher:
-        return Publisher.for_trainer(self.trainer,
-                                     [FilesChannel(self.data_dir), *await RayChannel.for_subscribers(subscribers)])
+    async def _loop(self, subscribers: list) -> TrainerLoop:
+        """The trainer loop publishing to the files channel, then to `subscribers` (built once: its
+        gate holds the last accepted weights)."""
+        if self._trainer_loop is None:
+            channels = [FilesChannel(self.data_dir), *await RayChannel.for_subscribers(subscribers)]
+            self._trainer_loop = build_trainer_loop(self.store, self.trainer, self.config, channels)
+        return self._trainer_loop
 
     async def stop(self) -> None:
         if self._stop is not None:
@@ -314,18 +302,10 @@ class TrainerActor:
 
 class EnvPoolActor(_Served):
     def __init__(self, pool_config, token: str, options: dict[str, Any] | None = None):
-        import functools
-
-        from openclaw_rl.envs.pool import create_app
-        from openclaw_rl.envs.registry import make_env
-
-        self._start(create_app(pool_config, functools.partial(make_env, pool_config.env, **(options or {})), token),
+        self._start(pool.create_app(pool_config, functools.partial(make_env, pool_config.env, **(options or {})), token),
                     _node_ip())
 
 
 class GatewayActor(_Served):
     def __init__(self, replica_urls: list[str], host: str, port: int, request_timeout_s: float):
-        from openclaw_rl.cluster.gateway import create_gateway
-        from openclaw_rl.serve.background import ServerThread
-
         self._thread = ServerThread(create_gateway(replica_urls, request_timeout_s), port, host=host)

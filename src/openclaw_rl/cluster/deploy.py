@@ -24,8 +24,13 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from openclaw_rl.cluster import actors
 from openclaw_rl.config import ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig
+from openclaw_rl.envs.pool import PoolConfig, resolve_token
+from openclaw_rl.serve.server import check_exposure
 from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.sharded import refuse_gate_when_sharded
+from openclaw_rl.users import Users
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +39,7 @@ _READY_TIMEOUT_S = 600.0  # model loads on a busy node take minutes
 
 def _ray():
     try:
-        import ray
+        import ray  # an optional extra (`openclaw-rl[ray]`): imported where it is used, with the fix if missing
     except ImportError as error:
         raise ConfigError("--ray needs Ray: pip install 'openclaw-rl[ray]' (ray==2.60.0)") from error
     return ray
@@ -153,9 +158,6 @@ class Deployment:
 def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> Deployment:
     """Start every part on the connected cluster; returns once the gateway answers."""
     ray = _ray()
-    from openclaw_rl.cluster import actors
-    from openclaw_rl.envs.pool import PoolConfig, resolve_token
-
     pools = env_pools(cluster.ray_env_pools)
     resources = ray.cluster_resources()
     judging = judge.judge != "off"
@@ -175,7 +177,7 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                                                          lora_rank=lora_rank)
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
-    teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as compose.build_app decides
+    teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as compose.build_stack decides
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, teacher_targets, i, shards,
                                                         watch_weights=not serve.train) for i in range(shards)]
     token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)
@@ -191,7 +193,7 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
         running["trainer"] = trainer.run.remote(subscribers)
     running.update({f"judge {i}": j.run.remote() for i, j in enumerate(judges)})
     here = ray.get_runtime_context().get_node_id()
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # ray is optional: see _ray
 
     gateway = remote(actors.GatewayActor, "gateway",
                      scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False)
@@ -205,17 +207,13 @@ def _trainer(serve: ServeConfig, train: TrainConfig, remote, resources: dict[str
     """The trainer actor, or with --train-nproc N its N ranks (rank 0, then the others): one
     placement group reserves them all at once (PACK: on as few nodes as fit, for the collectives),
     so no rank starts while another waits for resources, and they join rank 0's process group."""
-    ray = _ray()
-    from openclaw_rl.cluster import actors
-
     nproc = serve.train_nproc
+    refuse_gate_when_sharded(train, nproc, "--train-nproc")  # before any actor starts
+    ray = _ray()
     if nproc == 1:
         return remote(actors.TrainerActor, "trainer").remote(serve, train), []
-    if train.gate == "on":
-        raise ConfigError("--gate on is not supported with --train-nproc > 1 (the gate decodes probes with the "
-                          "trainer's model); use --train-nproc 1 with the gate, or --gate off")
-    from ray.util.placement_group import placement_group
-    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+    from ray.util.placement_group import placement_group  # ray is optional: see _ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # ray is optional: see _ray
 
     group = placement_group([bundle("trainer", resources)] * nproc, strategy="PACK")
     ray.get(group.ready(), timeout=_READY_TIMEOUT_S)
@@ -229,9 +227,6 @@ def _trainer(serve: ServeConfig, train: TrainConfig, remote, resources: dict[str
 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
     """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
-    from openclaw_rl.compose import check_exposure
-    from openclaw_rl.users import Users
-
     check_exposure(serve, Users(serve.data_dir, serve.api_key))  # the gateway's --host; replicas need the same keys
     ray = _ray()
     connect(cluster.ray, actors=len(actor_roles(serve, judge, cluster)) - 1)  # the gateway takes no CPU

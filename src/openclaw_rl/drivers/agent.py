@@ -18,7 +18,7 @@ Decisions and why:
   advantage compares it with the same step of the other G trajectories of its task, so it
   exists only once the whole group has ended and been judged; the judge worker, which
   builds a sample the moment one turn is judged, cannot know it. So the in-process judge
-  runs with samples off (`JudgeWorker(write_samples=False)`: verdicts only, which are the
+  runs with samples off (`StackSpec(write_samples=False)`: verdicts only, which are the
   PRM votes we read), the driver writes one sample per kept step with the advantage as
   its own signal (`Sample.step_advantage`), and the trainer's method is `stepwise`
   (`AGENT_METHOD`), whose advantage is that signal on every token: A_t as computed here.
@@ -47,7 +47,9 @@ Decisions and why:
 - Modules: `rollout.py` plays one episode (the `Policy` seam, the HTTP policy, local
   envs or pool leases); `agent_server.py` is the in-process server and the sample sink;
   this file schedules groups, computes rewards and advantages, and writes the outputs.
-  It runs past 400 lines mostly in help text and summary fields, which belong together.
+
+(Over 400 lines: the decisions above, and the summary's fields, which belong with the
+driver that fills them.)
 """
 
 from __future__ import annotations
@@ -61,11 +63,11 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError, TrainConfig
+from openclaw_rl.config import TOKEN_ENV_VAR, AgentConfig, ConfigError
 from openclaw_rl.drivers.agent_server import AGENT_METHOD, AgentServer, StoreSink
 from openclaw_rl.drivers.rollout import EnvSource, Episode, HTTPPolicy, LocalEnvs, Policy, PoolEnvs, play_episode
 from openclaw_rl.envs.base import Task
@@ -375,7 +377,7 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
             url = config.base_url or server.base_url  # type: ignore[union-attr]
             policy = owned = HTTPPolicy(url, model=config.policy_model, api_key=config.api_key,
                                         temperature=config.temperature, max_tokens=config.max_tokens)
-        trains_here = server is not None and config.train and config.split == "train"
+        trains_here = server is not None and config.training and config.split == "train"
         if sink is None and trains_here:
             sink = StoreSink(server.store)  # type: ignore[union-attr]
         if config.pool:
@@ -405,14 +407,9 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
 
 
 def _start_server(config: AgentConfig, judge: Any) -> AgentServer:
-    if judge is None and config.judge == "off" and config.reward == "integrated" and config.split == "train":
+    if judge is None and config.judge.judge == "off" and config.reward == "integrated" and config.split == "train":
         raise ConfigError("--reward integrated needs a judge for the step votes: use --judge embedding "
                           "(or local, or a URL), or --reward outcome")
-    train = None
-    if config.train:
-        train = TrainConfig(method=AGENT_METHOD, batch_size=config.batch_size, lr=config.lr, lora=config.lora,
-                            max_staleness=config.max_staleness, train_threads=1,
-                            gate="off")  # the agent study ran without it; its checks were set on chat's collapse
+    train = replace(config.train, method=AGENT_METHOD) if config.training else None
     return AgentServer(model=config.model, data_dir=config.data_dir or Path(config.out) / "data",
-                       judge=config.judge, judge_model=config.judge_model, train=train,
-                       max_tokens=config.max_tokens, judge_override=judge)
+                       judge=config.judge, train=train, max_tokens=config.max_tokens, judge_override=judge)

@@ -1,15 +1,14 @@
 """The in-process policy server of `openclaw-rl agent`, and how agent samples reach its trainer.
 
-    server = AgentServer(model="", data_dir="run/data", judge="embedding", train=TrainConfig(method="stepwise"))
+    server = AgentServer(model="", data_dir="run/data", judge=JudgeConfig(), train=TrainConfig(method="stepwise"))
     StoreSink(server.store).write(episode, advantages)   # one sample per kept step
     server.stop()
 
-The same parts as `openclaw-rl serve` (compose.build_server, build_judge, load_trainer), wired
-differently, which is why this is not compose.build_app: there the judge writes each turn's
-sample. Here
+The same stack as `openclaw-rl serve` (compose.build_stack), in a deployment mode of its
+own: there the judge writes each turn's sample. Here (`StackSpec` says so)
 
-- the judge worker writes verdicts only (`JudgeWorker(write_samples=False)`, no teacher):
-  the PRM votes the driver reads;
+- the judge worker writes verdicts only (`write_samples=False`, no teacher): the PRM votes
+  the driver reads;
 - the driver writes each step's sample, with the step's standardized advantage as its
   own signal, `Sample.step_advantage` (drivers/agent.py says why the driver and not the judge);
 - the trainer's method is `stepwise` (AGENT_METHOD), which trains on that signal:
@@ -24,16 +23,13 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from openclaw_rl.compose import build_judge, build_server, build_updates, load_trainer
+from openclaw_rl.compose import StackSpec, build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.drivers.rollout import Episode
 from openclaw_rl.judge.teacher import logprob_temperature, logprob_top_p
-from openclaw_rl.judge.worker import JudgeWorker
-from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
-from openclaw_rl.train.runner import Flush, run_trainer
-from openclaw_rl.train.weights import EngineChannel, Publisher
+from openclaw_rl.train.runner import Flush
 from openclaw_rl.types import Sample
 
 __all__ = ["AGENT_METHOD", "AgentServer", "StoreSink"]
@@ -83,34 +79,24 @@ class StoreSink:
 
 class AgentServer:
     """Policy, judge (verdicts only) and trainer (of step advantages) on a loopback port."""
-    def __init__(self, *, model: str, data_dir: str | Path, judge: str = "embedding", judge_model: str = "default",
+    def __init__(self, *, model: str, data_dir: str | Path, judge: JudgeConfig | None = None,
                  train: TrainConfig | None = None, max_tokens: int = 256, judge_override: Any = None) -> None:
-        """`judge`: embedding | local | off | an OpenAI-compatible URL (then `judge_model` names
-        the model there); `judge_override` replaces it (tests). `train` None serves and judges only."""
+        """`judge`: the judge of the steps (None: the default, embedding; a driver's `--judge`
+        spec becomes one by JudgeConfig.from_spec); `judge_override` replaces it (tests).
+        `train` None serves and judges only."""
         port = free_port()
         serve = ServeConfig(model=model, data_dir=str(data_dir), port=port, status_interval_s=0.0,
                             train=train is not None, default_max_tokens=max_tokens)
-        server = build_server(serve, threads=1 if train is not None else None)  # one core each: see loop.py
-        loops = []
         self._flush = Flush()
-        if judge.startswith(("http://", "https://")):
-            judge_config = JudgeConfig(judge="openai", openai_base_url=judge, openai_model=judge_model)
-        else:
-            judge_config = JudgeConfig(judge=judge)
-        reader = judge_override or build_judge(judge_config, server.engine.model_dir, server.engine)
-        if reader is not None:
-            loops.append(JudgeWorker(server.store, reader, judge_config, write_samples=False).run)
-        if train is not None:
-            trainer = load_trainer(server.engine.model_dir, Path(data_dir), train, resume=False)
-            publisher = Publisher.for_trainer(trainer, [EngineChannel(server.engine)])
-            gate, archive = build_updates(trainer, train, server.store, server.tokenizer)
-            loops.append(lambda stop: run_trainer(server.store, trainer, train, publisher, stop, flush=self._flush,
-                                                  gate=gate, archive=archive))
-        self.server = server
+        judge_config = judge or JudgeConfig()
+        stack = build_stack(serve, judge_config, train or TrainConfig(method=AGENT_METHOD), StackSpec(
+            training="in_process" if train is not None else "off", judge=judge_override, write_samples=False,
+            flush=self._flush))
+        self.server = server = stack.server
         self.store: Store = server.store
         self.model_name: str = server.model_name
-        self.judge_name = reader.name if reader is not None else "off"
-        self._thread = ServerThread(create_app(server, loops), port)
+        self.judge_name = stack.judge.name if stack.judge is not None else "off"
+        self._thread = ServerThread(stack.app(), port)
         self.base_url = self._thread.base_url
 
     def drain(self, timeout_s: float) -> bool:

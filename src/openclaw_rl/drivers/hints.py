@@ -50,14 +50,11 @@ def simulation_rubric(out: str | Path) -> tuple[RubricComparer, list[str]]:
     return RubricComparer(persona, train_problems(int(summary["seed"]), played)), data_dirs
 
 
-def _judge_config(config: HintsConfig) -> JudgeConfig:
-    if config.judge.startswith(("http://", "https://")):
-        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model)
-    return JudgeConfig(judge=config.judge)
-
-
 def check_store(config: HintsConfig, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
-    """Run the check and write the report; returns it."""
+    """Run the check and write the report; returns it.
+
+    (Over 60 lines: the hinted answers' async batch and the report's tallies share the
+    turns, comparers and engine of one check, and read best in order.)"""
     rubric, data_dirs = simulation_rubric(config.simulation) if config.simulation else (None, [])
     data_dir = config.data_dir
     if not data_dir:
@@ -73,7 +70,7 @@ def check_store(config: HintsConfig, progress: Callable[[int, int], None] | None
         raise ConfigError(f"{data_dir}: no judged turn with a hint yet; the check needs turns the judge read a "
                           "correction in (serve with a judge, and let people correct the model)")
     model_dir = resolve_model_dir(config.model or None)
-    judge_config = _judge_config(config)
+    judge_config = JudgeConfig.from_spec(config.judge, config.judge_model)
     engine = build_engine(ServeConfig(model=str(model_dir), data_dir=str(data_dir)), model_dir)
     comparers = [hint_comparer(build_judge(judge_config, model_dir, engine), judge_config)]
     if rubric is not None:

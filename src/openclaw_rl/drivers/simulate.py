@@ -32,6 +32,9 @@ Decisions and why:
 
 With `--judge oracle` the rewards come from the persona's rubric itself (to separate
 learning from the judge's quality): every output then says ORACLE.
+
+(Over 400 lines: the evaluator, one method's run and the process per method share one
+run's config, state and output records, and read best in one place.)
 """
 
 from __future__ import annotations
@@ -55,8 +58,8 @@ import openai
 from rich.logging import RichHandler
 from transformers import AutoTokenizer
 
-from openclaw_rl.compose import build_app, build_engine, open_store
-from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig, TrainConfig
+from openclaw_rl.compose import StackSpec, build_engine, build_stack, open_store
+from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.eval.metrics import FirstAnswer, acceptance, first_answers, plot_curves
@@ -103,16 +106,6 @@ class _Recorder:
     def write(self, **record: Any) -> None:
         with self.path.open("a") as f:
             f.write(json.dumps({"at": time.time(), **record}) + "\n")
-
-
-def _judge_config(config: SimulateConfig) -> JudgeConfig:
-    common = {"max_hints": config.max_hints, "teacher": config.teacher,
-              "hint_check": "off" if config.hint_check == "off" else "on"}
-    if config.judge == "oracle":
-        return JudgeConfig(judge="off", **common)
-    if config.judge.startswith(("http://", "https://")):
-        return JudgeConfig(judge="openai", openai_base_url=config.judge, openai_model=config.judge_model, **common)
-    return JudgeConfig(judge=config.judge, **common)
 
 
 class _SnapshotEvaluator:
@@ -219,7 +212,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
     training = method != CONTROL  # the control plays the same stream with training (and judging) off
-    oracle = OracleJudge(persona, problems) if config.judge == "oracle" and training else None
+    oracle = OracleJudge(persona, problems) if config.judge_spec == "oracle" and training else None
     run_dir = Path(config.out) / method
     lock = threading.Lock()
     played = 0  # sessions finished
@@ -252,7 +245,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         if progress:
             progress(method=method, updates=version)
 
-    probes = probe_problems(config.seed, config.gate_probes, [*problems, *heldout]) if config.gate == "on" else []
+    probes = (probe_problems(config.seed, config.gate_probes, [*problems, *heldout]) if config.train.gate == "on"
+              else [])
     probe_file = run_dir / "gate-probes.jsonl"
     if probes:
         probe_file.parent.mkdir(parents=True, exist_ok=True)
@@ -261,23 +255,18 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0,
                         train=training)
-    train = TrainConfig(method=method if training else "binary", batch_size=config.batch_size,
-                        catch_up=config.catch_up, lora=config.lora, lr=config.lr,
-                        max_staleness=config.max_staleness, opd_baseline=config.opd_baseline, gate=config.gate,
-                        settle_after=config.settle_after, kl_beta=config.kl_beta, kl_reference=config.kl_reference,
-                        w_opd=config.w_opd, gate_max_length_ratio=config.gate_max_length_ratio,
-                        gate_max_repetition_increase=config.gate_max_repetition_increase,
-                        gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
-                        **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
+    train = replace(config.train, method=method if training else "binary",
+                    gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
+                    **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
     scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
-              if config.gate == "on" else None)
+              if train.gate == "on" else None)
     flush = Flush()
     comparer = RubricComparer(persona, problems) if config.hint_check == "rubric" else None
-    server, app = build_app(serve, _judge_config(config) if training else JudgeConfig(judge="off"), train,
-                            judge_override=oracle,
-                            channels=[CallbackChannel(on_publish)], scorer=scorer, flush=flush, comparer=comparer)
+    stack = build_stack(serve, config.judge if training else JudgeConfig(judge="off"), train, StackSpec(
+        judge=oracle, channels=(CallbackChannel(on_publish),), scorer=scorer, flush=flush, comparer=comparer))
+    server = stack.server
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
-    thread = ServerThread(app, port)
+    thread = ServerThread(stack.app(), port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
     accepted: dict[int, bool] = {}  # by start order: the first answer approved without a correction
@@ -349,29 +338,29 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     points.sort(key=lambda p: p[1])
     return {
         "method": method,
-        "judge": "oracle" if oracle else config.judge if training else "off",
-        "judge_label": ORACLE_LABEL if oracle else config.judge if training else "off (training-off control)",
+        "judge": "oracle" if oracle else config.judge_spec if training else "off",
+        "judge_label": ORACLE_LABEL if oracle else config.judge_spec if training else "off (training-off control)",
         "persona": persona.name,
         "model": server.model_name,
         "sessions": played,
         "updates": final,
-        "batch_size": config.batch_size,
-        "catch_up": config.catch_up,
-        "lora": config.lora,
+        "batch_size": train.batch_size,
+        "catch_up": train.catch_up,
+        "lora": train.lora,
         "lr": train.learning_rate,  # the rate used, also when --lr was left unset
         "approve_threshold": persona.approve_threshold,
-        "max_staleness": config.max_staleness,
-        "opd_baseline": config.opd_baseline,
+        "max_staleness": train.max_staleness,
+        "opd_baseline": train.opd_baseline,
         "parallel": config.parallel,
         "seed": config.seed,
-        "gate": config.gate,
-        "gate_max_length_ratio": config.gate_max_length_ratio,
-        "gate_max_repetition_increase": config.gate_max_repetition_increase,
-        "settle_after": config.settle_after,
-        "kl_beta": config.kl_beta,
+        "gate": train.gate,
+        "gate_max_length_ratio": train.gate_max_length_ratio,
+        "gate_max_repetition_increase": train.gate_max_repetition_increase,
+        "settle_after": train.settle_after,
+        "kl_beta": train.kl_beta,
         "w_opd": train.w_opd,  # what the trainer was given
-        "kl_reference": config.kl_reference,
-        "teacher": config.teacher,
+        "kl_reference": train.kl_reference,
+        "teacher": config.judge.teacher,
         "hint_check": config.hint_check,
         "turns_with_hints_dropped_by_check": dropped_by_check,
         "rejected_versions": sum(record["gate"] == "rejected" for record in history),
@@ -466,7 +455,9 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
     process: a run holds a serving engine, an evaluating engine and a trainer with its
     optimizer state (about 5 GB for the default model), and a process gives all of it back
     to the system when it ends, where freeing it inside one process left the resident
-    size growing run after run (three methods reached 15 GB)."""
+    size growing run after run (three methods reached 15 GB).
+
+    (Over 60 lines: most of it is summary.json's one dict, key by key.)"""
     for method in config.methods:  # before any run starts: a bad name last in the list fails now, not hours in
         if method != CONTROL:
             get_method(method)
@@ -477,7 +468,7 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
     else:
         runs = {method: _run_in_child(config, method, progress) for method in config.methods}
     plot_curves({m: [tuple(p) for p in r["curve"]] for m, r in runs.items()}, out / "curve.png",
-                judge="oracle" if config.judge == "oracle" else config.judge, persona=config.persona,
+                judge=config.judge_spec, persona=config.persona,
                 accepted={m: r.get("accepted", []) for m, r in runs.items()})
     first = next(iter(runs.values()))
     single = len(runs) == 1
@@ -489,24 +480,24 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "model": first["model"],
         "sessions": first["sessions"] if single else {m: r["sessions"] for m, r in runs.items()},
         "seed": config.seed,
-        "batch_size": config.batch_size,
-        "catch_up": config.catch_up,
+        "batch_size": config.train.batch_size,
+        "catch_up": config.train.catch_up,
         "parallel": config.parallel,
         "eval_every": config.eval_every,
         "max_updates": config.max_updates,
         "heldout": config.heldout,
         "lr": first["lr"],
         "approve_threshold": first["approve_threshold"],
-        "max_staleness": config.max_staleness,
-        "opd_baseline": config.opd_baseline,
-        "gate": config.gate,
-        "gate_max_length_ratio": config.gate_max_length_ratio,
-        "gate_max_repetition_increase": config.gate_max_repetition_increase,
-        "settle_after": config.settle_after,
-        "kl_beta": config.kl_beta,
-        "w_opd": config.w_opd,
-        "kl_reference": config.kl_reference,
-        "teacher": config.teacher,
+        "max_staleness": config.train.max_staleness,
+        "opd_baseline": config.train.opd_baseline,
+        "gate": config.train.gate,
+        "gate_max_length_ratio": config.train.gate_max_length_ratio,
+        "gate_max_repetition_increase": config.train.gate_max_repetition_increase,
+        "settle_after": config.train.settle_after,
+        "kl_beta": config.train.kl_beta,
+        "w_opd": config.train.w_opd,
+        "kl_reference": config.train.kl_reference,
+        "teacher": config.judge.teacher,
         "hint_check": config.hint_check,
         "rejected_versions": first["rejected_versions"] if single else {m: r["rejected_versions"]
                                                                          for m, r in runs.items()},

@@ -19,14 +19,21 @@ owns the model's state for the rows in the batch. Both decoders give the same lo
 - `HFDecoder`, for everything else: transformers' forward over a left-padded
   DynamicCache, merged when requests join (continuous batching) when the cache is a
   plain key/value list, else dynamic batching (newcomers wait for the batch to drain).
+
+(Over 400 lines: the two decoders are the two implementations of one protocol and
+`make_decoder` chooses between them, so a reader compares them on one page.)
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
+from torch.distributed.tensor import DTensor
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
 
 from openclaw_rl.engine import kernels
 from openclaw_rl.engine.prefixes import ANY, Prefix, PrefixCache
@@ -78,8 +85,6 @@ def fused_unsupported(model) -> str | None:
     """Why the fused decoder cannot run `model` (reading its parameters in place), or None."""
     if hasattr(model, "peft_config"):
         return "a LoRA adapter (its forward adds the adapter)"
-    from torch.distributed.tensor import DTensor
-
     if any(isinstance(p, DTensor) for p in model.parameters()):
         return "sharded parameters (FSDP2)"
     config = model.config
@@ -399,8 +404,6 @@ class HFDecoder:
     reused_tokens = 0  # no prefix cache
 
     def __init__(self, model, pad_token_id: int):
-        import inspect
-
         self.model, self.pad_token_id = model, pad_token_id
         forward_params = inspect.signature(model.forward).parameters
         # transformers renamed `past_key_values` to `cache` (5.x); speak whichever it knows.
@@ -430,8 +433,6 @@ class HFDecoder:
         return self.model(input_ids=torch.tensor([ids], device=self.model.device), **keep).logits[0, -last:]
 
     def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
-        from transformers import DynamicCache
-
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -480,8 +481,6 @@ class HFDecoder:
 
 
 def _is_plain_cache(cache) -> bool:
-    from transformers.cache_utils import DynamicLayer
-
     layers = getattr(cache, "layers", None)
     return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
 

@@ -23,7 +23,9 @@ import os
 import platform
 import threading
 
+import ninja
 import torch
+from torch.utils.cpp_extension import load_inline
 
 from openclaw_rl.engine.loading import cache_dir
 
@@ -307,15 +309,9 @@ def _unsupported() -> str | None:
 
 
 def _build():
-    from torch.utils.cpp_extension import load_inline
-
-    try:  # torch runs `ninja` from PATH: the one the ninja package installed beside us counts
-        import ninja
-
-        if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
-            os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
-    except ImportError:
-        pass
+    # torch runs `ninja` from PATH: the one the ninja package installed beside us counts
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
 
     key = hashlib.sha256("\n".join([_SOURCE, torch.__version__, *_FLAGS]).encode()).hexdigest()[:12]
     build_dir = cache_dir() / "kernels" / key

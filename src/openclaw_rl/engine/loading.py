@@ -12,7 +12,11 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
 from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +67,6 @@ def default_model_dir() -> Path:
 
 def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
     """Dequantise a GGUF model to a float32 Hugging Face directory, written atomically."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=gguf_file)
     quantised = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=gguf_file, dtype=torch.float32)
     config = quantised.config
@@ -80,7 +81,5 @@ def convert_gguf(gguf_dir: Path, gguf_file: str, target: Path) -> None:
     tokenizer.save_pretrained(tmp)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():  # a half-written leftover from an older run
-        import shutil
-
         shutil.rmtree(target)
     os.replace(tmp, target)

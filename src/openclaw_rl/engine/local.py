@@ -17,6 +17,9 @@ A weight update waits for the rows in flight to finish, admits nothing meanwhile
 swaps: every response comes from exactly one policy version and no request is refused.
 A finished row's cache is kept for the request's user (`SamplingParams.cache_scope`) until
 the next swap, up to `prefix_cache_mb` (engine/prefixes.py).
+
+(Over 400 lines: decoding, scoring and weight swaps run on one thread over one batch's
+state, so they are one class.)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Callable
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import (
@@ -93,8 +97,6 @@ class LocalEngine:
         decoder: str = "auto",
         prefix_cache_mb: int = PREFIX_CACHE_MB,
     ):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
         self.threads = threads or min(2, os.cpu_count() or 1)
         # torch threads for the next step, asked before each one (None: `threads` throughout);
         # beside an in-process trainer, compose gives serving the trainer's core between its steps

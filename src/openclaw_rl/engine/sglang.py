@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from transformers import AutoConfig, AutoTokenizer
 
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, Started, StoredWeights, StreamEvent, Weights,
@@ -52,8 +53,6 @@ class SGLangEngine:
 
     def __init__(self, url: str, model_dir: str | Path, *, policy_version: int = 0,
                  weights_dir: str | Path | None = None, request_timeout_s: float = 600.0):
-        from transformers import AutoConfig, AutoTokenizer
-
         self.url = url.rstrip("/")
         self.model_dir = Path(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)

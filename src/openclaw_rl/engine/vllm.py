@@ -38,6 +38,9 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   `cache_salt`, an HMAC of the user's name under a key drawn when the engine starts, so
   one user's cached prefix never serves (or times) another's request, as in the local
   engine (engine/prefixes.py). The engine's own requests (scope None) go unsalted.
+
+(Over 400 lines: the HTTP calls and the pure parsing of vLLM's replies that only this
+engine uses sit together; the parsing is tested without a server.)
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from transformers import AutoTokenizer
 
 from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import (
@@ -88,8 +92,6 @@ class VLLMEngine:
         check_logprobs_mode: bool = True,
         score_alone: bool = True,
     ):
-        from transformers import AutoTokenizer
-
         self.url = url.rstrip("/")
         self.model_dir = Path(model_dir)
         self.tokenizer = AutoTokenizer.from_pretrained(self.model_dir)

@@ -31,7 +31,9 @@ on missing package metadata.
 
 from __future__ import annotations
 
+import argparse
 import atexit
+import ctypes
 import json
 import logging
 import os
@@ -44,8 +46,11 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+import torch
+from safetensors.torch import load_file, save_file
 
 from openclaw_rl.engine.base import EngineError
+from openclaw_rl.engine.loading import cache_dir, resolve_model_dir
 from openclaw_rl.net import free_port
 
 log = logging.getLogger(__name__)
@@ -178,8 +183,6 @@ def _own_group_dying_with_parent() -> None:
     SIGKILL, so no server outlives the process that started it (Linux; elsewhere only the group)."""
     os.setsid()
     try:
-        import ctypes
-
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6").prctl(pr_set_pdeathsig, signal.SIGTERM)
     except OSError:
@@ -195,11 +198,6 @@ def ties_embeddings(model_dir: Path) -> bool:
 def untied_copy(model_dir: Path) -> Path:
     """The model with `lm_head.weight` of its own (a copy of the embedding), made once under
     the cache dir; every other file is a symlink to the original."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    from openclaw_rl.engine.loading import cache_dir
-
     files = sorted(model_dir.glob("*.safetensors"))
     if not files:
         raise EngineError(f"{model_dir} holds no *.safetensors files; vLLM serving needs safetensors weights")
@@ -239,10 +237,6 @@ def _supported_rank(rank: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m openclaw_rl.engine.vllm_server`: a server as `serve --engine vllm` starts it,
     in the foreground, for `--engine-url` (another machine, several openclaw-rl processes)."""
-    import argparse
-
-    from openclaw_rl.engine.loading import resolve_model_dir
-
     parser = argparse.ArgumentParser(prog="python -m openclaw_rl.engine.vllm_server", description=main.__doc__)
     parser.add_argument("--model", default="", help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--port", type=int, default=8001, help="port to bind on 127.0.0.1")

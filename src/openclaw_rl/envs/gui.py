@@ -27,9 +27,9 @@ Decisions and why:
   context (fresh cookies, storage, page) per episode. Chromium is the system's (Debian's
   `chromium`), never a Playwright download: the machines have no internet.
 
-The file is longer than most (~570 lines) because the page script that builds the
-observation lives here, next to the Python that formats and acts on its records: the
-observation format is defined in one place.
+(Over 400 lines: the page script that builds the observation lives here, next to the
+Python that formats and acts on its records, so the observation format is defined in one
+place.)
 """
 
 from __future__ import annotations
@@ -351,6 +351,8 @@ class GUIEnv:
         """
         if max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+        # here, not at the top: the module (its tools, its tasks) loads without Playwright, and a
+        # missing one is an EnvError that names the fix, not an ImportError at registry lookup
         try:
             from playwright.sync_api import Error, sync_playwright
         except ImportError as error:

@@ -37,8 +37,8 @@ Decisions and why:
 - One bearer token guards every endpoint but `/healthz`, compared in constant time, and
   the server binds 127.0.0.1 unless told otherwise: a lease runs commands on this machine.
 
-The file is one unit of under 600 lines (config, env threads, leases, then HTTP in the
-last third): every part enacts the rules above, and splitting them would scatter them.
+(Over 400 lines: env threads, leases and then the HTTP routes are one unit, since every
+part enacts the rules above and splitting them would scatter them.)
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ import base64
 import collections
 import concurrent.futures
 import contextlib
+import functools
 import hmac
 import ipaddress
 import json
@@ -60,6 +61,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, TypeVar
 
+import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
@@ -67,6 +69,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from openclaw_rl.config import TOKEN_ENV_VAR, ConfigError, PoolConfig
 from openclaw_rl.envs.base import Action, Env, Task
+from openclaw_rl.envs.registry import env_class, make_env
 
 __all__ = ["EnvPool", "PoolConfig", "PoolProblem", "TOKEN_ENV_VAR", "create_app", "resolve_token", "serve"]
 
@@ -538,12 +541,6 @@ def _is_loopback(host: str) -> bool:
 
 def serve(config: PoolConfig, token: str, options: dict[str, Any] | None = None) -> None:
     """Serve `config.env` (built by the registry with `options`) until interrupted."""
-    import functools
-
-    import uvicorn
-
-    from openclaw_rl.envs.registry import env_class, make_env
-
     env_class(config.env)  # an unknown name fails here, naming the choices, before anything binds
     if not _is_loopback(config.host):
         log.warning("binding %s: anyone who can reach it and holds the token runs commands in these environments",

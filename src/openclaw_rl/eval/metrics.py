@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Sequence
 
 import openai
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from openclaw_rl.eval.personas import Persona
 from openclaw_rl.eval.problems import Problem
@@ -81,20 +83,14 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
     each accepted session as a tick at the bottom and the acceptance of the last 5
     sessions as a dashed line, so the adaptation metric can be read off the same plot.
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")  # files only; never needs a display
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError as error:  # pragma: no cover - depends on the environment
-        raise RuntimeError("plot_curves needs matplotlib: pip install matplotlib") from error
     if not runs or not any(runs.values()):
         raise ValueError("plot_curves got no points; pass {method: [(sessions, updates, score), ...]}")
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig, (by_sessions, by_updates) = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+    # a Figure of its own, not pyplot's: no backend or display to choose, no global state to close
+    fig = Figure(figsize=(11, 4.2))
+    by_sessions, by_updates = fig.subplots(1, 2, sharey=True)
     for method, points in runs.items():
         ordered = sorted(points)
         sessions, updates, scores = ([p[i] for p in ordered] for i in range(3))
@@ -118,7 +114,6 @@ def plot_curves(runs: dict[str, Sequence[CurvePoint]], path: str | Path, *, judg
     fig.suptitle(curve_title(judge, persona))
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal
 
 from openclaw_rl.eval.problems import Problem, numbers_in
+from openclaw_rl.plugins import import_named
 
 __all__ = [
     "PERSONA_NAMES",
@@ -237,12 +238,9 @@ PERSONA_NAMES = ("student", "teacher")
 
 
 def get_persona(name: str) -> Persona:
-    """The persona called `name` (imported here, not at the top: each persona module
-    imports this one), or `module:ATTR`: a Persona (or a function of no arguments that
-    returns one) from outside the package."""
+    """The persona called `name`, or `module:ATTR`: a Persona (or a function of no arguments
+    that returns one) from outside the package."""
     if ":" in name:
-        from openclaw_rl.plugins import import_named
-
         found = import_named(name, f"persona {name!r}")
         if callable(found) and not isinstance(found, Persona):
             found = found()
@@ -251,11 +249,11 @@ def get_persona(name: str) -> Persona:
                              "openclaw_rl.eval.personas.Persona (or a function returning one)")
         return found
     if name == "student":
-        from openclaw_rl.eval.student import STUDENT
+        from openclaw_rl.eval.student import STUDENT  # here, not at the top: student.py imports this module
 
         return STUDENT
     if name == "teacher":
-        from openclaw_rl.eval.teacher import TEACHER
+        from openclaw_rl.eval.teacher import TEACHER  # here, not at the top: teacher.py imports this module
 
         return TEACHER
     raise ValueError(f"unknown persona {name!r}; choose one of {', '.join(PERSONA_NAMES)}")

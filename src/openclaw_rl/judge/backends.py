@@ -21,6 +21,10 @@ import os
 from pathlib import Path
 from typing import Protocol
 
+import torch
+from openai import AsyncOpenAI
+from transformers import AutoModel, AutoTokenizer
+
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.types import Message, SamplingParams, TokenStep
 
@@ -54,8 +58,6 @@ class OpenAIChatBackend:
     """Any OpenAI-compatible endpoint: vLLM, Ollama, a hosted API, or another openclaw-rl."""
 
     def __init__(self, base_url: str, model: str, api_key_env: str, timeout_s: float):
-        from openai import AsyncOpenAI
-
         self.name = f"openai:{model}"
         self.model = model
         self.client = AsyncOpenAI(
@@ -85,16 +87,11 @@ class SentenceEncoder:
     """all-MiniLM-L6-v2: mean-pooled, L2-normalised sentence embeddings (plain transformers)."""
 
     def __init__(self, model_dir: Path | None = None):
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
         model_dir = model_dir or minilm_dir()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval().requires_grad_(False)
 
     def encode(self, texts: list[str]):
-        import torch
-
         batch = self.tokenizer(texts, padding=True, truncation=True, max_length=256, return_tensors="pt")
         with torch.inference_mode():
             hidden = self.model(**batch).last_hidden_state  # (B, L, H)

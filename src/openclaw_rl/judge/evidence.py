@@ -1,8 +1,5 @@
 """What a next state says about the action before it: the pure half of the CPU judge.
 
-(Just over 400 lines: every rule that reads machine output against its action sits here,
-beside the parsing they share.)
-
 A turn is read as three texts, the request (the last user message), the action (the
 response text and its tool calls) and the next state with its role. This module holds
 what can be read from them without a model:
@@ -39,7 +36,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from openclaw_rl.chat import call_parts
+from openclaw_rl.chat import call_parts, content_text
 from openclaw_rl.types import Turn
 
 __all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features",
@@ -82,7 +79,7 @@ def material(turn: Turn, role: str) -> Material:
     request = ""
     for message in reversed(turn.prompt_messages):
         if message.get("role") == "user":
-            request = _text(message.get("content"))
+            request = content_text(message)
             break
     next_state = turn.next_state.content if turn.next_state else ""
     return material_from_parts(request, turn.response_text, turn.tool_calls, role, next_state)
@@ -124,14 +121,6 @@ def without_injections(text: str) -> str:
 def _parse_call(call: dict[str, Any]) -> ToolCall:
     name, arguments = call_parts(call)
     return ToolCall(str(name or ""), arguments if isinstance(arguments, dict) else {"input": arguments})
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return ""
 
 
 # -- machine output against the action ---------------------------------------------------

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Callable, Literal, Protocol
 
 from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.judge.prompts import NEXT_STATE_ROLES, comparison_prompt
 from openclaw_rl.judge.teacher import hinted_messages
 from openclaw_rl.judge.votes import parse_preference
@@ -170,8 +171,6 @@ class HintAgreementComparer:
 
     def _similarities(self, hint: str, texts: list[str]) -> list[float]:
         if self._encoder is None:
-            from openclaw_rl.judge.backends import SentenceEncoder
-
             self._encoder = SentenceEncoder()
         vectors = self._encoder.encode([hint, *texts])
         return [float(vectors[0] @ v) for v in vectors[1:]]

@@ -27,6 +27,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from openclaw_rl.chat import content_text
 from openclaw_rl.types import Message
 
 __all__ = ["DATA_TAGS", "NEXT_STATE_ROLES", "comparison_prompt", "directive_prompt", "evaluative_prompt"]
@@ -250,7 +251,7 @@ def _context_blocks(request_messages: Sequence[Message], context_token_budget: i
 
     blocks = [_block("earlier_context", "\n".join(before) or "(none)")]
     request = (
-        _data(_message_text(request_messages[request_at]))
+        _data(content_text(request_messages[request_at]))
         if request_at is not None
         else "(no user message in this conversation)"
     )
@@ -290,28 +291,10 @@ def _first_fitting(rendered: list[str], budget: int, count_tokens: CountTokens) 
 
 def _render_message(message: Message) -> str:
     role = re.sub(r"[^a-z_]", "", str(message.get("role", "")).lower()) or "unknown"
-    text = _data(_message_text(message))
+    text = _data(content_text(message))
     if message.get("tool_calls"):
         text = (text + "\n" if text else "") + _render_tool_calls(message["tool_calls"])
     return _block("message", text or "(empty)", role=role)
-
-
-def _message_text(message: Message) -> str:
-    """The text of an OpenAI message whose content is a string, a list of parts or None."""
-    content = message.get("content")
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    parts = []
-    for part in content:
-        if isinstance(part, dict) and part.get("type") == "text":
-            parts.append(str(part.get("text", "")))
-        elif isinstance(part, dict):
-            parts.append(f"[{part.get('type', 'attachment')}]")
-        else:
-            parts.append(str(part))
-    return "\n".join(parts)
 
 
 def _render_tool_calls(tool_calls: Sequence[dict[str, Any]]) -> str:

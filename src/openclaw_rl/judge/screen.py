@@ -72,9 +72,9 @@ Decisions, and why:
   data words are also listed in German, French, Spanish, Italian, Dutch, Portuguese,
   Russian, Chinese and Japanese (a few words each, not a translation of every pattern).
 
-The module is longer than 400 lines because its word lists and patterns are the decisions:
-each detector is a few short functions over one shared normalisation and one notion of
-what the turn contains, and splitting them would scatter that notion across files.
+(Over 400 lines: its word lists and patterns are the decisions, and each detector is a few
+short functions over one shared normalisation and one notion of what the turn contains,
+which splitting would scatter across files.)
 """
 
 from __future__ import annotations

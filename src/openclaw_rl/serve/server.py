@@ -1,4 +1,5 @@
-"""What every route of the serving app reads: the engine, the store, the config, metrics, users.
+"""What every route of the serving app reads: the engine, the store, the config, metrics, users;
+and who may reach it (`check_exposure`).
 
 Its own module so that the API modules (chat, Responses, Messages, completions) and the
 request path can name it without importing the app that imports them.
@@ -7,6 +8,7 @@ request path can name it without importing the app that imports them.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -15,12 +17,15 @@ from typing import Any
 
 from starlette.requests import Request
 
-from openclaw_rl.config import ServeConfig
+from openclaw_rl.config import ConfigError, ServeConfig
 from openclaw_rl.engine.base import Engine
+from openclaw_rl.net import is_loopback
 from openclaw_rl.serve.limits import UserLimits
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.store import Store
 from openclaw_rl.users import User, Users
+
+log = logging.getLogger(__name__)
 
 
 class LoopDied(RuntimeError):
@@ -71,3 +76,18 @@ Background = Callable[[asyncio.Event], Awaitable[None]]  # a loop run beside the
 def caller_of(request: Request) -> User:
     """The user the guard (serve/app.py) authenticated this request as."""
     return request.scope["state"]["user"]
+
+
+def check_exposure(config: ServeConfig, users: Users) -> None:
+    """Refuse to serve other machines without a key; say what is in force either way (`serve`,
+    and the Ray gateway, whose replicas need the same keys)."""
+    if users.keys_configured:
+        log.info("API keys required: %s", "users of " + str(users.path) if users.list() else "--api-key")
+        return
+    if not is_loopback(config.host):
+        raise ConfigError(
+            f"refusing to serve on {config.host} with no API key: anyone who can reach it could read and steer "
+            f"every conversation. Add a user (openclaw-rl users add NAME --data-dir {config.data_dir}) or pass "
+            "--api-key KEY, or bind to 127.0.0.1")
+    log.warning("no API key configured: serving on loopback (%s) only, every request is the local admin; "
+                "add users with `openclaw-rl users add NAME --data-dir %s`", config.host, config.data_dir)

@@ -50,6 +50,7 @@ from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions, get_model_state_dict, get_optimizer_state_dict, set_model_state_dict, set_optimizer_state_dict,
 )
+from transformers import AutoModelForCausalLM
 
 from openclaw_rl.engine.weight_files import fsync_dir, fsync_file, write_atomic
 
@@ -222,8 +223,6 @@ def export(data_dir: str | Path, out_dir: str | Path, *, model_dir: str | Path |
     LoRA is merged into the base weights; the base model's tokenizer files are copied.
     `model_dir` overrides the base model path recorded in the checkpoint (if it moved).
     """
-    from transformers import AutoModelForCausalLM
-
     checkpoint = load_latest(data_dir)
     if checkpoint is None:
         raise FileNotFoundError(
@@ -242,13 +241,13 @@ def export(data_dir: str | Path, out_dir: str | Path, *, model_dir: str | Path |
 
     model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     if checkpoint.lora and checkpoint.sharded:  # the adapter's config beside it, its weights in dcp/
-        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+        from peft import LoraConfig, get_peft_model, set_peft_model_state_dict  # LoRA only (see trainer.py)
 
         model = get_peft_model(model, LoraConfig.from_pretrained(str(checkpoint.path / ADAPTER_DIR)))
         set_peft_model_state_dict(model, checkpoint.weights())
         model = model.merge_and_unload()
     elif checkpoint.lora:
-        from peft import PeftModel
+        from peft import PeftModel  # LoRA only (see trainer.py)
 
         model = PeftModel.from_pretrained(model, str(checkpoint.path / ADAPTER_DIR)).merge_and_unload()
     else:

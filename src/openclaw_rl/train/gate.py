@@ -52,6 +52,9 @@ Decisions and why:
   without reading a checkpoint. For the default model that is ~1.6 GB of CPU memory.
 - A scorer (`Scorer`) is optional: a function from (prompts, answers) to scores, e.g. the
   persona's rubric in simulation. Without one the gate decides on the checks alone.
+
+(Over 400 lines: the checks, the anchors and snapshot they compare against and the
+decision read the same probes and answers, and `Gate` is the one object that holds them.)
 """
 
 from __future__ import annotations

@@ -65,6 +65,9 @@ Decisions, and why:
   one member, cannot say which trajectory did better and are dropped. A step with no
   PRM votes gets process term 0 (missing term = zero, as in combined); its outcome
   still counts.
+
+(Over 400 lines: every loss term and advantage of every method, pure functions side by
+side, so the shapes and sign conventions they share are read and tested in one place.)
 """
 
 from __future__ import annotations
@@ -143,16 +146,9 @@ def ppo_clip_loss(
     _check_shape("behaviour_logprobs", behaviour_logprobs, mask.shape)
     _check_shape("advantages", advantages, mask.shape)
 
-    base = behaviour_logprobs
-    weight = None
+    base, weight, gap = behaviour_logprobs, None, None
     if tis_cap:
-        _check_shape("proximal_logprobs", proximal_logprobs, mask.shape)
-        proximal = _f32(proximal_logprobs.detach())
-        gap = torch.where(mask, proximal - _f32(behaviour_logprobs), 0.0)  # (B, T) log pi_proximal / pi_behaviour
-        gap = gap.nan_to_num(neginf=-LOG_RATIO_LIMIT).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
-        weight = gap.clamp(max=math.log(tis_cap)).exp()  # (B, T) min(pi_proximal / pi_behaviour, cap)
-        # a token the trainer's own nucleus cut (-inf) weighs ~0; its ratio is taken against behaviour
-        base = torch.where(torch.isfinite(proximal), proximal, _f32(behaviour_logprobs))
+        base, weight, gap = _truncated_importance(proximal_logprobs, behaviour_logprobs, mask, tis_cap)
     log_ratio = torch.where(mask, _f32(logprobs) - _f32(base), 0.0)  # (B, T)
     log_ratio = log_ratio.clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
     ratio = log_ratio.exp()  # (B, T)
@@ -174,6 +170,20 @@ def ppo_clip_loss(
             stats["tis_capped_fraction"] = masked_sample_mean((gap > math.log(tis_cap)).float(), mask).item()
             stats["mismatch"] = masked_sample_mean(gap.abs(), mask).item()
     return loss, stats
+
+
+def _truncated_importance(proximal_logprobs: Tensor, behaviour_logprobs: Tensor, mask: Tensor,
+                          tis_cap: float) -> tuple[Tensor, Tensor, Tensor]:
+    """TIS for `ppo_clip_loss`: the ratio's base log-probs, each token's weight
+    min(pi_proximal / pi_behaviour, tis_cap), and the log-gap log pi_proximal / pi_behaviour, all (B, T)."""
+    _check_shape("proximal_logprobs", proximal_logprobs, mask.shape)
+    proximal = _f32(proximal_logprobs.detach())
+    gap = torch.where(mask, proximal - _f32(behaviour_logprobs), 0.0)  # (B, T)
+    gap = gap.nan_to_num(neginf=-LOG_RATIO_LIMIT).clamp(-LOG_RATIO_LIMIT, LOG_RATIO_LIMIT)
+    weight = gap.clamp(max=math.log(tis_cap)).exp()  # (B, T)
+    # a token the trainer's own nucleus cut (-inf) weighs ~0; its ratio is taken against behaviour
+    base = torch.where(torch.isfinite(proximal), proximal, _f32(behaviour_logprobs))
+    return base, weight, gap
 
 
 def k3_kl(

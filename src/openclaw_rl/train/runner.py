@@ -38,9 +38,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from torch.utils.tensorboard import SummaryWriter
+
+from openclaw_rl.allocator import release_freed_memory
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import Weights
-from openclaw_rl.memory import release_freed_memory
 from openclaw_rl.store import Store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.gate import Gate
@@ -102,8 +104,6 @@ async def run_trainer(
     and trains them with that method's loss.
     Every new version the `gate` accepts (all, without one) goes to `publisher` and, with an
     `archive`, is kept for rollback. `flush`: see Flush."""
-    from torch.utils.tensorboard import SummaryWriter
-
     writer = SummaryWriter(str(store.data_dir / "tensorboard"))
     work = _Work()
     try:
@@ -153,7 +153,7 @@ async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher:
             if trainer.train_step % config.checkpoint_every == 0:
                 await work(checkpoint.save, data_dir, trainer)
                 saved_step = trainer.train_step
-            await work(release_freed_memory)  # the step's activations, the last version's copies (memory.py)
+            await work(release_freed_memory)  # the step's activations, the last version's copies (allocator.py)
             for key, value in stats.items():
                 writer.add_scalar(f"train/{key}", value, trainer.train_step)
             log.info(

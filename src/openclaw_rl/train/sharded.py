@@ -59,7 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from openclaw_rl.config import TrainConfig
+from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.batch import split_micro_batches
@@ -112,6 +112,15 @@ def _without_nproc(argv: Sequence[str]) -> list[str]:
     return kept
 
 
+def refuse_gate_when_sharded(config: TrainConfig, ranks: int, flag: str = "--nproc") -> None:
+    """The one check that the update gate and a trainer sharded over `ranks` > 1 are not asked for
+    together (module docstring: "Not here"); `flag` is the option that shards it, named in the fix.
+    Called before anything starts: `train --nproc`, `serve --train-nproc` (here and on Ray)."""
+    if config.gate == "on" and ranks > 1:
+        raise ConfigError(f"--gate on is not supported with {flag} > 1 (the gate decodes probes with the "
+                          f"trainer's model); use {flag} 1 with the gate, or --gate off")
+
+
 class ShardedTrainer(Trainer):
     """A Trainer whose policy is sharded over the process group's ranks (module docstring)."""
 
@@ -120,9 +129,7 @@ class ShardedTrainer(Trainer):
     def __init__(self, model_dir: str | Path, config: TrainConfig, initial_version: int = 0):
         if not dist.is_initialized():
             raise RuntimeError("ShardedTrainer needs a process group: call sharded.init_from_env() first")
-        if config.gate == "on":
-            raise ValueError("--gate on is not supported with a sharded trainer (--nproc > 1): the gate decodes "
-                             "probes with the trainer's model; use --nproc 1 with the gate, or --gate off")
+        refuse_gate_when_sharded(config, dist.get_world_size())
         self.rank = dist.get_rank()
         self._world_size = dist.get_world_size()
         self._share: list[tuple[list[Sample], bool]] = []
@@ -299,7 +306,7 @@ class ShardedTrainer(Trainer):
 
     @property
     def _scalings(self) -> dict[str, float]:
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer  # LoRA only (see trainer.py)
 
         return {name: module.scaling[ADAPTER] for name, module in self.model.named_modules()
                 if isinstance(module, LoraLayer) and ADAPTER in module.lora_A}

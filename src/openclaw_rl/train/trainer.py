@@ -34,6 +34,10 @@ Decisions, and why:
   named_parameters, so serving loads them as it loads any full update; the training
   model is never merged in place, which would be undone imprecisely. Engines that
   hot-load adapters (vLLM, SGLang) get `lora_adapter()` instead: peft's own format.
+  peft is imported where LoRA uses it, not at the top: importing it loads bitsandbytes
+  where that is installed (2.5 s on two cores, and a warning on stderr), compose.py imports
+  this module for every command, and LoRA is off by default. Here and in checkpoint.py and
+  sharded.py such an import says "LoRA only".
 - Precision (`train_dtype`, engine/precision.py): the weights AdamW updates and its moments
   are always float32; bfloat16 is a compute precision (torch.autocast here, FSDP2's
   MixedPrecisionPolicy in train/sharded.py), so an update smaller than bfloat16's
@@ -64,6 +68,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from transformers.modeling_layers import GradientCheckpointingLayer
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
@@ -100,8 +106,6 @@ class Trainer:
         *,
         device: str | None = None,
     ):
-        from transformers import AutoModelForCausalLM
-
         self.config = config
         self.model_dir = Path(model_dir)
         self.method: Method = get_method(config.method)  # before the model loads: a bad name fails fast
@@ -368,7 +372,7 @@ class Trainer:
         named_parameters; LoRA deltas merged into copies (the training model is untouched)."""
         if not self.config.lora:
             return {name: p.detach().to("cpu", copy=True) for name, p in self.model.named_parameters()}
-        from peft.tuners.lora import LoraLayer
+        from peft.tuners.lora import LoraLayer  # LoRA only (module docstring)
 
         base = self.model.get_base_model()
         deltas = {
@@ -390,7 +394,7 @@ class Trainer:
     def lora_adapter(self) -> LoraAdapter:
         """The adapter alone, as peft saves it, for engines that hot-load adapters (vLLM,
         SGLang): a few MB instead of the full weights, and no merge on either side."""
-        from peft import get_peft_model_state_dict
+        from peft import get_peft_model_state_dict  # LoRA only (module docstring)
 
         config = self._adapter_config()
         state = {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
@@ -409,7 +413,7 @@ class Trainer:
         """What a checkpoint stores: every weight, or the adapter in peft's format."""
         if not self.config.lora:
             return self.policy_state_dict()
-        from peft import get_peft_model_state_dict
+        from peft import get_peft_model_state_dict  # LoRA only (module docstring)
 
         return {k: v.detach().to("cpu", copy=True) for k, v in get_peft_model_state_dict(self.model).items()}
 
@@ -418,7 +422,7 @@ class Trainer:
         """The inverse of `trainable_state_dict`; raises on any missing or unknown key."""
         self._check_keys(state_dict)
         if self.config.lora:
-            from peft import set_peft_model_state_dict
+            from peft import set_peft_model_state_dict  # LoRA only (module docstring)
 
             set_peft_model_state_dict(self.model, state_dict)
         else:
@@ -493,8 +497,6 @@ def _enable_checkpointing(model: torch.nn.Module, config: TrainConfig) -> list[t
     A layer recomputes only while its own `training` flag is set, which `logprobs` sets per
     micro-batch. Setting the flag on the layer alone keeps dropout in its children off.
     """
-    from transformers.modeling_layers import GradientCheckpointingLayer
-
     base = model.get_base_model() if config.lora else model
     layers = [m for m in base.modules() if isinstance(m, GradientCheckpointingLayer)]
     if not layers or not getattr(base, "supports_gradient_checkpointing", False):
@@ -519,12 +521,11 @@ def _load_4bit(model_dir: Path, compute_dtype: torch.dtype, device: torch.device
         raise ValueError("lora_4bit is not supported with a sharded trainer (--nproc > 1): FSDP2 does not shard "
                          "bitsandbytes' 4-bit weights; use --nproc 1, or lora_4bit = false")
     try:
-        import bitsandbytes  # noqa: F401  (transformers loads through it)
+        import bitsandbytes  # noqa: F401  (the optional extra qlora; transformers loads through it)
     except ImportError as error:
         raise ValueError("lora_4bit needs bitsandbytes: pip install 'openclaw-rl[qlora]' (bitsandbytes==0.50.2, "
                          "which runs 4-bit weights on CPUs as well as CUDA)") from error
-    from peft import prepare_model_for_kbit_training
-    from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+    from peft import prepare_model_for_kbit_training  # LoRA only (module docstring)
 
     quantization = BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                                       bnb_4bit_compute_dtype=compute_dtype)
@@ -538,13 +539,13 @@ def _dense(p: torch.Tensor) -> torch.Tensor:
     state = getattr(p, "quant_state", None)
     if state is None:
         return p
-    import bitsandbytes.functional as bnbf
+    import bitsandbytes.functional as bnbf  # only a 4-bit weight gets here: the optional extra qlora
 
     return bnbf.dequantize_4bit(p.data, state)
 
 
 def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
-    from peft import LoraConfig, get_peft_model
+    from peft import LoraConfig, get_peft_model  # LoRA only (module docstring)
 
     present = {name.rsplit(".", 1)[-1] for name, module in model.named_modules() if isinstance(module, torch.nn.Linear)}
     targets = [t for t in LORA_TARGETS if t in present]

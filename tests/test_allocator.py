@@ -1,4 +1,4 @@
-"""The allocator settings (openclaw_rl/memory.py), each in a fresh interpreter: they are
+"""The allocator settings (openclaw_rl/allocator.py), each in a fresh interpreter: they are
 process-wide, and what they change is how much of freed memory stays resident."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ import pytest
 # the resident size (MB) after the free and again after release_freed_memory.
 PROBE = """
 import sys, torch
-from openclaw_rl import memory
+from openclaw_rl import allocator
 tuned = sys.argv[1] == "tuned"
 if tuned:
-    assert memory.tune_allocator()
+    assert allocator.tune_allocator()
 
 def rss_mb():
     with open("/proc/self/statm") as f:
@@ -25,7 +25,7 @@ base = rss_mb()
 blocks = [torch.ones(2 * 2**20) for _ in range(40)]  # 40 x 8 MB, touched
 del blocks
 freed = rss_mb()
-memory.release_freed_memory()
+allocator.release_freed_memory()
 print(round(freed - base), round(rss_mb() - base))
 """
 

@@ -1,0 +1,57 @@
+"""A user's experience: the standing rules learned from their corrections, for their next prompt.
+
+The agent should change from a user's first correction, not after many weight updates.
+The default model follows a user's accumulated corrections when they are in its context
+(issue 38: teacher persona 0.19 -> 0.40 from the corrections alone), so every screened
+hint or correction becomes a candidate *lesson* of the user who gave it, is consolidated
+into that user's small, capped set, and is rendered into the system message of their
+next request; a training method later distils the block into the weights.
+
+The parts, each a pure function of frozen records (no store, serving or training here;
+those import this package):
+
+- `lessons`: `Lesson`, `Experience` (one user's lessons and a version), `Change` (one
+  recorded, undoable step), `undo` / `revert`, and the user's own `edit_lesson` /
+  `delete_lesson`.
+- `extract`: `lesson_from_hint`, a hint or correction as one short imperative rule, or
+  None for what is not a standing preference (facts about one answer).
+- `polarity`: `contradiction`, the explicit rule for "the newer lesson takes the other
+  side".
+- `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
+- `render`: `render` (the block within a token budget) and `merge_system` (into the
+  client's messages).
+
+The embedding function is a parameter (`embed(texts) -> (n, d)`), so this package imports
+nothing from the judge: the stack builder passes the embedding judge's encoder
+(`judge.backends.SentenceEncoder().encode`, all-MiniLM-L6-v2), tests pass a fake.
+"""
+
+from openclaw_rl.experience.consolidate import (
+    ConsolidationPolicy,
+    CountTokens,
+    Embed,
+    consolidate,
+    enforce_cap,
+    learn,
+    retention,
+    similarities,
+)
+from openclaw_rl.experience.extract import MAX_LESSON_CHARS, lesson_from_hint
+from openclaw_rl.experience.lessons import (
+    Change,
+    ChangeKind,
+    Experience,
+    Lesson,
+    delete_lesson,
+    edit_lesson,
+    revert,
+    undo,
+)
+from openclaw_rl.experience.polarity import contradiction
+from openclaw_rl.experience.render import HEADER, merge_system, ordered, render
+
+__all__ = [
+    "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
+    "Experience", "Lesson", "consolidate", "contradiction", "delete_lesson", "edit_lesson", "enforce_cap", "learn",
+    "lesson_from_hint", "merge_system", "ordered", "render", "retention", "revert", "similarities", "undo",
+]

@@ -1,0 +1,80 @@
+"""The experience block that serving puts in a user's context, and where it goes.
+
+One documented block, the same on every API and engine:
+
+    What this user has asked for in earlier conversations (follow it unless this request says otherwise):
+    - Show every step of the calculation.
+    - Answer in plain sentences, no bullet points.
+
+Decisions and why:
+
+- **Most supported first**, ties broken by the most recently backed, then the lowest id:
+  a rule the user has repeated is the one a short budget should keep, and a fixed order
+  makes the block (and so the prompt tokens a turn records) a pure function of the
+  experience version.
+- **Within the budget, greedily.** Lessons are taken in that order and one that would
+  push the block over `budget_tokens` is skipped, not the end of the block: a long
+  lesson should not shut out a short one behind it. When not even the header and one
+  lesson fit, the block is empty and nothing is added to the prompt.
+- **"Unless this request says otherwise"**: a standing preference yields to what the
+  user asks now, the way a person applies one.
+- **Appended to the client's system message**, after its own text and a blank line, never
+  in front of it: the client's instructions stay first and unchanged, and a client with
+  no system message gets one holding only the block. Only a system (or developer)
+  message at position 0 counts as the client's: chat templates expect the system
+  message first, so a block is never put in the middle of a conversation. A message
+  whose content is a list of parts gets one more text part, of the same type as its
+  last text part (`input_text` for the Responses API), so no part is rewritten; it
+  starts with a newline so that, flattened, the prompt text is the same as for a string.
+- The messages passed in are never modified; a new list is returned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from openclaw_rl.experience.lessons import Experience, Lesson
+from openclaw_rl.types import Message
+
+__all__ = ["HEADER", "merge_system", "ordered", "render"]
+
+HEADER = "What this user has asked for in earlier conversations (follow it unless this request says otherwise):"
+_SYSTEM_ROLES = ("system", "developer")
+
+
+def ordered(experience: Experience) -> list[Lesson]:
+    """The lessons as the block lists them: most supported, then most recently backed, then oldest id."""
+    return sorted(experience.lessons, key=lambda lesson: (-lesson.support, -lesson.updated_at, lesson.id))
+
+
+def render(experience: Experience, budget_tokens: int, count_tokens: Callable[[str], int]) -> str:
+    """The experience block within `budget_tokens`, or "" when there is nothing to add."""
+    lines: list[str] = []
+    for lesson in ordered(experience):
+        trial = "\n".join([HEADER, *lines, f"- {lesson.text}"])
+        if count_tokens(trial) <= budget_tokens:
+            lines.append(f"- {lesson.text}")
+    return "\n".join([HEADER, *lines]) if lines else ""
+
+
+def merge_system(messages: list[Message], block: str) -> list[Message]:
+    """`messages` with `block` appended to the client's system message, or in a new one first."""
+    if not block:
+        return list(messages)
+    if messages and messages[0].get("role") in _SYSTEM_ROLES:
+        first = messages[0]
+        return [{**first, "content": _appended(first.get("content"), block)}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
+
+
+def _appended(content: str | list | None, block: str) -> str | list:
+    if content is None or content == "":
+        return block
+    if isinstance(content, str):
+        return f"{content}\n\n{block}"
+    text_types = [part.get("type", "text") for part in content if isinstance(part, dict) and "text" in part]
+    if not text_types:
+        return [*content, {"type": "text", "text": block}]
+    # Parts are joined by one newline when flattened (chat.content_text, vLLM), so the
+    # leading newline gives the same blank line as the string case: the same prompt text.
+    return [*content, {"type": text_types[-1], "text": f"\n{block}"}]

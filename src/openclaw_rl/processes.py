@@ -1,0 +1,196 @@
+"""The processes of one machine: `openclaw-rl serve`, `judge` and `train`.
+
+    serve          build_stack -> uvicorn; with --train-nproc N a sharded trainer of its own
+                   (`trainer_process`: `openclaw-rl train --nproc N` in a process group)
+    judge          standalone_judge against the store, until stopped (or --once)
+    train          build_trainer_loop publishing to DATA_DIR/weights; under torchrun, one rank
+                   of a sharded trainer
+
+Here is what starts and stops processes: torchrun ranks, subprocess groups, signals.
+What each process runs is built in compose.py (the same builders the drivers and the Ray
+actors call), so these functions only decide the process around it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed
+import uvicorn
+import yaml
+
+from openclaw_rl.compose import (
+    StackSpec,
+    TrainerLoop,
+    build_stack,
+    build_trainer_loop,
+    load_trainer,
+    open_store,
+    standalone_judge,
+)
+from openclaw_rl.config import JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
+from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.serve.server import Background, check_exposure
+from openclaw_rl.train import sharded
+from openclaw_rl.train.weights import FilesChannel
+from openclaw_rl.users import Users
+
+log = logging.getLogger(__name__)
+
+
+def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
+    """`openclaw-rl serve`: the stack `serve` builds (StackSpec's defaults), on --host/--port."""
+    check_exposure(config, Users(config.data_dir, config.api_key))
+    stack = build_stack(config, judge, train, StackSpec())
+    more = [trainer_process(config, stack.train, stack.server.engine.model_dir)] if stack.training == "sharded" else []
+    uvicorn.run(stack.app(*more), host=config.host, port=config.port, log_level="warning",
+                timeout_graceful_shutdown=10)
+
+
+def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path) -> Background:
+    """`serve --train-nproc N`: `openclaw-rl train --nproc N` on this data dir with this [train]
+    config, started with serving and stopped with it (SIGTERM to its process group: rank 0
+    finishes its step and writes a final checkpoint). Its output goes to DATA_DIR/trainer.log."""
+    sharded.refuse_gate_when_sharded(train, config.train_nproc, "--train-nproc")
+    data_dir = Path(config.data_dir)
+    settings = data_dir / "trainer-config.yaml"
+    settings.write_text(yaml.safe_dump({"train": {k: v for k, v in dataclasses.asdict(train).items()
+                                                  if v is not None}}))
+    command = [sys.executable, "-m", "openclaw_rl.cli", "train", "--data-dir", str(data_dir), "--model",
+               str(model_dir), "--nproc", str(config.train_nproc), "--config", str(settings)]
+    command += (["--resume"] if config.resume else []) + (["--store", config.store] if config.store else [])
+
+    async def run(stop: asyncio.Event) -> None:
+        with open(data_dir / "trainer.log", "ab") as out:
+            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        log.info("trainer: %d ranks (pid %d), log in %s", config.train_nproc, process.pid, data_dir / "trainer.log")
+        try:
+            while not stop.is_set() and process.poll() is None:
+                try:
+                    await asyncio.wait_for(stop.wait(), 1.0)
+                except TimeoutError:
+                    pass
+            if process.poll() is not None and not stop.is_set():
+                log.error("the trainer exited with status %d; serving goes on without training (see %s)",
+                          process.returncode, data_dir / "trainer.log")
+        finally:
+            await asyncio.to_thread(_stop_group, process)
+    return run
+
+
+def _stop_group(process: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    """SIGTERM to the process group `process` leads (torchrun and its ranks are in it), then wait
+    until every member is gone; SIGKILL what is left after `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    try:
+        os.killpg(process.pid, signal.SIGTERM)
+        while time.monotonic() < deadline:
+            process.poll()  # reap the leader, or the group never empties
+            os.killpg(process.pid, 0)  # raises once no member is left
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
+
+
+def judge_process(part: JudgeProcessConfig, config: JudgeConfig) -> int:
+    """`openclaw-rl judge`: the worker as its own process against an existing store.
+
+    Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
+    follows the files channel: before each batch of turns it loads the newest published
+    version, so teacher log-probs come from the policy serving has, not the one at start."""
+    store = open_store(part.store, part.data_dir, part.log_text, part.redact)
+    model_dir = resolve_model_dir(part.model or None)
+    worker = standalone_judge(store, ServeConfig(model=str(model_dir), data_dir=str(part.data_dir)), model_dir, config)
+    engine = worker.teacher_engine
+
+    async def main() -> int:
+        try:
+            if part.once:
+                return await worker.drain()
+            await worker.run(asyncio.Event())
+            return worker.judged
+        finally:
+            await engine.aclose()
+
+    return asyncio.run(main())
+
+
+def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
+                  store_url: str = "") -> int:
+    """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights.
+    Under torchrun with more than one rank (`train --nproc N` starts it), the policy is sharded
+    over the ranks (train/sharded.py) and this is one rank of them."""
+    if sharded.world_size() > 1:
+        return _sharded_train_process(data_dir, model, config, resume, max_steps, store_url)
+    store = open_store(store_url, data_dir)
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=2)
+    trainer = load_trainer(resolve_model_dir(model or None), Path(data_dir), config, resume, store)
+    return _run(build_trainer_loop(store, trainer, config, [FilesChannel(data_dir)]), max_steps)
+
+
+def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int,
+                           store_url: str) -> int:
+    """One rank of a sharded `openclaw-rl train`: rank 0 runs the loop of one process with a
+    ShardedTrainer, the others follow it (train/sharded.py); every rank gets an equal share
+    of the cores unless --train-threads says otherwise. SIGTERM (torchrun passes it to every
+    rank) stops rank 0 after the step in progress, with a final checkpoint the followers
+    write their shards of, so they ignore it and end when rank 0 leads them out."""
+    world = sharded.world_size()
+    sharded.refuse_gate_when_sharded(config, world)  # before it joins the group
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=max(1, (os.cpu_count() or 1) // world))
+    torch.set_num_threads(config.train_threads)
+    rank = sharded.init_from_env()
+    try:
+        if rank == 0:
+            resolve_model_dir(model or None)  # converts the bundled model once, before the others look
+        torch.distributed.barrier()
+        model_dir = resolve_model_dir(model or None)
+        if rank != 0:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            sharded.ShardedTrainer(model_dir, config).follow()
+            return 0
+        store = open_store(store_url, data_dir)
+        trainer = load_trainer(model_dir, Path(data_dir), config, resume, store, make=sharded.ShardedTrainer)
+        try:
+            return _run(build_trainer_loop(store, trainer, config, [FilesChannel(data_dir)]), max_steps,
+                        stop_on_sigterm=True)
+        finally:
+            trainer.stop_followers()
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def _run(loop: TrainerLoop, max_steps: int, stop_on_sigterm: bool = False) -> int:
+    """Run a trainer loop until `max_steps` (0: until stopped); the steps taken. `stop_on_sigterm`:
+    SIGTERM ends the loop after the step in progress, with a final checkpoint."""
+    trainer = loop.trainer
+
+    async def main() -> int:
+        stop = asyncio.Event()
+        if stop_on_sigterm:
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+        await loop.catch_up()  # resumed or renumbered
+
+        def on_step(stats: dict) -> None:
+            if max_steps and trainer.train_step >= max_steps:
+                stop.set()
+
+        started = time.monotonic()
+        await dataclasses.replace(loop, on_step=on_step).run(stop)
+        log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
+        return trainer.train_step
+
+    return asyncio.run(main())
