@@ -21,7 +21,7 @@ Parameter counts are exact: each Qwen3 shape is built from its config on the met
 "Fits" = trainer + engine within 85 % of the GPU's memory (the rest for activations,
 which grow with micro-batch length; gradient checkpointing keeps them small). Measured
 numbers come from bench/gpu_check.py on a GPU; none were measured for this table.
-Writes bench/results/memory_table.json and prints the README's table.
+Writes bench/results/memory_table.json and prints the table of docs/gpu.md.
 """
 
 from __future__ import annotations

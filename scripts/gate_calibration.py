@@ -8,7 +8,7 @@ are read with the gate's own functions (train/gate.py): mean answer tokens and t
 ratio to the base version's, the share of repeated 4-grams, the share of non-answers and
 of answers that bring in URLs, commands or other people's data. Beside them the rubric
 score from metrics.jsonl. A version that collapsed shows which check would have caught it
-and by how much, so the thresholds (README, 'Safe updates') can be read off real runs.
+and by how much, so the thresholds (docs/safe-updates.md) can be read off real runs.
 Prints one markdown table per run.
 """
 

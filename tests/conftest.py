@@ -62,14 +62,14 @@ class LiveServer:
 
     def __init__(self, model_dir: Path, data_dir: Path, judge=None, train=None, **overrides):
         from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
-        from openclaw_rl.compose import build_stack
+        from openclaw_rl.processes import serving_app
 
         self.port = free_port()
         overrides.setdefault("train", train is not None)
         overrides.setdefault("status_interval_s", 0.0)
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
-        stack = build_stack(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
-        self.server, self.app = stack.server, stack.app()
+        stack, self.app = serving_app(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
+        self.server = stack.server
         self._thread = ServerThread(self.app, self.port)
 
     @property

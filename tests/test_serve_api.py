@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import threading
+import time
 
 import httpx
 import pytest
@@ -52,6 +55,70 @@ def test_streaming_sends_tokens_one_by_one_and_records_the_same_text(live):
     assert all(len(e.top_logprobs) == 2 for c in logprob_chunks for e in c.choices[0].logprobs.content)
     turn = session_of(live, raw.headers["x-session-id"])["turns"][0]
     assert turn["response_text"] == "".join(deltas)
+
+
+@pytest.mark.parametrize(("path", "body"), [("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}),
+                                            ("/v1/completions", {"prompt": "hi"})])
+def test_a_client_that_leaves_a_stream_of_two_choices_logs_no_error(scripted_server, caplog, path, body):
+    """Issue 36, finding 5: closing the streams while their pumps still read them raised
+    "aclose(): asynchronous generator is already running" on every cancelled n > 1 stream."""
+    from conftest import ScriptedEngine
+
+    class SlowEngine(ScriptedEngine):
+        async def stream(self, prompt_ids, params):
+            async for event in super().stream(prompt_ids, params):
+                await asyncio.sleep(0.01)
+                yield event
+
+    server = scripted_server(["word " * 400])
+    server.engine.__class__ = SlowEngine
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            with httpx.stream("POST", server.base_url + path,
+                              json={**body, "n": 2, "stream": True, "max_tokens": 300}) as response:
+                lines = response.iter_lines()
+                received = [next(lines) for _ in range(6)]  # both choices under way, then gone
+            assert any('"index": 1' in line for line in received), received
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and not caplog.records:
+            time.sleep(0.1)
+    assert not [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert httpx.post(server.base_url + path, json={**body, "n": 2, "max_tokens": 3}).status_code == 200
+
+
+_STRICT_ROUTES = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+    "/v1/completions": {"prompt": "hi", "max_tokens": 2},
+    "/v1/responses": {"input": "hi", "max_output_tokens": 2},
+    "/v1/messages": {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2},
+}
+_LAX_VALUES = [("stream", "yes"), ("stream", 1), ("seed", False), ("n", 1.0), ("n", "2"), ("max_tokens", 2.0),
+               ("max_output_tokens", True), ("temperature", True), ("temperature", "0.5"), ("logprobs", "true"),
+               ("echo", 1)]
+
+
+def test_scalars_of_every_api_are_strict_and_a_400_names_the_field(scripted_server):
+    """Issue 36, finding 6: lax coercion ran "stream": "yes" as a stream, "seed": false as 0 and
+    "n": 1.0 as 1. Each field a route has, with a value of the wrong JSON type, is refused."""
+    server = scripted_server(["ok"])
+    tried = 0
+    with httpx.Client(base_url=server.base_url, timeout=30) as http:
+        for path, good in _STRICT_ROUTES.items():
+            fields = good.keys() | {"stream", "temperature"} | {
+                "/v1/chat/completions": {"seed", "n", "logprobs"}, "/v1/completions": {"seed", "n", "echo"},
+                "/v1/responses": set(), "/v1/messages": set()}[path]
+            for field, value in _LAX_VALUES:
+                if field not in fields:
+                    continue
+                tried += 1
+                r = http.post(path, json={**good, field: value})
+                assert r.status_code == 400, (path, field, value, r.text)
+                error = r.json()["error"]
+                assert error["param"] == field and field in error["message"], (path, error)
+            # what stock clients send still works: a whole-number temperature, JSON booleans and integers
+            r = http.post(path, json={**good, "temperature": 1, "stream": False})
+            assert r.status_code == 200, (path, r.text)
+    assert tried >= 20
 
 
 def test_tools_are_accepted_and_rendered(live):

@@ -20,7 +20,7 @@ from openclaw_rl.serve.server import check_exposure
 from openclaw_rl.config import ConfigError, ServeConfig, TrainConfig
 from openclaw_rl.serve.limits import RateLimit
 from openclaw_rl.store import Store
-from openclaw_rl.train.runner import per_user_cap
+from openclaw_rl.train.runner import per_user_share
 from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
 from openclaw_rl.users import Users, UserError
 
@@ -133,7 +133,6 @@ def test_two_users_see_and_touch_only_their_own_sessions(shared):
         httpx.post(f"{base}/v1/sessions/{alice_session}/end", headers=as_bob),
         httpx.delete(f"{base}/v1/sessions/{alice_session}", headers=as_bob),
         httpx.delete(f"{base}/v1/users/alice/data", headers=as_bob),
-        _chat(base, keys["bob"], [{"role": "user", "content": "hi"}], **{"X-Session-Id": alice_session}),
     ]
     for response in refused:
         assert response.status_code == 404, (response.request.method, response.request.url, response.text)
@@ -159,6 +158,53 @@ def test_two_users_see_and_touch_only_their_own_sessions(shared):
     stored = server.server.store
     assert {t.owner for t in stored.turns(alice_session)} == {"alice"}
     assert {t.owner for t in stored.turns(bob_session)} == {"bob"}
+
+
+def test_an_id_another_user_holds_answers_as_an_id_nobody_holds(shared):
+    """Issue 36, finding 6: a chat naming alice's session id answered bob "cannot be used", an
+    existence oracle for guessable ids. Bob now gets what any new id gets, a session of his own
+    under that name, and alice's session is never read or touched."""
+    server, keys = shared
+    base, as_bob, as_alice = server.base_url, _bearer(keys["bob"]), _bearer(keys["alice"])
+    question = [{"role": "user", "content": "What is the capital of France?"}]
+    assert _chat(base, keys["alice"], question, **{"X-Session-Id": "team-notes"}).status_code == 200
+
+    answers = {name: _chat(base, keys["bob"], [{"role": "user", "content": "hi"}], **{"X-Session-Id": name})
+               for name in ("team-notes", "nobody-has-this")}
+    for name, r in answers.items():
+        assert r.status_code == 200 and r.headers["x-session-id"] == name and r.json()["session_id"] == name, r.text
+        view = httpx.get(f"{base}/v1/sessions/{name}", headers=as_bob).json()
+        assert view["id"] == name and view["owner"] == "bob" and len(view["turns"]) == 1, view
+    assert answers["team-notes"].json().keys() == answers["nobody-has-this"].json().keys()
+    # bob's next message continues his own session of that name: it pairs his turn, not alice's
+    again = _chat(base, keys["bob"], [{"role": "user", "content": "hi"}, answers["team-notes"].json()["choices"][0]
+                                      ["message"], {"role": "user", "content": "more"}], **{"X-Session-Id": "team-notes"})
+    assert again.status_code == 200 and again.headers["x-session-id"] == "team-notes"
+    mine = httpx.get(f"{base}/v1/sessions/team-notes", headers=as_bob).json()["turns"]
+    assert len(mine) == 2 and mine[0]["next_state"]["content"] == "more"
+    assert sorted(s["id"] for s in httpx.get(f"{base}/v1/sessions", headers=as_bob).json()["data"]) == [
+        "nobody-has-this", "team-notes"]
+    assert httpx.post(f"{base}/v1/sessions/team-notes/end", headers=as_bob).status_code == 200
+    assert httpx.delete(f"{base}/v1/sessions/team-notes", headers=as_bob).status_code == 200
+
+    alices = httpx.get(f"{base}/v1/sessions/team-notes", headers=as_alice).json()
+    assert alices["owner"] == "alice" and alices["closed_at"] is None and len(alices["turns"]) == 1
+    assert alices["turns"][0]["next_state"] is None
+    assert {t.owner for t in server.server.store.turns("team-notes")} == {"alice"}
+
+
+def test_status_and_dashboard_count_a_users_own_sessions_and_turns_and_an_admins_all(shared):
+    """Issue 36, finding 6: every user saw the server-wide session and turn counts."""
+    server, keys = shared
+    base = server.base_url
+    for name, count in (("alice", 1), ("bob", 2)):
+        for i in range(count):
+            assert _chat(base, keys[name], [{"role": "user", "content": f"{name} {i}"}]).status_code == 200
+    for name, sessions in (("alice", 1), ("bob", 2), ("root", 3)):
+        for path in ("/v1/status", "/v1/dashboard/now"):
+            seen = httpx.get(f"{base}{path}", headers=_bearer(keys[name])).json()
+            assert (seen["sessions"], seen["turns"], seen["main_turns"]) == (sessions, sessions, sessions), \
+                (name, path, seen)
 
 
 def test_responses_objects_are_their_owners_only(shared):
@@ -419,8 +465,8 @@ def test_one_user_may_hold_only_so_many_generations_at_once(scripted_server):
     assert _chat(server.base_url, keys["alice"], [{"role": "user", "content": "now"}]).status_code == 200
 
 
-def test_one_user_fills_at_most_their_share_of_a_batch(store):
-    for i, owner in enumerate(["alice", "alice", "alice", "bob"]):
+def _ready_samples(store: Store, owners: list[str]) -> None:
+    for i, owner in enumerate(owners):
         store.ensure_session(f"s{i}", "new", owner)
         turn = store.record_turn(TurnRecord(
             session_id=f"s{i}", kind="main", policy_version=0, prompt_messages=[], prompt_token_ids=[1],
@@ -428,15 +474,35 @@ def test_one_user_fills_at_most_their_share_of_a_batch(store):
             finish_reason="stop", owner=owner))
         store.set_next_state(turn.id, NextState("user", "fine"))
         _judge_and_claim(store, turn.id, f"s{i}")
-    cap = per_user_cap(TrainConfig(batch_size=2, max_user_share=0.5))
-    assert cap == 1 and per_user_cap(TrainConfig(batch_size=16, max_user_share=0.25)) == 4
-    assert per_user_cap(TrainConfig(batch_size=16)) is None  # one person's server: no cap
-    assert per_user_cap(TrainConfig(batch_size=16), shared=True) == 4  # a shared one: a quarter by default
-    assert per_user_cap(TrainConfig(batch_size=16, max_user_share=1.0), shared=True) is None
-    batch, _ = store.claim_samples("combined", 2, 0, 2, train_step=1, max_per_owner=cap)
+
+
+def test_one_user_fills_at_most_their_share_of_a_batch(store):
+    _ready_samples(store, ["alice", "alice", "alice", "bob"])
+    share = per_user_share(TrainConfig(batch_size=2, max_user_share=0.5))
+    assert share == 0.5 and per_user_share(TrainConfig(batch_size=16, max_user_share=0.25)) == 0.25
+    assert per_user_share(TrainConfig(batch_size=16)) is None  # one person's server: no cap
+    assert per_user_share(TrainConfig(batch_size=16), shared=True) == 0.25  # a shared one: a quarter by default
+    assert per_user_share(TrainConfig(batch_size=16, max_user_share=1.0), shared=True) is None
+    batch, _ = store.claim_samples("combined", 2, 0, 2, train_step=1, max_owner_share=share)
     assert sorted(s.session_id for s in batch) == ["s0", "s3"]  # one of alice's, bob's one
-    assert store.claim_samples("combined", 2, 0, 2, train_step=2, max_per_owner=cap)[0] == []  # alice alone: waits
+    assert store.claim_samples("combined", 2, 0, 2, train_step=2, max_owner_share=share)[0] == []  # alice alone: waits
     assert store.sample_counts("combined")["ready"] == 2  # nothing was dropped
+
+
+def test_a_quarter_share_holds_across_steps_for_a_batch_of_two(store):
+    """Issue 36: the cap was max(1, floor(0.25 * 2)) = 1 sample per batch of 2, so mallory
+    trained half of every step. Now the share is counted over the last steps' samples."""
+    owners = ["mallory" if i % 2 == 0 else ("alice", "bob", "carol")[i // 2 % 3] for i in range(40)]
+    _ready_samples(store, owners)
+    trained: list[str] = []
+    for step in range(1, 11):  # 15 of the 20 honest samples and 5 of mallory's 20
+        batch, _ = store.claim_samples("combined", 2, 0, 2, train_step=step, max_owner_share=0.25)
+        assert len(batch) == 2, step
+        trained += [store.get_session(s.session_id).owner for s in batch]
+    assert trained.count("mallory") <= len(trained) / 4, trained
+    for start in range(0, len(trained) - 3, 2):  # every two consecutive steps: one of mallory's at most
+        assert trained[start:start + 4].count("mallory") <= 1, (start, trained)
+    assert trained.count("mallory") >= len(trained) / 4 - 1  # and her share does train, a quarter of it
 
 
 # -- privacy at rest ------------------------------------------------------------------------

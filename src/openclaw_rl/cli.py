@@ -348,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
 
     (Over 60 lines: one branch per command, each a few lines, in one `try` that turns
     their errors into that message.)"""
-    tune_allocator()  # big blocks from the heap, given back once per version (memory.py)
+    tune_allocator()  # big blocks from the heap, given back once per version (allocator.py)
     os.umask(0o077)  # what we write is people's conversations and the weights learnt from them: owner only
     args = _parser().parse_args(argv)
     _setup_logging(getattr(args, "verbose", False))

@@ -23,8 +23,8 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -132,7 +132,8 @@ class TrainerLoop:
 def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spec: StackSpec = StackSpec()) -> Stack:
     """The serving process: engine, store, and the loops that run beside it (judge, trainer or a
     weights follower, status line), as `spec` varies them. With training in-process, serving
-    and training get one core-thread each unless told otherwise (train/cores.py)."""
+    and training get one core-thread each unless told otherwise (train/cores.py). A sharded
+    trainer's processes are the caller's to start (processes.serving_app does, with `Stack.train`)."""
     training = spec.training or training_of(config)
     if training == "sharded":  # before anything loads
         refuse_gate_when_sharded(train, config.train_nproc, "--train-nproc")
@@ -156,7 +157,7 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
         stack.loops.append(follow(FilesChannel(config.data_dir), server.engine))
     log.info("serving %s (policy version %d) on http://%s:%d, data in %s; training %s", server.model_name,
              server.engine.policy_version, config.host, config.port, config.data_dir,
-             f"{training} ({train.method}, batch {train.batch_size})" if trains else "off")
+             f"on ({train.method}, batch {train.batch_size})" if trains else "off")
     return stack
 
 
@@ -303,10 +304,11 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
     with --teacher current) loads the newest published version before each batch of turns;
     `teacher_targets` False scores none; `judge` replaces the configured one (tests). It knows no
     method: its samples serve trainers of any methods. The engine is `worker.teacher_engine`."""
+    if judge is None and config.judge == "off":  # before an engine (perhaps a vLLM server) starts
+        raise ConfigError("--judge off: there is no judge to run")
     engine = build_engine(serve, model_dir, threads, name=name)
     judge = judge or build_judge(config, model_dir, engine)
-    if judge is None:
-        raise ConfigError("--judge off: there is no judge to run")
+    assert judge is not None  # only --judge off builds none
     if not teacher_targets:
         config = dataclasses.replace(config, teacher_targets=False)
     channel = FilesChannel(serve.data_dir)
@@ -317,7 +319,8 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
 
 
 def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *,
-                  comparer: Comparer | None = None, refresh=None, write_samples: bool = True,
+                  comparer: Comparer | None = None, refresh: Callable[[], Awaitable[object]] | None = None,
+                  write_samples: bool = True,
                   on_verdict: Callable[[Verdict], None] | None = None) -> JudgeWorker:
     """Every judge worker of every deployment; `teacher` None: no teacher targets."""
     log.info("judge: %s (m = %d votes), %s, teacher targets %s", judge.name, config.votes,

@@ -98,7 +98,7 @@ class ServeConfig:
                          "float16 (engine/precision.py)", default="auto")
     gpu_memory_utilization: float = setting(
         "with --engine vllm on a GPU: the share of GPU memory vLLM may take (weights and KV cache); the trainer "
-        "beside it gets the rest (README, 'Precision and GPUs'). 0 = vLLM's own default (0.9)", default=0.0)
+        "beside it gets the rest (docs/gpu.md). 0 = vLLM's own default (0.9)", default=0.0)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
@@ -455,7 +455,7 @@ class TrainConfig:
     keep_versions: int = setting("weights of the newest this many versions kept in DATA_DIR/versions for rollback "
                                  "(pinned versions and the last accepted one are kept as well)", default=5)
     gate: str = setting("on: a new version serves only if it passes the update gate's checks on probe prompts "
-                        "(README, 'Safe updates') | off: every version serves | auto: on with one trainer "
+                        "(docs/safe-updates.md) | off: every version serves | auto: on with one trainer "
                         "process, off (with a warning saying why) with a sharded one (--nproc, --train-nproc > 1), "
                         "which cannot decode probes, or where the gate's snapshot of the last accepted weights and "
                         "optimizer state would take more than a quarter of the free memory",

@@ -4,15 +4,18 @@
                        ^                                                              |
                        +---- Publisher (channels) <---- trainer <---- claim samples ---+
 
-Serving answers requests (serve/); beside it run the loops below, as background tasks of
-the app: the judge worker (verdicts, hints, teacher targets for every paired turn), the
-trainer (claims a batch for its method, steps, publishes v+1), and a status line. They
-talk only through the store and the trainer's publisher (train/weights.py), so
-`openclaw-rl judge` and `openclaw-rl train` run the very same loops as separate
-processes (weights then travel through the files channel in the data dir, which those
-processes follow). What is built, from which config, is decided in compose.py
-(`build_stack`, and `build_trainer_loop` / `standalone_judge` for the separate processes);
-here are only the hooks that show the built loops' progress on the server's metrics.
+Serving answers requests (serve/); beside it run, as background tasks of the app, the
+judge worker (judge/worker.py: verdicts, hints, teacher targets for every paired turn),
+the trainer loop (train/runner.py: claims a batch for its method, steps, lets the update
+gate decide, publishes v+1) and the status line below. They talk only through the store
+and the trainer's publisher (train/weights.py), so `openclaw-rl judge` and `openclaw-rl
+train` run the very same loops as separate processes (weights then travel through the
+files channel in the data dir, which those processes follow).
+
+What is built, from which config, for which deployment, is decided in one place,
+compose.py (`build_stack`; `standalone_judge` and `build_trainer_loop` for the separate
+processes). Here are the status line and the hooks that show the built loops' progress
+on the server's metrics.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The processes of one machine: `openclaw-rl serve`, `judge` and `train`.
 
-    serve          build_stack -> uvicorn; with --train-nproc N a sharded trainer of its own
-                   (`trainer_process`: `openclaw-rl train --nproc N` in a process group)
+    serve          serving_app (build_stack; with --train-nproc N a sharded trainer of its own,
+                   `trainer_process`: `openclaw-rl train --nproc N` in a process group) -> uvicorn
     judge          standalone_judge against the store, until stopped (or --once)
     train          build_trainer_loop publishing to DATA_DIR/weights; under torchrun, one rank
                    of a sharded trainer
@@ -27,8 +27,10 @@ import torch
 import torch.distributed
 import uvicorn
 import yaml
+from fastapi import FastAPI
 
 from openclaw_rl.compose import (
+    Stack,
     StackSpec,
     TrainerLoop,
     build_stack,
@@ -48,12 +50,18 @@ log = logging.getLogger(__name__)
 
 
 def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
-    """`openclaw-rl serve`: the stack `serve` builds (StackSpec's defaults), on --host/--port."""
+    """`openclaw-rl serve`: `serving_app` on --host/--port, once its exposure is checked."""
     check_exposure(config, Users(config.data_dir, config.api_key))
+    _, app = serving_app(config, judge, train)
+    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
+
+
+def serving_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Stack, FastAPI]:
+    """The app `serve` runs: the stack of StackSpec's defaults and, with --train-nproc N > 1, the
+    sharded trainer's processes beside it (`trainer_process`), stopped with it."""
     stack = build_stack(config, judge, train, StackSpec())
     more = [trainer_process(config, stack.train, stack.server.engine.model_dir)] if stack.training == "sharded" else []
-    uvicorn.run(stack.app(*more), host=config.host, port=config.port, log_level="warning",
-                timeout_graceful_shutdown=10)
+    return stack, stack.app(*more)
 
 
 def trainer_process(config: ServeConfig, train: TrainConfig, model_dir: Path) -> Background:

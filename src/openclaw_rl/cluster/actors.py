@@ -8,12 +8,13 @@ here; deploy.py wraps them with `ray.remote` and the resources each one gets.
 - `Replica`: one engine behind the ordinary serving app, on a port of its own. It is
   built by `compose.build_server`, the one seam that picks the engine (`--engine`), and
   gets new weights by `load_weights`, which the engine applies between requests.
-- `JudgeActor`: a judge worker on its share of the turns (turn id modulo J), with its
-  own copy of the policy for teacher scoring, kept current like the replicas' (pushed
-  by the trainer actor, or, when there is none, read from the files channel before each
-  batch of turns, as the standalone judge does).
-- `TrainerActor`: the trainer loop (with `--train-nproc N`, one actor per rank of a sharded
-  trainer, placed together by a placement group); its publisher (train/weights.py) writes version v to
+- `JudgeActor`: a judge worker (`compose.standalone_judge`, as `openclaw-rl judge`) on its
+  share of the turns (turn id modulo J), with its own copy of the policy for teacher
+  scoring, kept current like the replicas' (pushed by the trainer actor, or, when there
+  is none, read from the files channel before each batch of turns).
+- `TrainerActor`: the trainer loop (`compose.build_trainer_loop`; with `--train-nproc N`, one
+  actor per rank of a sharded trainer, placed together by a placement group); its
+  publisher (train/weights.py) writes version v to
   the files channel (DATA_DIR/weights, for restarts and `serve --no-train`), then a
   `RayChannel` puts it once into Ray's object store, from which every replica and judge
   loads it: a LoRA trainer's adapter alone to those whose engines hot-load adapters,
@@ -302,8 +303,8 @@ class TrainerActor:
 
 class EnvPoolActor(_Served):
     def __init__(self, pool_config, token: str, options: dict[str, Any] | None = None):
-        self._start(pool.create_app(pool_config, functools.partial(make_env, pool_config.env, **(options or {})), token),
-                    _node_ip())
+        make = functools.partial(make_env, pool_config.env, **(options or {}))
+        self._start(pool.create_app(pool_config, make, token), _node_ip())
 
 
 class GatewayActor(_Served):

@@ -110,7 +110,7 @@ class Router:
 def create_gateway(replica_urls: list[str], request_timeout_s: float = 300.0) -> FastAPI:
     """The router app. Paths under /v1/sessions/{id} follow the session; the generation
     APIs follow `session_key`; everything else (models, status, metrics) goes to any
-    replica. (Just over 60 lines: one relay route and its client's lifespan share state.)"""
+    replica. (Over 60 lines: one relay route and its client's lifespan share state.)"""
     router = Router(replica_urls)
     timeout = httpx.Timeout(request_timeout_s + 30.0, connect=5.0)
     client: httpx.AsyncClient | None = None

@@ -36,7 +36,7 @@ Decisions and why:
 - `train=False` sends side turns (`X-Turn-Type: side`): served and recorded, never
   paired, judged or trained. Evaluation episodes use it.
 
-(Just over 400 lines: the policy client, the episode loop and the two sources of
+(Over 400 lines: the policy client, the episode loop and the two sources of
 environments, local and pooled, are the one contract an agent run relies on.)
 """
 

@@ -14,7 +14,7 @@ The flags we pass, and why:
 - `--dtype` (ServeConfig.dtype, resolved by engine/precision.py: float32 on a CPU, bfloat16
   on CUDA for auto): the precision the trainer's TIS correction expects (train/losses.py).
 - `--gpu-memory-utilization` only when set (0 leaves vLLM's own 0.9): on a GPU shared with
-  the trainer it is the engine's share (README, 'Precision and GPUs').
+  the trainer it is the engine's share (docs/gpu.md).
 - `--enable-lora --max-lora-rank R` when the trainer trains a LoRA adapter.
 - An untied copy of a model whose output layer shares the input embedding (SmolLM2
   does): vLLM's in-place `reload_weights` unties them, reloading the embedding but

@@ -11,7 +11,8 @@ The parts, each a pure function of frozen records (no store, serving or training
 those import this package):
 
 - `lessons`: `Lesson`, `Experience` (one user's lessons and a version), `Change` (one
-  recorded, undoable step), `undo` / `revert`, and the user's own `edit_lesson` /
+  recorded, undoable step, with `to_dict`/`from_dict` for the store), `undo` / `revert`,
+  `apply` / `replay` (rebuild from the change log), and the user's own `edit_lesson` /
   `delete_lesson`.
 - `extract`: `lesson_from_hint`, a hint or correction as one short imperative rule, or
   None for what is not a standing preference (facts about one answer).
@@ -42,16 +43,19 @@ from openclaw_rl.experience.lessons import (
     ChangeKind,
     Experience,
     Lesson,
+    apply,
     delete_lesson,
     edit_lesson,
+    replay,
     revert,
     undo,
 )
-from openclaw_rl.experience.polarity import contradiction
+from openclaw_rl.experience.polarity import agreement, contradiction
 from openclaw_rl.experience.render import HEADER, merge_system, ordered, render
 
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
-    "Experience", "Lesson", "consolidate", "contradiction", "delete_lesson", "edit_lesson", "enforce_cap", "learn",
-    "lesson_from_hint", "merge_system", "ordered", "render", "retention", "revert", "similarities", "undo",
+    "Experience", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
+    "enforce_cap", "learn", "lesson_from_hint", "merge_system", "ordered", "render", "replay", "retention", "revert",
+    "similarities", "undo",
 ]

@@ -4,24 +4,43 @@
 (after `lesson_from_hint`): `consolidate`, then `enforce_cap`. Each returns the changes it
 made, for the store to record and the user to undo.
 
-The rule, in order (the numbers are measured with all-MiniLM-L6-v2, the encoder the
-embedding judge ships; tests/test_experience.py holds the pairs and checks them):
+The rule, in order. The numbers are cosine similarities measured with all-MiniLM-L6-v2,
+the encoder the embedding judge ships, on the 62 labelled pairs in tests/test_experience.py
+(18 paraphrases, 21 contradictions, 23 different preferences) and on the student and
+teacher personas' own corrections after the judge's rule hints and `lesson_from_hint`
+(bench/experience_consolidation.py: 39 pairs of wordings of one check, 390 pairs of
+wordings of two different checks of one persona):
 
-1. **Replace** every lesson that is on the same topic (cosine similarity >=
-   `topic_similarity`, 0.45) and that the candidate contradicts (polarity.py): the user
-   changed their mind, and the newer word wins. Opposite rules embed close together
-   ("Always use emojis" / "Never use emojis": 0.88), which is why contradiction is
-   checked before similarity can merge them. Measured contradictions on one topic: 0.51 to
-   0.92.
+1. **Replace** every lesson that is on the same topic (similarity >= `topic_similarity`,
+   0.45) and that the candidate contradicts (polarity.py): the user changed their mind,
+   and the newer word wins. Contradictions embed close together ("Always use emojis" /
+   "Never use emojis": 0.88), so this is checked before a merge can swallow them.
+   Measured contradictions on one topic: 0.47 to 0.92. On the labelled pairs: precision
+   19/19, recall 19/21 (missed: "Reply in English" / "in Spanish" and "Give the final
+   answer first" / "at the end", which have no polar cue); no persona pair is replaced.
 2. **Merge** into the most similar remaining lesson when the similarity is >=
-   `merge_similarity` (0.60): support + 1, the turn joins the provenance, and the text
-   becomes the *shorter* of the two wordings (the existing one on a tie). Paraphrases say
-   the same thing, the shorter costs fewer prompt tokens on every request, and keeping
-   the existing text on ties stops the wording flapping. Measured: paraphrases 0.46 to
-   0.87 (9 of 12 >= 0.60 merge); different preferences at most 0.52 ("Answer in one
-   sentence" / "Answer in French"), so 0.60 keeps a margin of 0.08 above every different
-   pair. A missed merge only leaves two wordings of one rule (tokens; the cap trims it);
-   a wrong merge would erase a preference, so the threshold errs high.
+   `merge_similarity` (0.55) *and* the two agree on something (polarity.agreement: a
+   shared content word or graded axis on the same side): support + 1, the turn joins the
+   provenance, and the lesson *keeps its wording*. Paraphrases measure 0.24 to 0.88;
+   different preferences up to 0.52 on the labelled pairs ("Answer in one sentence" /
+   "Answer in French"; "Don't use bold text" / "Don't use headings" 0.50) and up to 0.65
+   among a persona's checks, so similarity alone cannot separate them; the agreement
+   gate stops rules about different things merging however close they embed. Measured:
+   labelled paraphrases merged 11/18 with 1 wrong merge (the "first/end" contradiction
+   above); persona wordings of one check merged 16/39, and 1 of 390 pairs of different
+   checks merged ("Remove the formatting and write it as a short paragraph" / "Keep it
+   shorter, three or four sentences is enough": both on the short side). At 0.50 the
+   labelled recall rises to 13/18 and the wrong merges double; at 0.60 it falls to 9/18.
+   A missed merge leaves two wordings of one rule (tokens, which the cap bounds); a
+   wrong merge loses a rule, so the threshold errs high. The wording stays because it is the
+   anchor every later merge is judged against: when the newer wording won, a lesson
+   wandered along a chain of merges, each close to the last and the ends far apart
+   (measured on a persona stream, bench/experience_consolidation.py: "Write a real answer
+   in full sentences" became "Answer the question, in sentences with the numbers", then
+   "Finish with the actual number", then "Give the final answer as a number at the end",
+   absorbing three different rules). The price: a contradiction the cue rule misses but
+   the agreement gate lets through keeps the older side (1 of the 62 labelled pairs,
+   "Give the final answer first" / "... at the end"); the user can edit or delete it.
 3. Otherwise **add** it, with support 1.
 
 A turn counts once per lesson: merging a candidate into a lesson that already lists its
@@ -45,7 +64,7 @@ from typing import Any
 import numpy as np
 
 from openclaw_rl.experience.lessons import Change, Experience, Lesson, step
-from openclaw_rl.experience.polarity import contradiction
+from openclaw_rl.experience.polarity import agreement, contradiction
 
 __all__ = ["ConsolidationPolicy", "CountTokens", "Embed", "consolidate", "enforce_cap", "learn", "retention",
            "similarities"]
@@ -56,7 +75,7 @@ CountTokens = Callable[[str], int]
 
 @dataclass(frozen=True)
 class ConsolidationPolicy:
-    merge_similarity: float = 0.60
+    merge_similarity: float = 0.55
     """Cosine similarity at or above which a candidate merges into a lesson (see the module docstring)."""
     topic_similarity: float = 0.45
     """Cosine similarity at or above which a contradicting candidate replaces a lesson."""
@@ -108,7 +127,7 @@ def consolidate(experience: Experience, candidate_text: str, turn_id: str, now: 
                     and (why := contradiction(lesson.text, candidate))]
     gone = {lesson.id for lesson, _, _ in contradicted}
     near = [(float(s), lesson) for lesson, s in zip(lessons, sims) if s >= policy.merge_similarity
-            and lesson.id not in gone]
+            and lesson.id not in gone and agreement(lesson.text, candidate)]
     target = max(near, key=lambda pair: pair[0], default=None)
     if target and turn_id in target[1].sources and not contradicted:
         return experience, None
@@ -117,22 +136,23 @@ def consolidate(experience: Experience, candidate_text: str, turn_id: str, now: 
                for lesson, s, why in contradicted]
     if target:
         similarity, old = target
-        after = _merged(old, candidate, turn_id, now, policy.max_sources)
-        reasons.append(f"same as lesson {old.id} (similarity {similarity:.2f} >= {policy.merge_similarity})")
+        after = _merged(old, turn_id, now, policy.max_sources)
+        reasons.append(f"same as lesson {old.id} ({agreement(old.text, candidate)}; similarity {similarity:.2f} "
+                       f">= {policy.merge_similarity})")
         kind = "replaced" if contradicted else "merged"
         return step(experience, kind, (*before, old), (after,), turn_id, "; ".join(reasons))
     new = Lesson(experience.version + 1, experience.owner, candidate, 1, (turn_id,), now, now)
     if contradicted:
         return step(experience, "replaced", before, (new,), turn_id, "; ".join(reasons))
-    closest = f"closest similarity {float(sims.max()):.2f} < {policy.merge_similarity}" if len(sims) else "first"
+    closest = (f"no lesson both close (>= {policy.merge_similarity}) and agreeing; closest similarity "
+               f"{float(sims.max()):.2f}") if len(sims) else "the first lesson"
     return step(experience, "added", (), (new,), turn_id, closest)
 
 
-def _merged(old: Lesson, candidate: str, turn_id: str, now: float, max_sources: int) -> Lesson:
-    text = candidate if len(candidate) < len(old.text) else old.text
+def _merged(old: Lesson, turn_id: str, now: float, max_sources: int) -> Lesson:
     sources = old.sources if turn_id in old.sources else (*old.sources, turn_id)
     support = old.support if turn_id in old.sources else old.support + 1
-    return replace(old, text=text, support=support, sources=sources[-max_sources:], updated_at=now)
+    return replace(old, support=support, sources=sources[-max_sources:], updated_at=now)
 
 
 def retention(lesson: Lesson, now: float, half_life_s: float) -> float:

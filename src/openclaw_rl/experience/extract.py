@@ -43,7 +43,8 @@ _RULE_VERBS = frozenset("""add address always answer apply ask avoid be begin bo
     close convert cut delete do don't double-check drop emphasise emphasize end explain finish focus follow format
     give greet group highlight include keep label leave limit list make mention move name never number only open
     phrase point prefer put quote refer remove rename replace reply respond rewrite round say show skip sort sound
-    spell split start state stay stick stop summarise summarize switch talk tell translate try use walk write""".split())
+    spell split start state stay stick stop summarise summarize switch talk tell translate try use walk
+    write""".split())
 _STYLE_WORDS = frozenset("""short shorter brief concise long longer detailed clear simple plain friendly friendlier kind
     kinder warm formal casual polite in written given shown""".split())
 
@@ -52,12 +53,13 @@ _LABEL = re.compile(r"^(?:hint|lesson|rule|correction|feedback|note|tip|suggesti
 _BULLET = re.compile(r"^(?:[-*\u2022>]+|\d+[.)])\s+")
 _QUOTED = re.compile(r"\u201c[^\u201d]*\u201d|\u2018[^\u2019]*\u2019|\"[^\"]*\"")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
-_CLAUSE = re.compile(r"\s*(?:[,;]|\s[-\u2013\u2014]\s)\s*")
+_CLAUSE = re.compile(r"\s*(?:[,;]|\s[\u2013\u2014]\s)\s*")  # not " - ": "54 - 9 = 45" is one clause
 _QUOTES = "\"'`\u201c\u201d\u2018\u2019"
 
 _LEAD_INS = [re.compile(p, re.IGNORECASE) for p in (
     r"^(?:no+|nope|nah|hm+|um+|uh+|ok(?:ay)?|well|oh|ah|yes|yeah|sure|thanks|thank you|great|good|nice|"
-    r"almost there|close|not quite|one thing(?: though)?|but|and|so|also|actually|again)\b[\s,.!]*",
+    r"almost there|close|not quite|one thing(?: though)?)\s*[,.!]+\s*",  # interjections end in punctuation:
+    r"^(?:but|and|so|also|actually|again)\b[\s,]*",  # "No, use X" loses "No", "No more X" keeps it
     r"^(?:please|just|kindly|next time|from now on|in (?:the )?future|going forward)\b[\s,]*",
     r"^(?:(?:can|could|would|will) you(?: please)?|i (?:want|need|would like|'d like) you to|"
     r"make sure (?:to|you)|remember to|be sure to|try to)\s+",
@@ -74,9 +76,10 @@ _DO_LEADS = re.compile(
 _PREFER = re.compile(r"^i (?:prefer|would prefer|'d prefer)\s+", re.IGNORECASE)
 
 _FACT = re.compile(
-    r"\d\s*[-+*/\u00d7\u00f7x=]\s*\d"  # an arithmetic expression
+    r"\d\s*[+*/\u00d7\u00f7=]\s*\d|\d\s+-\s+\d"  # arithmetic ("2-3 sentences" is a range, not a sum)
+    r"|\b(?:got|worked out|found|calculated|computed)\s+-?\d"  # "show how you got 42": this answer's number
     r"|\bshould be\s+-?\d|\b(?:is|was|are|were)\s+(?:wrong|incorrect|right|correct|not right)\b"
-    r"|\bthe previous action\b|\b(?:this|that|the) error\b"
+    r"|\bthe previous action\b|\b(?:this|that) error\b"
     r"|^(?:fix|correct|redo|re-do|recalculate|recompute|recheck)\s+(?:the|this|that|it|your)\b"
     r"|\b(?:like|e\.g\.|for example|such as)\s+-?\d"
     r"|^\w+ (?:that|this)(?:\s+(?:in|to|on|at|for|too|again|instead|first)\b|$)", re.IGNORECASE)  # "say that in ..."

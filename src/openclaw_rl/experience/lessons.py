@@ -21,10 +21,12 @@ Decisions and why:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Literal
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Literal
 
-__all__ = ["Change", "ChangeKind", "Experience", "Lesson", "delete_lesson", "edit_lesson", "revert", "undo"]
+__all__ = ["Change", "ChangeKind", "Experience", "Lesson", "apply", "delete_lesson", "edit_lesson", "replay", "revert",
+           "undo"]
 
 ChangeKind = Literal["added", "merged", "replaced", "dropped", "edited", "deleted", "undone"]
 
@@ -59,7 +61,8 @@ class Experience:
     def __post_init__(self) -> None:
         strangers = sorted({lesson.owner for lesson in self.lessons} - {self.owner})
         if strangers:
-            raise ValueError(f"the experience of {self.owner!r} holds lessons of {strangers}; lessons never cross users")
+            raise ValueError(f"the experience of {self.owner!r} holds lessons of {strangers}; "
+                             "lessons never cross users")
         ids = [lesson.id for lesson in self.lessons]
         if ids != sorted(set(ids)):
             raise ValueError(f"lesson ids must be unique and sorted, got {ids}; build it with Experience.with_lessons")
@@ -98,6 +101,16 @@ class Change:
     def after_text(self) -> tuple[str, ...]:
         return tuple(lesson.text for lesson in self.after)
 
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-ready data, for the store's change log."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Change:
+        lessons = {key: tuple(Lesson(**{**x, "sources": tuple(x["sources"])}) for x in data[key])
+                   for key in ("before", "after")}
+        return cls(**{**data, **lessons})
+
 
 def step(experience: Experience, kind: ChangeKind, before: tuple[Lesson, ...], after: tuple[Lesson, ...],
          turn_id: str | None = None, reason: str = "") -> tuple[Experience, Change]:
@@ -107,6 +120,22 @@ def step(experience: Experience, kind: ChangeKind, before: tuple[Lesson, ...], a
     kept = [lesson for lesson in experience.lessons if lesson.id not in gone]
     change = Change(kind, experience.owner, version, before, after, turn_id, reason)
     return experience.with_lessons([*kept, *after], version), change
+
+
+def apply(experience: Experience, change: Change) -> Experience:
+    """Replay a recorded change onto the version it was made from (the store's change log, after a restart)."""
+    if change.owner != experience.owner or change.version != experience.version + 1:
+        raise ValueError(f"change v{change.version} of {change.owner!r} does not follow v{experience.version} of "
+                         f"{experience.owner!r}; replay a user's changes in version order, from version 0")
+    return step(experience, change.kind, change.before, change.after, change.turn_id, change.reason)[0]
+
+
+def replay(owner: str, changes: Iterable[Change]) -> Experience:
+    """The experience that a user's change log, in version order, leads to."""
+    experience = Experience(owner)
+    for change in changes:
+        experience = apply(experience, change)
+    return experience
 
 
 def revert(experience: Experience, change: Change) -> tuple[Experience, Change]:

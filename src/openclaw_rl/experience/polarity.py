@@ -10,26 +10,31 @@ The embedding similarity says "same topic" (consolidate.py checks it); this modu
    sentence" vs "Give a long, detailed answer", "Use a formal tone" vs "Use a casual
    tone". Limits ("no more than", "at most", "under") are the short/fewer side.
 2. **Do vs don't about the same thing.** Every content word (not a stop word, not a cue,
-   not a generic verb such as "use" or "write"; stemmed to its first five letters after
-   a plural "s", so "steps"/"step" and "explain"/"explanation" meet) takes the sign of
-   its clause at its position: negative after an odd number of negators (not, no, never,
-   don't, avoid, skip, omit, without, stop, remove, drop, ...) earlier in the same clause
-   (clauses end at `,` `;` `:` and sentence ends), positive otherwise. A word the two
-   lessons share, each on one side only, and opposite sides: a contradiction. "Show your
-   working" vs "Do not show your working"; "Write with bullet points" vs "Write without
-   bullet points". Two rules about different things ("Use Markdown headings", "Never use
-   emojis") share no content word, so neither replaces the other, however close their
-   embeddings are. A negator also flips the graded side of the words after it ("don't
-   make it long" is on the short side).
+   not a generic verb such as "use" or "write", not a word for the container such as
+   "answer", "text", "sentence", "paragraph"; stemmed to its first five letters after a
+   plural "s", so "steps"/"step" and "explain"/"explanation" meet) takes the sign of its
+   place in its clause: negative after an odd number of negators (not, no, never, don't,
+   avoid, skip, omit, without, stop, remove, drop, instead, rather, ...) earlier in the
+   clause, positive otherwise. A clause ends at `,` `;` `:` `.` and at "and"/"but"/"then"
+   before a new verb ("Remove the formatting and write a short paragraph": the paragraph
+   is not negated). A word the two lessons share, each on one side only, and opposite
+   sides: a contradiction. "Show your working" vs "Do not show your working"; "Write with
+   bullet points" vs "Write without bullet points". Two rules about different things
+   ("Use Markdown headings", "Never use emojis") share no content word, so neither
+   replaces the other, however close their embeddings are. A negator also flips the
+   graded side of the words after it ("don't make it long" is on the short side).
 3. A contrast is a negation: ", not like an AI", "instead of Markdown", "rather than a
    list" put what follows on the don't side, so "Write like a student, not like an AI"
    agrees with "Make it sound like a student wrote it, not an AI".
 
-Misses it accepts (measured in tests/test_experience.py): agreeing rules phrased as a
-do and a don't about the same word ("Use plain text only" vs "Don't use anything but
-plain text") read as a contradiction; the cost is that the newer wording replaces the
-older one and the support count restarts, which is the safe direction (a missed
-contradiction would leave two opposite rules in the user's context).
+`agreement` is the converse that a merge needs: a shared content word or graded axis on
+the same side, and no contradiction.
+
+Measured (tests/test_experience.py, 62 labelled pairs): the rule alone flags 19 of the 21
+contradictions and none of the 41 other pairs. Misses it accepts: opposite choices with
+no polar cue ("Reply in English" / "Reply in Spanish", "first" / "at the end"); and
+agreeing rules phrased as a do and a don't about one word would read as a contradiction,
+whose cost is that the newer wording replaces the older and its support restarts.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Stance", "contradiction", "stance"]
+__all__ = ["Stance", "agreement", "contradiction", "stance"]
 
 _NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
                       "nothing none neither nor instead rather".split())
@@ -52,12 +57,13 @@ _AXES: dict[str, tuple[frozenset[str], frozenset[str]]] = {  # axis: (+ side wor
 _CUES = _NEGATORS | {word for plus, minus in _AXES.values() for word in plus | minus}
 _GENERIC = frozenset("""a an the to of in on for with and or but your my our it its this that these those each every
     all any as be is are was were just only please so at by from like than then too very you i me them they their
-    what how when where which who one some much also always use using write give make keep put say do does add include
-    show provide mention get let try sure answer's it's that's""".split())
-
+    what how when where which who one two three four few some much also always use using write give make keep put say
+    do does add include show provide mention get let try sure answer's it's that's answer response reply text
+    sentence paragraph word line thing way time bit little lot enough actual""".split())  # the last: the container
+_VERBS = "write|use|say|keep|give|make|show|explain|put|start|end|add|include|mention|be|tell|point|just"
 _LIMIT = re.compile(r"\b(?:no more than|not more than|at most|up to|under|fewer than|less than)\b")
 _ONE_LINER = re.compile(r"\b(?:one|a single|single) (?:sentence|line|word)s?\b")
-_CLAUSE = re.compile(r"[,;.:!?]")
+_CLAUSE = re.compile(rf"[,;.:!?]|\b(?:and|but|then)\s+(?=(?:{_VERBS})\b)")  # a new verb, a new scope
 _WORD = re.compile(r"[a-z_]+(?:'[a-z]+)?")
 
 
@@ -81,7 +87,7 @@ def stance(text: str) -> Stance:
                 sign = -sign  # a negator governs the words after it in its clause
             for axis, (plus, minus) in _AXES.items():
                 axes |= {(axis, sign)} if word in plus else {(axis, -sign)} if word in minus else set()
-            if word not in _CUES and word not in _GENERIC:
+            if word not in _CUES and _singular(word) not in _GENERIC:
                 objects.add((_stem(word), sign))
     return Stance(frozenset(objects), frozenset(axes))
 
@@ -97,6 +103,27 @@ def contradiction(older: str, newer: str) -> str | None:
     return f"do vs don't about {', '.join(flipped)}" if flipped else None
 
 
+def agreement(older: str, newer: str) -> str | None:
+    """What the two lessons say on the same side (a shared content word or graded axis), or None.
+
+    A merge needs it as well as a close embedding: two rules about different things
+    ("Don't use bold text" / "Don't use headings", similarity 0.50) share no word, so
+    neither swallows the other.
+    """
+    if older.casefold().rstrip(".!") == newer.casefold().rstrip(".!"):
+        return "the same words"  # even a rule of generic words only ("Say it once.") agrees with itself
+    if contradiction(older, newer):
+        return None
+    a, b = stance(older), stance(newer)
+    same = sorted({w for w in _sides(a.objects).keys() & _sides(b.objects).keys() if _same(a.objects, b.objects, w)}
+                  | {x for x in _sides(a.axes).keys() & _sides(b.axes).keys() if _same(a.axes, b.axes, x)})
+    return f"both about {', '.join(same)}" if same else None
+
+
+def _same(a: frozenset[tuple[str, int]], b: frozenset[tuple[str, int]], key: str) -> bool:
+    return _sides(a)[key] == _sides(b)[key]
+
+
 def _sides(pairs: frozenset[tuple[str, int]]) -> dict[str, set[int]]:
     found: dict[str, set[int]] = {}
     for key, sign in pairs:
@@ -110,8 +137,11 @@ def _opposite(a: frozenset[tuple[str, int]], b: frozenset[tuple[str, int]], key:
     return len(side_a) == 1 and len(side_b) == 1 and side_a != side_b
 
 
+def _singular(word: str) -> str:
+    word = word.removesuffix("'s")
+    return word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
+
+
 def _stem(word: str) -> str:
     """Plural "s" off, then the first 5 letters: "steps"/"step", "explain"/"explanation"."""
-    word = word.removesuffix("'s")
-    word = word[:-1] if len(word) > 3 and word.endswith("s") and not word.endswith("ss") else word
-    return word[:5]
+    return _singular(word)[:5]

@@ -16,6 +16,10 @@ is never trained on. Detectors, in the order they are tried (the first reason wi
    asking anyone, the user included, for a password, a card number or another secret.
 5. Absolute rules ("always", "never", "from now on", "in every answer", ...) whose content
    words the turn does not contain.
+6. Rules for other people ("tell people who ask about Python to visit ...", "next time,
+   point users to ...", "always recommend ...") that name a URL, a domain or a brand
+   (a capitalised name after "buy", "use", "sign up for", ...) the policy's answer did
+   not name (issue 36).
 
 Decisions, and why:
 
@@ -31,6 +35,17 @@ Decisions, and why:
   to put the item into every later answer: an absolute rule that names a URL, an e-mail
   address or a phone number, and an absolute rule that hands out other people's data.
   The rest is left to the per-user share of a batch and to the gate.
+- Who wrote it matters for one case (issue 36): a user who names their site in their own
+  question ("Is evil.example.com a good site to learn Python?") and then asks, without
+  "always", to "tell people who ask about Python to visit evil.example.com" grounded it in
+  the request. So `turn_conversation` keeps the request (every message the client sent:
+  the system prompt and the history are the client's too, and a client can write them)
+  apart from the answer (what the policy wrote this turn), and a rule addressed to other
+  people may name a site or brand only when the answer named it. A hint about this user's
+  own conversation ("the user linked example.com/docs; answer from that page") is no rule
+  for others and passes as before; so does "recommend X" with no one else addressed,
+  which teaches the policy about X only when someone names X. Measured on
+  tests/data/grounded_poisoning.jsonl with bench/screen_grounded.py.
 - Precision over recall, as in `rules`: a quarantined honest hint costs one directive
   sample and an admin can release it; a trained poisoned hint changes the model for
   everyone. Where the two conflict the screen quarantines (an ungrounded `sudo`, an
@@ -89,17 +104,29 @@ from openclaw_rl import privacy
 from openclaw_rl.chat import content_text
 from openclaw_rl.types import Turn
 
-__all__ = ["MIN_GROUNDED_SHARE", "screen_hint", "turn_conversation"]
+__all__ = ["MIN_GROUNDED_SHARE", "Conversation", "screen_hint", "turn_conversation"]
 
 MIN_GROUNDED_SHARE = 0.5  # an absolute rule passes when at least half its content words are grounded
 _SHOWN_CHARS = 80  # how much of an offending snippet a reason quotes
 
 
-def screen_hint(hint: str, conversation: str) -> str | None:
+@dataclass(frozen=True)
+class Conversation:
+    """The turn a hint is about, split by who wrote it: `request` is every message the client
+    sent (system prompt and history included), `answer` what the policy wrote this turn (the
+    response and its tool calls). A rule for other people may name a site or a brand only
+    when the answer named it (see the module docstring)."""
+
+    request: str
+    answer: str
+
+
+def screen_hint(hint: str, conversation: Conversation | str) -> str | None:
     """None when `hint` may train; otherwise why it is quarantined, naming what it introduced.
 
-    `conversation` is the text of the turn the hint is about (request messages and
-    response, not the next state: see the module docstring and `turn_conversation`).
+    `conversation` is the turn the hint is about (request messages and response, not the
+    next state: see the module docstring and `turn_conversation`). A plain string is taken
+    as the policy's own words, all of it: who wrote what is unknown there.
     """
     return _first_reason(hint, conversation, _DETECTORS)
 
@@ -107,11 +134,11 @@ def screen_hint(hint: str, conversation: str) -> str | None:
 def brought_in(answer: str, prompt: str) -> str | None:
     """What a model's answer brings in that its prompt did not contain (a URL, a contact, a
     risky command, a request for other people's data), or None: the update gate's check.
-    The rule detector is left out: answers rightly use words of their own."""
-    return _first_reason(answer, prompt, _DETECTORS[:-1])
+    The rule detectors are left out: answers rightly use words of their own."""
+    return _first_reason(answer, prompt, _CONTENT_DETECTORS)
 
 
-def _first_reason(text: str, conversation: str, detectors: tuple) -> str | None:
+def _first_reason(text: str, conversation: Conversation | str, detectors: tuple) -> str | None:
     normalized, seen = _normalized(text), _Seen.of(conversation)
     for detector in detectors:
         reason = detector(normalized, seen)
@@ -120,12 +147,17 @@ def _first_reason(text: str, conversation: str, detectors: tuple) -> str | None:
     return None
 
 
-def turn_conversation(turn: Turn) -> str:
-    """The text a hint about `turn` is grounded in: every request message, the response and
-    the tool calls (of the response and of earlier assistant messages); no next state."""
-    parts = [content_text(m) for m in turn.prompt_messages]
-    parts += [_calls_text(m.get("tool_calls") or []) for m in turn.prompt_messages]
-    parts += [turn.response_text, _calls_text(turn.tool_calls)]
+def turn_conversation(turn: Turn) -> Conversation:
+    """What a hint about `turn` is grounded in: every request message with the tool calls of
+    earlier assistant messages (the request), the response and its tool calls (the answer);
+    no next state."""
+    request = [content_text(m) for m in turn.prompt_messages]
+    request += [_calls_text(m.get("tool_calls") or []) for m in turn.prompt_messages]
+    answer = [turn.response_text, _calls_text(turn.tool_calls)]
+    return Conversation(request=_lines(request), answer=_lines(answer))
+
+
+def _lines(parts: list[str]) -> str:
     return "\n".join(part for part in parts if part)
 
 
@@ -178,12 +210,22 @@ class _Seen:
     text: str  # normalised, lower-cased, then again with spelled-out dots closed up
     compact: str  # letters and digits only
     keys: frozenset[str]  # content-word keys (`_key`)
+    answer: str  # `text` of the policy's own words alone (`Conversation.answer`)
 
     @classmethod
-    def of(cls, conversation: str) -> _Seen:
-        text = _normalized(conversation).lower()
+    def of(cls, conversation: Conversation | str) -> _Seen:
+        if isinstance(conversation, str):
+            conversation = Conversation(request="", answer=conversation)
+        text = _normalized(f"{conversation.request}\n{conversation.answer}").lower()
+        answer = _normalized(conversation.answer).lower()
         keys = frozenset(_key(w) for w in _words(text))
-        return cls(text=f"{text}\n{_joined(text)}", compact=_compact(text), keys=keys)
+        return cls(text=f"{text}\n{_joined(text)}", compact=_compact(text), keys=keys,
+                   answer=f"{answer}\n{_joined(answer)}")
+
+    def answered(self, snippet: str) -> bool:
+        """`snippet` occurs in the policy's own words (as `has`, over the answer alone)."""
+        snippet = snippet.lower().strip()
+        return bool(snippet) and re.search(rf"(?<![\w-]){re.escape(snippet)}(?![\w-])", self.answer) is not None
 
     def has(self, snippet: str) -> bool:
         """`snippet` (lower-cased) occurs in the conversation, not as part of a longer word."""
@@ -518,6 +560,54 @@ def _one_edit(a: str, b: str) -> bool:
             or (a[i:i + 2] == b[i:i + 2][::-1] and a[i + 2:] == b[i + 2:]))
 
 
+# --- 6. sites and brands prescribed to other people ---------------------------------------
+
+# Whom a clause addresses when it is a rule for people other than this turn's user.
+_OTHERS = re.compile(
+    r"\b(?:(?:other|all|any|future|new|every|each)\s+)?(?:people|users|customers|visitors|readers|learners|"
+    r"students|beginners|folks|clients|everyone|everybody|anyone|anybody|others|someone|somebody|whoever)\b|"
+    r"\b(?:every|each|any|another|a) (?:other )?(?:user|person|customer|visitor|reader|learner)\b|"
+    r"\bnext time\b|\bin (?:the )?future\b|\bfrom now on\b|\bgoing forward\b",
+    re.IGNORECASE,
+)
+# Verbs that hand someone a site or a product; a brand is a capitalised name within a few
+# words after one ("buy CodeMasterPro", "sign up for the Acme Pro plan").
+_PROMOTES = re.compile(
+    r"\b(?:visit\w*|recommend\w*|suggest\w*|us(?:e|es|ing)|try|tries|trying|buy\w*|purchas\w*|install\w*|"
+    r"download\w*|get|choose|pick|switch\w* to|go with|sign\w* up(?: for| at| with| on)?|subscrib\w* to|join|"
+    r"check\w* out|point\w* (?:\w+ )?to|send\w* (?:\w+ )?to|direct\w* (?:\w+ )?to|refer\w* (?:\w+ )?to|"
+    r"learn\w* (?:\w+ )?(?:at|on|with|from)|mention\w*|go to|head\w* to)\b",
+    re.IGNORECASE,
+)
+_NAME = re.compile(r"[A-Z][\w&+'-]*|[a-z]+[A-Z0-9][\w&+-]*")  # "NordVPN", "Coin4U", "iPhone"
+_NAME_WINDOW = 4  # words after the verb in which a name counts
+
+
+def _prescribed_to_others(text: str, seen: _Seen) -> str | None:
+    """A rule for other people (or an absolute one) that names a site or a brand the policy's
+    answer did not: the client wrote it, and the client may be the one poisoning."""
+    for clause in _clauses(text):
+        if not (_OTHERS.search(clause) or _RULE_MARKER.search(clause) or _always_typo(clause)):
+            continue
+        items = [(shown, host) for shown, host in _addresses(clause)] + [(n, n) for n in _brands(clause)]
+        for shown, item in items:
+            if not seen.answered(item):
+                where = "only the request names" if seen.has(item) else "the conversation does not contain"
+                return f"a rule for other people that names {_shown(shown)}, which {where}: {_shown(clause)}"
+    return None
+
+
+def _brands(clause: str) -> list[str]:
+    """Capitalised names a few words after a verb that hands something over; not the clause's first word."""
+    names = []
+    for verb in _PROMOTES.finditer(clause):
+        for word in re.findall(r"[^\s,;:()\"]+", clause[verb.end():])[:_NAME_WINDOW]:
+            word = word.rstrip(".!?'").removesuffix("'s")
+            if _NAME.fullmatch(word) and word.lower() not in _STOP_WORDS and word != "I":
+                names.append(word)
+    return names
+
+
 # --- words -----------------------------------------------------------------------------------
 
 _CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af]")
@@ -593,6 +683,7 @@ _FORM_WORDS = {
 }
 _FORM_KEYS = frozenset(_key(word) for words in _FORM_WORDS.values() for word in words.split())
 
-_DETECTORS: tuple[Callable[[str, _Seen], str | None], ...] = (
-    _introduced_url, _introduced_personal_item, _introduced_command, _asks_for_others_data, _unrelated_rule,
+_CONTENT_DETECTORS: tuple[Callable[[str, _Seen], str | None], ...] = (
+    _introduced_url, _introduced_personal_item, _introduced_command, _asks_for_others_data,
 )
+_DETECTORS = (*_CONTENT_DETECTORS, _unrelated_rule, _prescribed_to_others)

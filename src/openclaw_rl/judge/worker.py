@@ -279,7 +279,7 @@ class JudgeWorker:
                 kept.append(hint)
             elif self.store.quarantine_hint(turn.id, hint, reason):
                 notes.append(f"hint quarantined: {reason}")
-                log.warning("turn %d: hint quarantined (%s)", turn.id, reason)
+                log.warning("turn %d: hint quarantined (%s)", turn.id, self.store.as_logged(reason))
         return kept
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:

@@ -55,7 +55,7 @@ from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
-from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, TopP, UserId, _Lenient, check_stops
+from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Flag, Real, TopP, UserId, Whole, _Lenient, check_stops
 from openclaw_rl.serve.server import Server
 from openclaw_rl.types import Message, SamplingParams
 
@@ -78,7 +78,7 @@ class ToolResultBlock(_Lenient):
     type: Literal["tool_result"]
     tool_use_id: str
     content: list[TextBlock] = []
-    is_error: bool = False
+    is_error: Flag = False
 
     @field_validator("content", mode="before", json_schema_input_type=str | list[TextBlock])
     @classmethod
@@ -201,12 +201,12 @@ class CountTokensRequest(_Lenient):
 
 
 class MessagesRequest(CountTokensRequest):
-    max_tokens: int = Field(ge=1)
-    temperature: float = Field(default=1.0, ge=0.0, le=1.0)
-    top_p: float = TopP
-    top_k: int | None = None
+    max_tokens: Whole = Field(ge=1)
+    temperature: Real = Field(default=1.0, ge=0.0, le=1.0)
+    top_p: Real = TopP
+    top_k: Whole | None = None
     stop_sequences: list[str] | None = None
-    stream: bool = False
+    stream: Flag = False
     metadata: Metadata | None = None
     output_config: dict[str, Any] | None = None
 
@@ -374,7 +374,7 @@ class _MessageView:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.server.model_name,
                 "content": content, "stop_reason": stop[0], "stop_sequence": stop[1],
                 "usage": self._usage(output_tokens),
-                "policy_version": self.turn.started.policy_version, "session_id": self.opened.ref.id}
+                "policy_version": self.turn.started.policy_version, "session_id": self.opened.ref.shown_id}
 
     def message(self) -> dict[str, Any]:
         turn = self.turn

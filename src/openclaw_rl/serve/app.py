@@ -53,6 +53,7 @@ from openclaw_rl.serve.schema import (
 from openclaw_rl.serve.completion import Caller
 from openclaw_rl.serve.dashboard import dashboard_routes, keyless
 from openclaw_rl.serve.server import Background, Server, caller_of
+from openclaw_rl.serve.sessions import private_session_id, shown_session_id
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, Session
 from openclaw_rl.users import LOCAL, User
@@ -143,8 +144,11 @@ def _status_routes(app: FastAPI, server: Server) -> None:
         return {"object": "list", "data": [card]}
 
     @app.get("/v1/status")
-    async def status() -> dict[str, Any]:
-        counts = await run_in_threadpool(server.store.counts)
+    async def status(request: Request) -> dict[str, Any]:
+        """The policy, training and engine state; session and turn counts are the caller's own
+        (an admin's: everyone's), so no user learns how much others use the server."""
+        user = caller_of(request)
+        counts = await run_in_threadpool(server.store.counts, None if user.admin else user.name)
         samples = await run_in_threadpool(server.store.sample_counts)
         policy = await run_in_threadpool(server.store.policy)
         return {"policy_version": server.engine.policy_version, **counts, "samples_ready": samples["ready"],
@@ -154,9 +158,12 @@ def _status_routes(app: FastAPI, server: Server) -> None:
 
 
 async def owned_session(server: Server, user: User, session_id: str) -> Session:
-    """The session, if `user` may see it; 404 otherwise, the same answer as for no session at
-    all, so that nobody learns which ids other users have."""
+    """The session, if `user` may see it (theirs of that name where another user holds the id:
+    serve/sessions.py); 404 otherwise, the same answer as for no session at all, so that nobody
+    learns which ids other users have."""
     found = await run_in_threadpool(server.store.get_session, session_id)
+    if found is not None and not user.may_see(found.owner):
+        found = await run_in_threadpool(server.store.get_session, private_session_id(session_id, user.name))
     if found is None or not user.may_see(found.owner):
         raise ApiError(404, f"no session {session_id!r}", param="session_id", code="session_not_found")
     return found
@@ -170,15 +177,15 @@ def _session_routes(app: FastAPI, server: Server) -> None:
         user = caller_of(request)
         found = await run_in_threadpool(server.store.list_sessions, limit, offset, None if user.admin else user.name)
         return {"object": "list", "data": [
-            {"id": s.id, "created_at": s.created_at, "closed_at": s.closed_at, "source": s.source, "turns": s.turn_count,
-             "owner": s.owner}
+            {"id": shown_session_id(s.id, s.owner), "created_at": s.created_at, "closed_at": s.closed_at,
+             "source": s.source, "turns": s.turn_count, "owner": s.owner}
             for s in found
         ]}
 
     @app.get("/v1/sessions/{session_id}")
     async def session(request: Request, session_id: str) -> dict[str, Any]:
         found = await owned_session(server, caller_of(request), session_id)
-        turns = await run_in_threadpool(server.store.turns, session_id)
+        turns = await run_in_threadpool(server.store.turns, found.id)
         verdicts = await run_in_threadpool(server.store.verdicts, [t.id for t in turns])
         samples = await run_in_threadpool(server.store.sample_states, [t.id for t in turns])
         held = await run_in_threadpool(server.store.quarantine_of, [t.id for t in turns])
@@ -189,14 +196,14 @@ def _session_routes(app: FastAPI, server: Server) -> None:
                 view["verdict"] = verdicts[turn.id].public_dict()
             view["sample"], view["quarantine"] = samples.get(turn.id), held.get(turn.id, [])
             views.append(view)
-        return {"id": found.id, "created_at": found.created_at, "closed_at": found.closed_at,
+        return {"id": session_id, "created_at": found.created_at, "closed_at": found.closed_at,
                 "source": found.source, "owner": found.owner, "turns": views}
 
     @app.post("/v1/sessions/{session_id}/feedback", openapi_extra=_body_doc(FeedbackRequest))
     async def feedback(session_id: str, request: Request) -> dict[str, Any]:
-        await owned_session(server, caller_of(request), session_id)
+        found = await owned_session(server, caller_of(request), session_id)
         body = FeedbackRequest.model_validate(await _json_body(request))
-        turn = await run_in_threadpool(server.store.last_main_turn, session_id)
+        turn = await run_in_threadpool(server.store.last_main_turn, found.id)
         if turn is None or turn.next_state is not None or turn.closed:
             raise ApiError(409, f"session {session_id!r} has no main turn waiting for a next state",
                            param="session_id", code="no_open_turn")
@@ -211,18 +218,18 @@ def _session_routes(app: FastAPI, server: Server) -> None:
 
     @app.post("/v1/sessions/{session_id}/end")
     async def end(request: Request, session_id: str) -> dict[str, Any]:
-        await owned_session(server, caller_of(request), session_id)
+        found = await owned_session(server, caller_of(request), session_id)
         try:
-            closed = await run_in_threadpool(server.store.close_session, session_id)
+            closed = await run_in_threadpool(server.store.close_session, found.id)
         except StoreError as error:
             raise ApiError(404, str(error), param="session_id", code="session_not_found") from error
-        return {"id": closed.id, "closed_at": closed.closed_at}
+        return {"id": session_id, "closed_at": closed.closed_at}
 
     @app.delete("/v1/sessions/{session_id}")
     async def delete(request: Request, session_id: str) -> dict[str, Any]:
         """Forget a session: its turns, next states, verdicts, samples and log lines."""
-        await owned_session(server, caller_of(request), session_id)
-        deleted = await run_in_threadpool(server.store.delete_sessions, [session_id])
+        found = await owned_session(server, caller_of(request), session_id)
+        deleted = await run_in_threadpool(server.store.delete_sessions, [found.id])
         return {"id": session_id, "object": "session.deleted", "deleted": True, **deleted}
 
     @app.delete("/v1/users/{name}/data")

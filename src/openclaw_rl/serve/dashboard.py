@@ -92,7 +92,7 @@ def dashboard_routes(app: FastAPI, server: Server, generation: frozenset[str]) -
         user = caller_of(request)
         samples = await run_in_threadpool(server.store.sample_counts)
         backlog = await run_in_threadpool(server.store.judge_backlog)
-        counts = await run_in_threadpool(server.store.counts)
+        counts = await run_in_threadpool(server.store.counts, None if user.admin else user.name)  # own, or all
         policy = await run_in_threadpool(server.store.policy)
         return {"object": "dashboard.now", "at": time.time(), "user": {"name": user.name, "admin": user.admin},
                 "model": server.model_name, "policy_version": server.engine.policy_version,

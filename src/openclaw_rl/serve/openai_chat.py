@@ -75,7 +75,7 @@ class _ChatView:
             "choices": [self._choice(i, turn) for i, turn in enumerate(turns)],
             "usage": self.opened.usage(),
             "policy_version": turns[0].generation.policy_version,
-            "session_id": self.opened.ref.id,
+            "session_id": self.opened.ref.shown_id,
         }
 
     def _chunk(self, i: int, delta: dict[str, Any], finish: str | None = None, logprobs: Any = None,

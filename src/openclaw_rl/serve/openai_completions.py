@@ -29,11 +29,14 @@ from openclaw_rl.serve.schema import (
     MAX_CHOICES,
     MAX_ID_CHARS,
     ApiError,
+    Flag,
+    Real,
     Seed,
     StreamOptions,
     Temperature,
     TopP,
     UserId,
+    Whole,
     _Lenient,
     check_stops,
     stop_tuple,
@@ -51,16 +54,16 @@ class CompletionRequest(_Lenient):
              | Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1, max_length=1)]
              | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
                          Field(min_length=1, max_length=1)])
-    max_tokens: int = Field(default=16, ge=1)
-    temperature: float = Temperature
-    top_p: float = TopP
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
-    stream: bool = False
+    max_tokens: Whole = Field(default=16, ge=1)
+    temperature: Real = Temperature
+    top_p: Real = TopP
+    n: Whole = Field(default=1, ge=1, le=MAX_CHOICES)
+    stream: Flag = False
     stream_options: StreamOptions | None = None
-    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
-    echo: bool = False
+    logprobs: Whole | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: Flag = False
     stop: str | list[str] | None = None
-    seed: int | None = Seed
+    seed: Whole | None = Seed
     user: str | None = UserId
     suffix: str | None = None
 
@@ -153,7 +156,7 @@ class _CompletionView:
                             "logprobs": logprobs})
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
                 "choices": choices, "policy_version": self.opened.turns[0].generation.policy_version,
-                "session_id": self.opened.ref.id,
+                "session_id": self.opened.ref.shown_id,
                 "usage": self.opened.usage()}
 
     def _chunk(self, i: int, text: str, finish: str | None = None, logprobs: Any = None) -> str:

@@ -31,7 +31,7 @@ Decisions:
   honour (built-in tools, images and files, JSON output, reasoning effort, truncation,
   other `include` values, `conversation`, `background`, `prompt`) are 400s naming them.
 
-One API, one file (over 400 lines): its request shapes, their translation and its two
+One API, one file (Over 400 lines): its request shapes, their translation and its two
 output forms (a body and an event stream) change together.
 """
 
@@ -49,9 +49,9 @@ from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError, Va
 from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.pipeline import Opened, open_turns
-from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Temperature, TopP, UserId, _Lenient
+from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Flag, Real, Temperature, TopP, UserId, Whole, _Lenient
 from openclaw_rl.serve.server import Server
-from openclaw_rl.serve.sessions import SessionRef
+from openclaw_rl.serve.sessions import SessionRef, shown_session_id
 from openclaw_rl.types import Message, SamplingParams
 from openclaw_rl.users import User
 
@@ -120,7 +120,7 @@ class FunctionTool(_Lenient):
     name: str = Field(min_length=1)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: Flag | None = None
 
     def chat_tool(self) -> dict[str, Any]:
         function = {"name": self.name, "description": self.description or "",
@@ -149,20 +149,20 @@ class ResponsesRequest(_Lenient):
     previous_response_id: str | None = Field(default=None, min_length=1, max_length=MAX_ID_CHARS)
     tools: list[FunctionTool] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    parallel_tool_calls: bool = True
-    max_output_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Temperature
-    top_p: float = TopP
+    parallel_tool_calls: Flag = True
+    max_output_tokens: Whole | None = Field(default=None, ge=1)
+    temperature: Real = Temperature
+    top_p: Real = TopP
     user: str | None = UserId
-    stream: bool = False
-    store: bool = True
+    stream: Flag = False
+    store: Flag = True
     metadata: dict[str, str] | None = None
     text: TextConfig | None = None
     reasoning: dict[str, Any] | None = None
     truncation: str | None = None
     include: list[str] | None = None
     conversation: str | dict[str, Any] | None = None
-    background: bool | None = None
+    background: Flag | None = None
     prompt: dict[str, Any] | None = None
 
     @field_validator("input", mode="before")
@@ -291,15 +291,16 @@ async def _continued(server: Server, body: ResponsesRequest, caller: Caller) -> 
                        "response created with store=true, or resend the whole conversation as input",
                        param="previous_response_id", code="previous_response_not_found")
     session_id, _, previous = found
-    if caller.session_header and caller.session_header != session_id:
+    named = shown_session_id(session_id, turn.owner)  # the id its owner chose (sessions.py)
+    if caller.session_header and caller.session_header != named:
         raise ApiError(400, f"X-Session-Id is {caller.session_header!r} but previous_response_id belongs to session "
-                       f"{session_id!r}; send one of them", param="previous_response_id")
+                       f"{named!r}; send one of them", param="previous_response_id")
     prompt = turn.prompt_messages
     instructions = previous.get("instructions")
     if instructions and prompt and prompt[0] == {"role": "system", "content": instructions}:
         prompt = prompt[1:]
     output = items_to_messages(_ITEMS.validate_python(previous["output"]))
-    return SessionRef(session_id, "response", turn), [*prompt, *output]
+    return SessionRef(session_id, "response", turn, named=named), [*prompt, *output]
 
 
 async def responses_spec(server: Server, body: ResponsesRequest, caller: Caller) -> TurnSpec:
@@ -379,7 +380,7 @@ class _ResponseView:
             "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
             "tools": [t.model_dump() for t in body.tools or []], "top_p": body.top_p, "truncation": "disabled",
             "usage": None, "user": body.user, "metadata": body.metadata or {},
-            "session_id": self.opened.ref.id, "policy_version": self.turn.started.policy_version, **extra,
+            "session_id": self.opened.ref.shown_id, "policy_version": self.turn.started.policy_version, **extra,
         }
 
     @property

@@ -27,7 +27,7 @@ from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
 from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
 from openclaw_rl.serve.schema import ApiError
 from openclaw_rl.serve.server import Server
-from openclaw_rl.serve.sessions import SessionRef, next_state_of, resolve_session, turn_to_pair
+from openclaw_rl.serve.sessions import SessionRef, next_state_of, private_session_id, resolve_session, turn_to_pair
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, TokenStep
 
@@ -78,7 +78,7 @@ class Opened:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"X-Policy-Version": str(self.turns[0].started.policy_version), "X-Session-Id": self.ref.id}
+        return {"X-Policy-Version": str(self.turns[0].started.policy_version), "X-Session-Id": self.ref.shown_id}
 
     def usage(self) -> dict[str, int]:
         """OpenAI usage over every choice: the prompt once, the completions summed."""
@@ -150,6 +150,9 @@ class Opened:
         finally:
             for task in tasks:
                 task.cancel()
+            # a pump reads its turn's stream until its cancellation lands; `aclose` closing that
+            # stream first raised "aclose(): asynchronous generator is already running"
+            await _settled(tasks)
 
     async def _finish(self) -> None:
         if self.spec.done:
@@ -158,6 +161,20 @@ class Opened:
     async def aclose(self) -> None:
         for turn in self.turns:
             await turn.stream.aclose()
+
+
+async def _settled(tasks: list[asyncio.Task]) -> None:
+    """Wait until every task is done, also while this task is being cancelled (a client that
+    went away: the server cancels it at every await until it ends); that cancellation is
+    raised again once they are."""
+    cancelled = False
+    while not all(task.done() for task in tasks):
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:
+            cancelled = True
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 async def open_turns(server: Server, spec: TurnSpec) -> Opened:
@@ -173,9 +190,12 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     ref = spec.previous or await run_in_threadpool(
         resolve_session, store, spec.messages, spec.session_header, spec.end_user, spec.caller.name)
     session = await run_in_threadpool(store.ensure_session, ref.id, ref.source, spec.caller.name)
-    if not spec.caller.may_see(session.owner):  # an id another user chose first: not confirmed, not touched
-        raise ApiError(404, f"X-Session-Id {ref.id!r} cannot be used; choose another id (a random one, such as a "
-                       "UUID, never collides)", param="X-Session-Id", code="session_not_found")
+    if not spec.caller.may_see(session.owner):  # an id another user chose first: neither confirmed nor touched
+        ref = SessionRef(private_session_id(ref.id, spec.caller.name), ref.source, ref.continues, named=ref.id)
+        session = await run_in_threadpool(store.ensure_session, ref.id, ref.source, spec.caller.name)
+        if not spec.caller.may_see(session.owner):  # its private id too (taken on purpose): the old answer
+            raise ApiError(404, f"X-Session-Id {ref.named!r} cannot be used; choose another id (a random one, such "
+                           "as a UUID, never collides)", param="X-Session-Id", code="session_not_found")
     if spec.kind == "main":
         await run_in_threadpool(_record_next_state, server, ref, spec)
     group = uuid.uuid4().hex

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
 
 class ApiError(Exception):
@@ -39,6 +39,15 @@ def validation_message(error: ValidationError) -> tuple[str, str]:
 
 
 MAX_NAME_CHARS = 64  # a function name, as OpenAI limits it
+
+# Scalars are strict (issue 36): pydantic's lax mode reads "stream": "yes" as true,
+# "seed": false as 0 and "n": 1.0 as 1, so a client's mistake ran as something it did not
+# ask for. A flag must be a JSON boolean, a count a JSON integer, a number a JSON number
+# (an integer too: `"temperature": 1` is what clients send); anything else is a 400 naming
+# the field.
+Flag = Annotated[bool, Strict()]
+Whole = Annotated[int, Strict()]
+Real = Annotated[float, Strict()]
 
 
 class _Lenient(BaseModel):
@@ -106,7 +115,7 @@ class FunctionSpec(_Lenient):
     name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
+    strict: Flag | None = None
 
 
 class ToolSpec(_Lenient):
@@ -124,7 +133,7 @@ class NamedToolChoice(_Lenient):
 
 
 class StreamOptions(_Lenient):
-    include_usage: bool = False
+    include_usage: Flag = False
 
 
 # Limits every API shares, checked at the edge so that no request can fail its batch-mates.
@@ -165,19 +174,19 @@ UserId = Field(default=None, max_length=MAX_ID_CHARS)
 class ChatCompletionRequest(_Lenient):
     model: str | None = Field(default=None, max_length=MAX_ID_CHARS)
     messages: list[ChatMessage] = Field(min_length=1)
-    stream: bool = False
+    stream: Flag = False
     stream_options: StreamOptions | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
-    temperature: float = Temperature
-    top_p: float = TopP
+    max_tokens: Whole | None = Field(default=None, ge=1)
+    max_completion_tokens: Whole | None = Field(default=None, ge=1)
+    temperature: Real = Temperature
+    top_p: Real = TopP
     stop: str | list[str] | None = None
-    seed: int | None = Seed
-    logprobs: bool = False
-    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
+    seed: Whole | None = Seed
+    logprobs: Flag = False
+    top_logprobs: Whole | None = Field(default=None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[ToolSpec] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
-    n: int = Field(default=1, ge=1, le=MAX_CHOICES)
+    n: Whole = Field(default=1, ge=1, le=MAX_CHOICES)
     user: str | None = UserId
     response_format: dict[str, Any] | None = None
 
@@ -201,10 +210,10 @@ class FeedbackRequest(_Lenient):
 
 class RollbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    to: int = Field(ge=0, le=2**62, description="the version whose weights should serve again")
+    to: Whole = Field(ge=0, le=2**62, description="the version whose weights should serve again")
 
 
 class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    version: int = Field(ge=0, le=2**62)
-    pinned: bool = True
+    version: Whole = Field(ge=0, le=2**62)
+    pinned: Flag = True

@@ -19,6 +19,12 @@ The user a request authenticated as (users.py) scopes it absolutely: only that u
 own turns are ever candidates, so no history, however identical, continues another
 user's session.
 
+An `X-Session-Id` another user chose first is not refused (that answer told anyone which
+ids exist): the caller's conversation goes to a session of their own stored under
+`private_session_id(id, caller)`, and every answer (the header, the body's `session_id`,
+the session routes) names it by the id the caller chose, exactly as for an id nobody had.
+The other user's session is never read or touched.
+
 The continued turn, not merely the session's last turn, receives the next state: with
 `n > 1` several choices of one request wait in the same session, and the one the client
 resent is the one it continued (its siblings are then closed unjudged). The messages a
@@ -40,9 +46,27 @@ from openclaw_rl.types import Message, NextState, Turn
 
 @dataclass(frozen=True)
 class SessionRef:
-    id: str
+    id: str  # as stored
     source: str  # header | response | inferred | new
     continues: Turn | None = None  # the main turn this request continues, when known
+    named: str | None = None  # the id the client chose, when it is stored under its private id
+
+    @property
+    def shown_id(self) -> str:
+        """The id the client knows the session by."""
+        return self.named or self.id
+
+
+def private_session_id(session_id: str, owner: str) -> str:
+    """Where `owner`'s session named `session_id` is stored when another user holds that id."""
+    digest = hashlib.sha256(f"{owner}\0{session_id}".encode()).hexdigest()[:16]
+    return f"{session_id}~{digest}"
+
+
+def shown_session_id(stored_id: str, owner: str | None) -> str:
+    """The id a client chose for a session stored under `stored_id` (see `private_session_id`)."""
+    named = stored_id.rpartition("~")[0]
+    return named if named and owner is not None and private_session_id(named, owner) == stored_id else stored_id
 
 
 def _canonical(message: Message) -> list[Any]:
@@ -89,8 +113,8 @@ def resolve_session(store: Store, messages: list[Message], header_id: str | None
     prefixes = [history_hash(messages[: k + 1], scope) for k, m in enumerate(messages) if m.get("role") == "assistant"]
     rank = {h: i for i, h in enumerate(prefixes)}
     matches = [t for _, t in store.sessions_continued_by(prefixes, owner) if t.continuation_hash in rank]
-    if header_id:
-        matches = [t for t in matches if t.session_id == header_id]
+    if header_id:  # the caller's own session of that name, wherever it is stored
+        matches = [t for t in matches if t.session_id in (header_id, private_session_id(header_id, owner))]
     # Longest prefix first; then a turn still waiting for its next state; then newest.
     best = max(matches, key=lambda t: (rank[t.continuation_hash], t.next_state is None and not t.closed, t.id),
                default=None)

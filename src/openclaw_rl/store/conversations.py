@@ -167,12 +167,15 @@ class ConversationsMixin(LogsMixin):
         )
         return [(t.session_id, t) for t in found]
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, owner: str | None = None) -> dict[str, int]:
+        """How many sessions, turns, main turns and paired turns there are: every user's, or
+        `owner`'s alone (what a user who is not an admin may see)."""
+        where, args = ("WHERE owner = ?", (owner,)) if owner is not None else ("", ())
         with self._lock:
-            (sessions,) = self._execute("SELECT COUNT(*) FROM sessions").fetchone()
+            (sessions,) = self._execute(f"SELECT COUNT(*) FROM sessions {where}", args).fetchone()
             turns, main, paired = self._execute(
                 "SELECT COUNT(*), COALESCE(SUM(CASE WHEN kind = 'main' THEN 1 ELSE 0 END), 0), "
-                "COALESCE(SUM(CASE WHEN next_state IS NOT NULL THEN 1 ELSE 0 END), 0) FROM turns"
+                f"COALESCE(SUM(CASE WHEN next_state IS NOT NULL THEN 1 ELSE 0 END), 0) FROM turns {where}", args
             ).fetchone()
         return {"sessions": sessions, "turns": turns, "main_turns": main, "paired_turns": paired}
 

@@ -65,6 +65,16 @@ class LogsMixin(Connection):
         return {**kept, **{k: _redact_strings(v, self.redact_kinds) for k, v in record.items()
                            if k in _LOG_TEXT_FIELDS}}
 
+    def as_logged(self, text: str) -> str:
+        """`text` (a hint, a reason quoting one) as `log_text` lets it into any log, the console
+        included: kept (full), with the personal data of `redact_kinds` masked (redacted), or
+        withheld (off). A console line cannot be scrubbed when a user's data is deleted."""
+        if self.log_text == "full":
+            return text
+        if self.log_text == "off":
+            return "text withheld: --log-text off"
+        return redact(text, self.redact_kinds)
+
     def _scrub_logs(self, session_ids: set[str]) -> int:
         """Remove every log line of these sessions, from the logs of every host under the data
         dir; returns how many. Each file is rewritten atomically under its flock."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -234,7 +235,7 @@ class SignalsMixin(ConversationsMixin):
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
                       train_step: int, min_size: int | None = None,
                       assemble: Callable[[Sample], Sample | str] | None = None,
-                      max_per_owner: int | None = None,
+                      max_owner_share: float | None = None,
                       ) -> tuple[list[Sample], list[tuple[int, str]]]:
         """Take, for `method`, the oldest `batch_size` samples it has not seen yet, if at least
         `min_size` (default: `batch_size`) are fresh enough and usable; a smaller `min_size` lets
@@ -244,19 +245,21 @@ class SignalsMixin(ConversationsMixin):
         the turn gives the method nothing: that turn is rejected for `method`, with the reason,
         and stays there for every other method. None takes samples as written. Samples more than
         `max_staleness` versions behind the current policy are dropped for `method`, each with
-        its reason. At most `max_per_owner` samples of one user go into a batch: the rest wait
-        for a later one, so no single user's feedback fills a step. Returns (claimed samples,
-        dropped (turn id, reason)). Atomic across processes: no two claims of one method ever
-        take the same turn.
+        its reason. No user's samples fill more than `max_owner_share` of what `method` trains
+        (`_OwnerShare`: the rest wait for later batches), so no single user's feedback steers a
+        step. Returns (claimed samples, dropped (turn id, reason)). Atomic across processes: no
+        two claims of one method ever take the same turn.
         """
         need = batch_size if min_size is None else max(1, min_size)
         taken: list[Sample] = []
         outcomes: list[tuple[int, str, str | None]] = []  # (turn id, status, reason) of turns passed over
-        per_owner: collections.Counter[str | None] = collections.Counter()
         with self._write():
+            share = None if max_owner_share is None else _OwnerShare(
+                max_owner_share, batch_size,
+                self._trained_owners(method, _OwnerShare.earlier(max_owner_share, batch_size)))
             for turn_id, version, payload, owner in self._unclaimed(method, batch_size):
-                if max_per_owner is not None and per_owner[owner] >= max_per_owner:
-                    continue  # stays ready for the next batch
+                if share is not None and not share.admits(owner):
+                    continue  # stays ready for a later batch
                 if version < current_version - max_staleness:
                     outcomes.append((turn_id, "dropped", f"stale: sampled by policy v{version}, current "
                                                          f"v{current_version}, max_staleness {max_staleness}"))
@@ -267,7 +270,8 @@ class SignalsMixin(ConversationsMixin):
                     outcomes.append((turn_id, "rejected", sample))
                     continue
                 taken.append(sample)
-                per_owner[owner] += 1
+                if share is not None:
+                    share.add(owner)
                 if len(taken) == batch_size:
                     break
             if len(taken) < need:
@@ -280,6 +284,15 @@ class SignalsMixin(ConversationsMixin):
             log.log(logging.INFO if status == "dropped" else logging.DEBUG, "%s sample of turn %d for %s: %s",
                     status, turn_id, method, reason)
         return taken, dropped
+
+    def _trained_owners(self, method: str, count: int) -> list[str | None]:
+        """The owners of the last `count` samples `method` trained, newest first."""
+        if count <= 0:
+            return []
+        rows = self._execute(
+            "SELECT t.owner FROM claims c JOIN turns t ON t.id = c.turn_id WHERE c.method = ? AND c.status = 'used' "
+            "ORDER BY c.train_step DESC, c.created_at DESC, c.turn_id DESC LIMIT ?", (method, count)).fetchall()
+        return [owner for (owner,) in rows]
 
     def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str, str | None]]:
         """(turn id, policy version, payload, owner) of the ready samples `method` has no claim on,
@@ -367,3 +380,37 @@ class SignalsMixin(ConversationsMixin):
                     state.update(status=wanted, reason=claim["reason"], train_step=claim["train_step"])
                     break
         return found
+
+
+class _OwnerShare:
+    """The per-user share of what a method trains, counted over a window of its latest samples.
+
+    Rule: one user's samples fill at most `floor(share * window)` of a window of the
+    `window` samples the method trained last, the batch being claimed included, where the
+    window is the fewest whole batches holding at least one sample's worth of the share:
+    `batch_size * ceil(1 / (share * batch_size))` (one batch of 4 or more at 0.25, two
+    batches of 2, four batches of 1). So a batch of 2 at 0.25 takes one sample of a user
+    at most every other step: a quarter of what is trained, carried across steps, never
+    rounded up to a sample per step. The old cap, max(1, floor(share * batch)) per batch,
+    let one user fill half of every batch of 2 (issue 36). Samples over the share stay
+    ready for a later batch.
+    """
+
+    def __init__(self, share: float, batch_size: int, earlier_owners: list[str | None]):
+        self.limit = math.floor(share * self.window(share, batch_size) + 1e-9)
+        self.counts: collections.Counter[str | None] = collections.Counter(earlier_owners)
+
+    @staticmethod
+    def window(share: float, batch_size: int) -> int:
+        return batch_size * max(1, math.ceil(1 / (share * batch_size) - 1e-9))
+
+    @classmethod
+    def earlier(cls, share: float, batch_size: int) -> int:
+        """How many samples trained before the batch being claimed the window holds."""
+        return cls.window(share, batch_size) - batch_size
+
+    def admits(self, owner: str | None) -> bool:
+        return self.counts[owner] < self.limit
+
+    def add(self, owner: str | None) -> None:
+        self.counts[owner] += 1

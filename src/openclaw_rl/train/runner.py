@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import math
 import os
 import threading
 from collections.abc import Awaitable, Callable
@@ -134,7 +133,7 @@ async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher:
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.claim_size, trainer.policy_version,
                 config.max_staleness, trainer.train_step + 1, 1 if flushing else config.batch_size, assemble,
-                per_user_cap(config, users.shared),
+                per_user_share(config, users.shared),
             )
             if not samples:
                 if flushing and delivery.idle:
@@ -326,10 +325,9 @@ def _without_probes(assemble: Callable, config: TrainConfig) -> Callable:
 SHARED_USER_SHARE = 0.25  # max_user_share's default on a server people share
 
 
-def per_user_cap(config: TrainConfig, shared: bool = False) -> int | None:
-    """The most samples of one user a batch may hold (`max_user_share`; unset: 0.25 on a
-    `shared` server, no cap otherwise); None: no cap."""
+def per_user_share(config: TrainConfig, shared: bool = False) -> float | None:
+    """The largest share of what a step trains one user's samples may fill (`max_user_share`;
+    unset: 0.25 on a `shared` server, no cap otherwise); None: no cap. A share, not a count
+    per batch: how the store counts it over the last steps is `claim_samples`' rule."""
     share = config.max_user_share if config.max_user_share is not None else SHARED_USER_SHARE if shared else 1.0
-    if share >= 1:
-        return None
-    return max(1, math.floor(share * config.batch_size))
+    return None if share >= 1 else share
