@@ -20,6 +20,7 @@ from openclaw_rl.serve.server import check_exposure
 from openclaw_rl.config import ConfigError, ServeConfig, TrainConfig
 from openclaw_rl.serve.limits import RateLimit
 from openclaw_rl.store import Store
+from openclaw_rl.store.share import OwnerShare
 from openclaw_rl.train.runner import per_user_share
 from openclaw_rl.types import NextState, Sample, TurnRecord, Verdict
 from openclaw_rl.users import Users, UserError
@@ -487,6 +488,16 @@ def test_one_user_fills_at_most_their_share_of_a_batch(store):
     assert sorted(s.session_id for s in batch) == ["s0", "s3"]  # one of alice's, bob's one
     assert store.claim_samples("combined", 2, 0, 2, train_step=2, max_owner_share=share)[0] == []  # alice alone: waits
     assert store.sample_counts("combined")["ready"] == 2  # nothing was dropped
+
+
+def test_the_share_window_is_the_fewest_whole_batches_holding_one_sample_of_the_share():
+    # (share, batch) -> (window, samples of one user in it): 0.25 of 2 is half a sample, so two
+    # batches; 0.25 of 3 is 0.75, so two batches of 3 hold 1.5, rounded down to 1
+    for (share, batch), (window, limit) in {(0.25, 4): (4, 1), (0.25, 2): (4, 1), (0.25, 1): (4, 1),
+                                            (0.25, 3): (6, 1), (0.25, 16): (16, 4), (0.5, 2): (2, 1),
+                                            (0.3, 2): (4, 1)}.items():
+        assert (OwnerShare.window(share, batch), OwnerShare(share, batch, []).limit) == (window, limit), (share, batch)
+    assert OwnerShare.earlier(0.25, 2) == 2 and OwnerShare.earlier(0.25, 4) == 0
 
 
 def test_a_quarter_share_holds_across_steps_for_a_batch_of_two(store):

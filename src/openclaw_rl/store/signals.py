@@ -25,13 +25,13 @@ from __future__ import annotations
 import collections
 import json
 import logging
-import math
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from openclaw_rl.store.connection import StoreError, chunks, marks
 from openclaw_rl.store.conversations import ConversationsMixin
+from openclaw_rl.store.share import OwnerShare
 from openclaw_rl.types import Sample, Turn, Verdict
 
 log = logging.getLogger(__name__)
@@ -246,7 +246,7 @@ class SignalsMixin(ConversationsMixin):
         and stays there for every other method. None takes samples as written. Samples more than
         `max_staleness` versions behind the current policy are dropped for `method`, each with
         its reason. No user's samples fill more than `max_owner_share` of what `method` trains
-        (`_OwnerShare`: the rest wait for later batches), so no single user's feedback steers a
+        (`OwnerShare`: the rest wait for later batches), so no single user's feedback steers a
         step. Returns (claimed samples, dropped (turn id, reason)). Atomic across processes: no
         two claims of one method ever take the same turn.
         """
@@ -254,9 +254,9 @@ class SignalsMixin(ConversationsMixin):
         taken: list[Sample] = []
         outcomes: list[tuple[int, str, str | None]] = []  # (turn id, status, reason) of turns passed over
         with self._write():
-            share = None if max_owner_share is None else _OwnerShare(
+            share = None if max_owner_share is None else OwnerShare(
                 max_owner_share, batch_size,
-                self._trained_owners(method, _OwnerShare.earlier(max_owner_share, batch_size)))
+                self._trained_owners(method, OwnerShare.earlier(max_owner_share, batch_size)))
             for turn_id, version, payload, owner in self._unclaimed(method, batch_size):
                 if share is not None and not share.admits(owner):
                     continue  # stays ready for a later batch
@@ -381,36 +381,3 @@ class SignalsMixin(ConversationsMixin):
                     break
         return found
 
-
-class _OwnerShare:
-    """The per-user share of what a method trains, counted over a window of its latest samples.
-
-    Rule: one user's samples fill at most `floor(share * window)` of a window of the
-    `window` samples the method trained last, the batch being claimed included, where the
-    window is the fewest whole batches holding at least one sample's worth of the share:
-    `batch_size * ceil(1 / (share * batch_size))` (one batch of 4 or more at 0.25, two
-    batches of 2, four batches of 1). So a batch of 2 at 0.25 takes one sample of a user
-    at most every other step: a quarter of what is trained, carried across steps, never
-    rounded up to a sample per step. The old cap, max(1, floor(share * batch)) per batch,
-    let one user fill half of every batch of 2 (issue 36). Samples over the share stay
-    ready for a later batch.
-    """
-
-    def __init__(self, share: float, batch_size: int, earlier_owners: list[str | None]):
-        self.limit = math.floor(share * self.window(share, batch_size) + 1e-9)
-        self.counts: collections.Counter[str | None] = collections.Counter(earlier_owners)
-
-    @staticmethod
-    def window(share: float, batch_size: int) -> int:
-        return batch_size * max(1, math.ceil(1 / (share * batch_size) - 1e-9))
-
-    @classmethod
-    def earlier(cls, share: float, batch_size: int) -> int:
-        """How many samples trained before the batch being claimed the window holds."""
-        return cls.window(share, batch_size) - batch_size
-
-    def admits(self, owner: str | None) -> bool:
-        return self.counts[owner] < self.limit
-
-    def add(self, owner: str | None) -> None:
-        self.counts[owner] += 1
