@@ -245,7 +245,10 @@ def teaching(tiny_model_dir, tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("dashboard")
     users = Users(data_dir)
     keys = {name: users.add(name, admin=name == "root") for name in ("alice", "bob", "root")}
-    train = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05, gate="off")
+    # a share of one half: alice's and bob's samples alternate into every batch of 2 (at the shared
+    # default of a quarter, two users fill a step only every other step, and then wait for others)
+    train = TrainConfig(method="binary", batch_size=2, catch_up=1, lr=1e-3, train_poll_interval_s=0.05, gate="off",
+                        max_user_share=0.5)
     server = LiveServer(tiny_model_dir, data_dir, judge=JudgeConfig(judge="off"), train=train)
     base, store = server.base_url, server.server.store
 
