@@ -101,41 +101,54 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _users_parser(commands: argparse._SubParsersAction) -> None:
-    """`users add|list|revoke`: the API keys of a data dir (users.py)."""
+    """`users add|list|revoke|set`: the API keys of a data dir and each user's settings (users.py)."""
     users = commands.add_parser("users", help="add, list and revoke the users (API keys) of a data dir",
                                 formatter_class=_FORMAT)
     actions = users.add_subparsers(dest="users_command", required=True)
     default_dir = ServeConfig.__dataclass_fields__["data_dir"].default
     for name, text in (("add", "create a user and print its API key once, on the last line"),
-                       ("list", "list users (never their keys)"), ("revoke", "stop a user's key from working")):
+                       ("list", "list users (never their keys)"), ("revoke", "stop a user's key from working"),
+                       ("set", "change a user's settings (their key stays)")):
         action = actions.add_parser(name, help=text, formatter_class=_FORMAT)
         if name != "list":
             action.add_argument("name", help="the user's name: lowercase letters, digits, '.', '_', '-'")
         if name == "add":
             action.add_argument("--admin", action="store_true", help="may see and delete every user's sessions")
+        if name in ("add", "set"):
+            action.add_argument("--experience", choices=("on", "off", "server"), default="server",
+                                required=name == "set",
+                                help="serve this user's experience (lessons from their corrections) in their "
+                                     "prompts: on, off, or as the server's --experience says (server)")
         action.add_argument("--data-dir", default=default_dir, help=f"the server's data dir (default {default_dir})")
 
 
 def _users(args: argparse.Namespace) -> int:
     users = Users(args.data_dir)
     if args.users_command == "add":
-        key = users.add(args.name, admin=args.admin)
+        key = users.add(args.name, admin=args.admin, experience=_EXPERIENCE[args.experience])
         print(f"added {'admin ' if args.admin else ''}user {args.name!r} to {users.path}; a running server accepts "
               "the key from its next request. The key is shown this once (only its hash is kept):")
         print(key)
+    elif args.users_command == "set":
+        users.set_experience(args.name, _EXPERIENCE[args.experience])
+        print(f"{args.name!r}: experience {args.experience}; a running server applies it from their next request")
     elif args.users_command == "revoke":
         users.revoke(args.name)
         print(f"revoked {args.name!r}: its key no longer works; its sessions stay until deleted "
               f"(DELETE /v1/users/{args.name}/data)")
     else:
         view = Table(title=f"users of {users.path}")
-        for column in ("name", "admin", "created", "state"):
+        for column in ("name", "admin", "experience", "created", "state"):
             view.add_column(column)
         for record in users.list():
-            view.add_row(record["name"], "yes" if record["admin"] else "", _when(record["created_at"]),
+            experience = {None: "server", True: "on", False: "off"}[record["experience"]]
+            view.add_row(record["name"], "yes" if record["admin"] else "", experience, _when(record["created_at"]),
                          f"revoked {_when(record['revoked_at'])}" if record["revoked_at"] else "active")
         Console().print(view)
     return 0
+
+
+_EXPERIENCE = {"on": True, "off": False, "server": None}  # `users --experience`: the users.json value
 
 
 def _when(at: float | None) -> str:

@@ -40,8 +40,10 @@ from openclaw_rl.engine.precision import dtype_name, resolve_dtype
 from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
+from openclaw_rl.experience import ConsolidationPolicy
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
+from openclaw_rl.judge.lessons import LazyEncoder, LessonLearner, policy_token_counter
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
 from openclaw_rl.loop import count_verdicts, record_train_steps, show_candidates, status_loop
 from openclaw_rl.privacy import parse_kinds
@@ -193,7 +195,7 @@ def _add_judge(stack: Stack, config: ServeConfig, judge: JudgeConfig, spec: Stac
     if judge.hint_check == "on" and spec.write_samples:  # hints are checked only where samples are written
         comparer = spec.comparer or hint_comparer(stack.judge, judge)
     worker = _judge_worker(server.store, stack.judge, judge, (teacher or server.engine) if teacher_targets else None,
-                           comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server))
+                           tokenizer=server.tokenizer, comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server))
     stack.loops.append(worker.run)
     if teacher is not None:
         stack.loops.append(_closed_at_stop(teacher))
@@ -313,21 +315,34 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
         config = dataclasses.replace(config, teacher_targets=False)
     channel = FilesChannel(serve.data_dir)
     follow_files = config.teacher == "current" if follow_files is None else follow_files
-    return _judge_worker(store, judge, config, engine,
+    return _judge_worker(store, judge, config, engine, tokenizer=engine.tokenizer,
                          comparer=hint_comparer(judge, config) if config.hint_check == "on" else None,
                          refresh=(lambda: channel.refresh(engine)) if follow_files else None)
 
 
-def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *,
+def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *, tokenizer,
                   comparer: Comparer | None = None, refresh: Callable[[], Awaitable[object]] | None = None,
                   write_samples: bool = True,
                   on_verdict: Callable[[Verdict], None] | None = None) -> JudgeWorker:
-    """Every judge worker of every deployment; `teacher` None: no teacher targets."""
-    log.info("judge: %s (m = %d votes), %s, teacher targets %s", judge.name, config.votes,
+    """Every judge worker of every deployment; `teacher` None: no teacher targets. `tokenizer`
+    (the policy's) counts the tokens of the lessons it learns (--lessons on)."""
+    log.info("judge: %s (m = %d votes), %s, teacher targets %s, lessons %s", judge.name, config.votes,
              "samples and verdicts" if write_samples else "verdicts only",
-             "on" if teacher is not None and config.teacher_targets and write_samples else "off")
+             "on" if teacher is not None and config.teacher_targets and write_samples else "off", config.lessons)
     return JudgeWorker(store, judge, config, teacher_engine=teacher, tokenizer=teacher.tokenizer if teacher else None,
-                       on_verdict=on_verdict, refresh=refresh, write_samples=write_samples, comparer=comparer)
+                       on_verdict=on_verdict, refresh=refresh, write_samples=write_samples, comparer=comparer,
+                       lessons=lesson_learner(store, judge, config, tokenizer))
+
+
+def lesson_learner(store: Store, judge: Judge, config: JudgeConfig, tokenizer) -> LessonLearner | None:
+    """What turns the judge's screened hints and corrections into lessons (judge/lessons.py), with
+    the embedding judge's encoder when it is the judge (else one of its own, loaded at the first
+    lesson) and the policy's tokenizer; None with --lessons off."""
+    if config.lessons == "off":
+        return None
+    embed = judge.classifier.featurizer.encoder.encode if isinstance(judge, EmbeddingJudge) else LazyEncoder()
+    policy = ConsolidationPolicy(max_lessons=config.lessons_max, max_tokens=config.lessons_max_tokens)
+    return LessonLearner(store, embed, policy_token_counter(tokenizer), policy)
 
 
 def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None,

@@ -101,6 +101,12 @@ class ServeConfig:
         "beside it gets the rest (docs/gpu.md). 0 = vLLM's own default (0.9)", default=0.0)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
+    experience: str = setting("on = answer each chat, Responses and Messages request with its user's experience (the "
+                              "lessons learned from their corrections) appended to the system message; off = never. "
+                              "A user's own setting (`openclaw-rl users add/set NAME --experience on|off`) wins "
+                              "(docs/experience.md#in-the-prompt)", default="on")
+    experience_budget_tokens: int = setting("the most tokens the experience block may add to a prompt (whole lessons "
+                                            "only, most supported first)", default=256)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     train: bool = setting("train the policy in this process (--no-train: serve and judge only, e.g. beside "
@@ -120,6 +126,9 @@ class ServeConfig:
         check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
         check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
         check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
+        check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
+        check(self.experience_budget_tokens >= 0, "experience_budget_tokens", self.experience_budget_tokens,
+              "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
         check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
         check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
@@ -361,9 +370,20 @@ class JudgeConfig:
         default="off")
     hint_check_max_tokens: int = setting("max new tokens of the teacher's own answer in the hint check",
                                          default=200)
+    lessons: str = setting(
+        "on = every screened hint and explicit correction (feedback) of a judged turn becomes a candidate lesson of "
+        "the turn's user, consolidated into their experience (docs/experience.md); off = the judge learns none "
+        "(what is learned stays, and serving still uses it unless --experience off)", default="on")
+    lessons_max: int = setting("the most lessons one user's experience keeps; over it the least retained goes "
+                               "(support halved every 14 days since a turn last backed it)", default=12)
+    lessons_max_tokens: int = setting("the most tokens (policy tokenizer) of lesson text one user's experience "
+                                      "keeps; over it the least retained lesson goes", default=256)
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on"), "hint_check", self.hint_check, "off or on")
+        check(self.lessons in ("off", "on"), "lessons", self.lessons, "off or on")
+        check(self.lessons_max >= 1, "lessons_max", self.lessons_max, "at least 1")
+        check(self.lessons_max_tokens >= 1, "lessons_max_tokens", self.lessons_max_tokens, "at least 1")
         check(self.hint_check_max_tokens >= 1, "hint_check_max_tokens", self.hint_check_max_tokens, "at least 1")
         check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
                "one of embedding, local, openai, off")
@@ -449,8 +469,8 @@ class TrainConfig:
     max_staleness: int = setting("drop samples whose policy version is more than this many versions behind",
                                default=2)
     max_user_share: float | None = setting(
-        "the largest share of one training batch a single user's samples may fill (the rest wait for later "
-        "batches); unset: 0.25 once DATA_DIR/users.json holds a user (a server people share, so no one's "
+        "the largest share of what the trainer trains a single user's samples may fill, counted over the last "
+        "steps, never rounded up to a sample per batch (the rest wait for later batches); unset: 0.25 once DATA_DIR/users.json holds a user (a server people share, so no one's "
         "feedback steers a step), else 1 (one person's server: every sample is theirs)", default=None)
     keep_versions: int = setting("weights of the newest this many versions kept in DATA_DIR/versions for rollback "
                                  "(pinned versions and the last accepted one are kept as well)", default=5)

@@ -127,6 +127,8 @@ class TurnRecord:
     continuation_hash: str | None = None  # of prompt + response; None for side turns (serve/sessions.py)
     owner: str = "local"  # the user whose session it is: users.LOCAL's name when the server has no keys
     source: str = "new"  # how the session id was chosen, if the store has to create the session
+    experience_version: int | None = None  # the owner's experience version served in the prompt; None: no block
+    experience_block: str = ""  # the block served (in `prompt_token_ids`, not in `prompt_messages`); "" = none
 
     def __post_init__(self) -> None:
         if self.kind not in ("main", "side"):
@@ -161,6 +163,11 @@ class Turn:
     closed: bool = False  # no next state will come (session ended first)
     continuation_hash: str | None = None  # of prompt + the response as the client saw it (serve/sessions.py)
     owner: str | None = None  # the user whose session it is (users.py)
+    # The owner's experience served with this turn (serve/pipeline.py): its version (None: no block) and the
+    # block, which `prompt_token_ids` hold and `prompt_messages` (the client's own) do not;
+    # `experience.merge_system(prompt_messages, experience_block)` are the messages that were rendered.
+    experience_version: int | None = None
+    experience_block: str = ""
 
     def public_dict(self) -> dict[str, Any]:
         """The view `GET /v1/sessions/{id}` shows (no token ids or log-probs)."""

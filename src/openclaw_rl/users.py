@@ -42,6 +42,7 @@ FILE = "users.json"
 class User:
     name: str
     admin: bool = False
+    experience: bool | None = None  # serve this user's experience in their prompts; None: the server's --experience
 
     def may_see(self, owner: str | None) -> bool:
         """Whether this user may read or change what `owner` stored (None: data older than users)."""
@@ -121,15 +122,16 @@ class Users:
         seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if seen != self._seen:
             records = _read(self.path)
-            self._by_hash = {r["key_sha256"]: User(r["name"], bool(r["admin"]))
+            self._by_hash = {r["key_sha256"]: User(r["name"], bool(r["admin"]), r.get("experience"))
                              for r in records if r.get("revoked_at") is None}
             self._seen = seen
 
     # -- changing: what `openclaw-rl users` does -----------------------------------------
 
-    def add(self, name: str, admin: bool = False) -> str:
+    def add(self, name: str, admin: bool = False, experience: bool | None = None) -> str:
         """Create `name` and return its key (shown once: only its hash is kept). A revoked
-        name may be added again, with a new key."""
+        name may be added again, with a new key. `experience` overrides the server's
+        `--experience` for this user's requests (None: follow the server)."""
         check_name(name)
         key = KEY_PREFIX + secrets.token_urlsafe(32)
         with self._changing() as records:
@@ -137,7 +139,7 @@ class Users:
                 raise UserError(f"user {name!r} exists; revoke it first (openclaw-rl users revoke {name}) to give "
                                 "it a new key")
             records.append({"name": name, "admin": admin, "key_sha256": key_hash(key), "created_at": time.time(),
-                            "revoked_at": None})
+                            "revoked_at": None, "experience": experience})
         return key
 
     def revoke(self, name: str) -> None:
@@ -150,9 +152,20 @@ class Users:
             for record in live:
                 record["revoked_at"] = time.time()
 
+    def set_experience(self, name: str, experience: bool | None) -> None:
+        """Serve `name`'s experience in their prompts (True), never (False), or as the server says (None)."""
+        with self._changing() as records:
+            live = [r for r in records if r["name"] == name and r.get("revoked_at") is None]
+            if not live:
+                known = sorted({r["name"] for r in records if r.get("revoked_at") is None})
+                raise UserError(f"there is no active user {name!r}; active users: {', '.join(known) or 'none'}")
+            for record in live:
+                record["experience"] = experience
+
     def list(self) -> list[dict[str, Any]]:
         """Every user, active or revoked, without key hashes."""
-        return [{k: r.get(k) for k in ("name", "admin", "created_at", "revoked_at")} for r in _read(self.path)]
+        return [{k: r.get(k) for k in ("name", "admin", "created_at", "revoked_at", "experience")}
+                for r in _read(self.path)]
 
     @contextlib.contextmanager
     def _changing(self) -> Iterator[list[dict[str, Any]]]:

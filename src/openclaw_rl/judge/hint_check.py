@@ -39,7 +39,7 @@ from typing import Callable, Literal, Protocol
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.judge.prompts import NEXT_STATE_ROLES, comparison_prompt
-from openclaw_rl.judge.teacher import hinted_messages
+from openclaw_rl.judge.teacher import hinted_messages, served_messages
 from openclaw_rl.judge.votes import parse_preference
 from openclaw_rl.types import SamplingParams, TokenStep, Turn
 
@@ -76,10 +76,11 @@ class Comparer(Protocol):
 
 
 async def teacher_answer(engine, tokenizer, turn: Turn, hint: str | None, max_tokens: int) -> str:
-    """The engine's greedy answer to the turn's prompt with `hint` appended (the prompt the
-    teacher scores the response under; None: the prompt as it was), rendered with the
-    turn's tools."""
-    messages = hinted_messages(turn.prompt_messages, hint) if hint is not None else turn.prompt_messages
+    """The engine's greedy answer to the turn's prompt as served with `hint` appended (the
+    prompt the teacher scores the response under; None: the prompt as it was served,
+    experience block included), rendered with the turn's tools."""
+    served = served_messages(turn)
+    messages = hinted_messages(served, hint) if hint is not None else served
     prompt = render_prompt(tokenizer, messages, turn.sampling.get("tools"), turn.sampling.get("tool_choice"))
     room = engine.max_context - len(prompt) - 1
     if room < 1:

@@ -1,9 +1,11 @@
 """Teacher scoring: the same model, told a hint in hindsight, re-reads the original response.
 
 For each candidate hint the hint is appended, clearly delimited, to the last user message
-of the turn's prompt (the hindsight-enhanced state s ⊕ hint); the prompt is rendered with
-the chat template exactly as serving rendered it (same tools); and the **original**
-response token ids are scored under it. Log-probs are those of the distribution the
+of the turn's prompt as it was served (`served_messages`: the client's messages with the
+user's experience block, if one was served, in the system message), i.e. the
+hindsight-enhanced state s ⊕ hint; the prompt is rendered with the chat template exactly
+as serving rendered it (same tools); and the **original** response token ids are scored
+under it. So teacher and behaviour log-probs condition on the same context but the hint. Log-probs are those of the distribution the
 behaviour log-probs were measured under: the same temperature, then the same top-p
 truncation and renormalisation (`SamplingParams.logprob_temperature` and `logprob_top_p`;
 greedy turns: T = 1, no top-p), so teacher minus behaviour compares like with like and a
@@ -22,8 +24,9 @@ from __future__ import annotations
 import copy
 from dataclasses import dataclass, replace
 
-from openclaw_rl.judge.overlap import HintSelection, select_hint
 from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.experience import merge_system
+from openclaw_rl.judge.overlap import HintSelection, select_hint
 from openclaw_rl.types import Message, SamplingParams, Score, Turn
 
 HINT_PREFIX = "[Hint, written in hindsight for this request:"
@@ -43,6 +46,11 @@ def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
             message["content"] = f"{content_text(message)}\n\n{block}"
             return messages
     return [*messages, {"role": "user", "content": block}]
+
+
+def served_messages(turn: Turn) -> list[Message]:
+    """The messages serving rendered `turn`'s prompt ids from: the client's, with the experience block served."""
+    return merge_system(turn.prompt_messages, turn.experience_block)
 
 
 def _sampling(turn: Turn) -> SamplingParams:
@@ -95,7 +103,7 @@ async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, 
     response = turn.response_token_ids
     teachers: list[Score] = []
     for hint in hints:
-        prompt = render_prompt(tokenizer, hinted_messages(turn.prompt_messages, hint), tools, tool_choice)
+        prompt = render_prompt(tokenizer, hinted_messages(served_messages(turn), hint), tools, tool_choice)
         teachers.append(await engine.score(prompt, response, temperature=temperature, top_p=top_p,
                                            top_k=max(select_k, teacher_k)))
     if len(hints) == 1:  # nothing to choose between: skip the student's forward pass (a second prefill)

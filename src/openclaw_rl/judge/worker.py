@@ -4,6 +4,7 @@
           -> read them (m evaluative + m directive votes, or the embedding judge's one)
           -> teacher-score the candidate hints and select one by overlap
           -> write the verdict, then the turn's one sample with every signal found
+          (beside it: the screened hints and corrections become lessons of the turn's user)
 
 The worker knows no training method: each sample carries whatever signals the turn has
 (reward, teacher log-probs and top-k) and every trainer's method takes from it what it
@@ -40,6 +41,7 @@ from openclaw_rl.judge.backends import ChatBackend
 from openclaw_rl.judge.classifier import NextStateClassifier
 from openclaw_rl.judge.evidence import material
 from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, Comparer, check_hint
+from openclaw_rl.judge.lessons import LessonLearner
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import correction_hints
 from openclaw_rl.judge.samples import turn_sample
@@ -160,15 +162,17 @@ class JudgeWorker:
     def __init__(self, store: Store, judge: Judge, config: JudgeConfig, teacher_engine=None, tokenizer=None,
                  seed: int = 0, on_verdict: Callable[[Verdict], None] | None = None,
                  refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True,
-                 comparer: Comparer | None = None):
+                 comparer: Comparer | None = None, lessons: LessonLearner | None = None):
         """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
         With `config.hint_check` on, `comparer` decides which hints the teacher answers better
         with (judge/hint_check.py); only those are scored and kept.
         `write_samples` False writes verdicts only, for a caller that writes the turns' samples
         itself (the agent rollout driver's step advantages need a whole group of trajectories,
         see drivers/agent.py). `refresh` brings the teacher engine to the newest policy (see the
-        module docstring)."""
+        module docstring). `lessons` turns screened hints and corrections into lessons of the
+        turn's user (None: none are learned)."""
         self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
+        self.lessons = lessons
         self.on_verdict, self.refresh = on_verdict, refresh
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
         if config.hint_check == "on" and comparer is None:
@@ -224,9 +228,11 @@ class JudgeWorker:
                               latency_s=time.monotonic() - started, reason=str(failure))
             await asyncio.to_thread(self._save, turn, verdict, None)
             return verdict
-        hints = dedupe_hints(reading.hints, self.config.max_hints)
+        hints = offered = dedupe_hints(reading.hints, self.config.max_hints)
         if hints and self.config.screen_hints:
             hints = await asyncio.to_thread(self._screened, turn, hints, reading.notes)
+        if self.lessons is not None:
+            await asyncio.to_thread(self._learn, turn, offered, hints, reading.notes)
         if hints and self.comparer is not None and self.teacher_engine is not None and self.config.teacher_targets:
             hints = await self._checked(turn, hints, reading.notes)
         teacher: TeacherResult | None = None
@@ -281,6 +287,25 @@ class JudgeWorker:
                 notes.append(f"hint quarantined: {reason}")
                 log.warning("turn %d: hint quarantined (%s)", turn.id, self.store.as_logged(reason))
         return kept
+
+    def _learn(self, turn: Turn, offered: list[str], hints: list[str], notes: list[str]) -> None:
+        """The turn's screened `hints` (of the `offered`) and its explicit correction (a feedback
+        next state, screened like a hint) as lessons of its owner (judge/lessons.py). The screen
+        always runs first: with --no-screen-hints a held candidate is left out without a
+        quarantine entry."""
+        assert self.lessons is not None
+        feedback = turn.next_state.content if turn.next_state and turn.next_state.role == "feedback" else ""
+        correction = [feedback] if feedback.strip() and feedback not in offered else []
+        if self.config.screen_hints:
+            candidates = hints + (self._screened(turn, correction, notes) if correction else [])
+        else:
+            conversation = turn_conversation(turn)
+            candidates = [text for text in hints + correction if screen_hint(text, conversation) is None]
+        try:
+            self.lessons.learn(turn, candidates)
+        except Exception as error:  # noqa: BLE001 - the verdict and sample stand without the lesson
+            notes.append(f"learning lessons failed: {type(error).__name__}: {error}")
+            log.warning("turn %d: learning lessons failed: %r", turn.id, error)
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
         self.store.write_verdict(verdict)

@@ -9,7 +9,8 @@ messages become that turn's next state.
 
 Decisions, and why:
 
-- Translation. `system` becomes a leading system message. An assistant message's text
+- Translation. `system` becomes a leading system message (the user's experience block
+  is appended to it when the prompt is rendered: docs/experience.md#in-the-prompt). An assistant message's text
   and tool_use blocks become ONE assistant message (text joined as generated, tool calls
   with `arguments = json.dumps(input)`). A user message's tool_result blocks become
   `tool` messages in order (Anthropic puts them first in the message), then its text
@@ -53,11 +54,14 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine.base import EngineError
+from openclaw_rl.experience import merge_system
 from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
+from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Flag, Real, TopP, UserId, Whole, _Lenient, check_stops
 from openclaw_rl.serve.server import Server
 from openclaw_rl.types import Message, SamplingParams
+from openclaw_rl.users import User
 
 # -- the request ------------------------------------------------------------------------
 
@@ -295,12 +299,15 @@ async def create_message(server: Server, body: MessagesRequest, caller: Caller) 
     return JSONResponse(view.message(), headers=opened.headers)
 
 
-async def count_tokens(server: Server, body: CountTokensRequest) -> dict[str, int]:
-    """The prompt's length in tokens as it would be rendered; no limit on it (knowing
-    that a prompt is too long is the point), the body size limit bounds the work."""
+async def count_tokens(server: Server, body: CountTokensRequest, user: User) -> dict[str, int]:
+    """The prompt's length in tokens as it would be rendered for `user`, their experience
+    block included (as `usage.input_tokens` counts it); no limit on it (knowing that a prompt
+    is too long is the point), the body size limit bounds the work."""
     tools, tool_choice = chat_tools(body)
+    block, _ = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config, user)
     try:
-        ids = await run_in_threadpool(render_prompt, server.tokenizer, chat_messages(body), tools, tool_choice)
+        ids = await run_in_threadpool(render_prompt, server.tokenizer, merge_system(chat_messages(body), block), tools,
+                                      tool_choice)
     except Exception as error:  # a template that rejects this conversation
         raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
                        param="messages") from error

@@ -348,7 +348,8 @@ def _generation_routes(app: FastAPI, server: Server) -> None:
     @app.post("/v1/messages/count_tokens", openapi_extra=_body_doc(CountTokensRequest))
     async def messages_count_tokens(request: Request) -> Response:
         try:
-            return JSONResponse(await count_tokens(server, await parse_body(request, CountTokensRequest)))
+            return JSONResponse(await count_tokens(server, await parse_body(request, CountTokensRequest),
+                                                   caller_of(request)))
         except ApiError as error:
             return anthropic_error(error)
 

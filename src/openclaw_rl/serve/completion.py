@@ -38,11 +38,20 @@ class Caller:
 
 
 @dataclass(frozen=True)
+class ServedPrompt:
+    """The exact ids a request is served with, and the user's experience block among them."""
+
+    ids: list[int]
+    experience_block: str = ""  # merged into the system message of the ids, never into the spec's messages
+    experience_version: int | None = None  # None: no block
+
+
+@dataclass(frozen=True)
 class TurnSpec:
     """One request for `n` responses, translated from whichever API it came through."""
 
     api: str  # chat | responses | messages | completions
-    messages: list[Message]  # the prompt as chat messages: what is stored and judged
+    messages: list[Message]  # the prompt as chat messages: what is stored, paired and judged (no experience block)
     params: SamplingParams
     tools: list[dict[str, Any]] | None = None
     tool_choice: Any = None
@@ -63,9 +72,9 @@ class TurnSpec:
 class TurnInProgress:
     """One response (one choice) being generated."""
 
-    def __init__(self, server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: list[int],
+    def __init__(self, server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt,
                  params: SamplingParams, started: Started, stream: AsyncIterator, group: str, choice: int):
-        self.server, self.spec, self.ref, self.prompt_ids = server, spec, ref, prompt_ids
+        self.server, self.spec, self.ref, self.prompt, self.prompt_ids = server, spec, ref, prompt, prompt.ids
         self.params, self.started, self.stream = params, started, stream
         self.group, self.choice = group, choice
         self.text = TextAssembler(server.tokenizer, params.stop, TOOL_CALL_OPEN if spec.tools_on else None)
@@ -123,6 +132,7 @@ class TurnInProgress:
             response_token_ids=generation.token_ids, behaviour_logprobs=generation.logprobs,
             response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
             continuation_hash=hashed, owner=spec.caller.name, source=self.ref.source,
+            experience_version=self.prompt.experience_version, experience_block=self.prompt.experience_block,
         )
         self.turn = await run_in_threadpool(store.record_turn, record)
         metrics = self.server.metrics

@@ -6,7 +6,9 @@ one user message, which is what the judge reads. A header-less completion cannot
 told apart from a new conversation (there is no message structure to resend), so it
 starts a new session; clients that run episodes name theirs with `X-Session-Id`, and the
 ids a request adds after the previous turn's prompt and response are that turn's next
-state (pipeline._next_state_of_ids).
+state (pipeline._next_state_of_ids). A raw prompt is served exactly as given, so it gets
+no experience block (serve/experience_block.py): the client owns its template, and its
+next request must extend these exact ids to pair.
 
 `echo` prepends the prompt; with `logprobs` the prompt's own tokens are scored too (the
 first has none, as in OpenAI's API).

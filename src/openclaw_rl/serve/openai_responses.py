@@ -10,7 +10,10 @@ Decisions:
   assistant message right before it (or starts one), because one response's output is a
   message followed by its calls and the client resends them as separate items, while the
   turn was recorded (and hashed) as one assistant message with content and `tool_calls`.
-  A `function_call_output` is a `tool` message; `instructions` a leading system message.
+  A `function_call_output` is a `tool` message; `instructions` a leading system message,
+  to which the pipeline appends the user's experience block when it renders the prompt
+  (stored messages never hold the block, so `previous_response_id` still strips exactly
+  the old instructions).
 - Sessions. `previous_response_id` names the exact turn continued: the prompt is that
   turn's prompt, its response as the client saw it (the stored output items, through the
   same translation) and the new input. The previous turn's `instructions` are not carried

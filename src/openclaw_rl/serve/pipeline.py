@@ -1,6 +1,6 @@
 """The request path every API shares: a `TurnSpec` in, `n` turns in progress out.
 
-    cheap limits -> render the prompt (off the event loop) -> context check
+    cheap limits -> the user's experience block -> render the prompt (off the event loop) -> context check
     -> session and the turn it continues -> record that turn's next state
     -> start n engine streams -> (the API formats deltas) -> commit each turn
 
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -24,13 +25,16 @@ from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
-from openclaw_rl.serve.completion import TurnInProgress, TurnSpec
+from openclaw_rl.experience import merge_system
+from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
+from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.serve.schema import ApiError
 from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, next_state_of, private_session_id, resolve_session, turn_to_pair
 from openclaw_rl.store import StoreError
-from openclaw_rl.types import NextState, TokenStep
+from openclaw_rl.types import Message, NextState, TokenStep
 
+log = logging.getLogger(__name__)
 
 @functools.lru_cache(maxsize=8)
 def _longest_token_chars(tokenizer) -> int:
@@ -43,10 +47,12 @@ def _prompt_chars(spec: TurnSpec) -> int:
     return sum(len(content_text(m)) for m in spec.messages)
 
 
-async def prompt_ids_of(server: Server, spec: TurnSpec) -> list[int]:
+async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
+    """The ids the engine is given: the client's token ids as they are, or its messages with
+    the user's experience block (serve/experience_block.py) rendered by the chat template."""
     context = server.engine.max_context
-    if spec.prompt_ids is not None:
-        ids = spec.prompt_ids
+    if spec.prompt_ids is not None:  # a raw completion: the client rendered it; no block
+        prompt = ServedPrompt(spec.prompt_ids)
     else:
         # A prompt of C characters has at least C / longest-token tokens: refuse it unread.
         chars, longest = _prompt_chars(spec), _longest_token_chars(server.tokenizer)
@@ -54,17 +60,42 @@ async def prompt_ids_of(server: Server, spec: TurnSpec) -> list[int]:
             raise ApiError(400, f"the prompt has {chars} characters, more than the model's context of {context} "
                            "tokens can hold; shorten the conversation", param="messages",
                            code="context_length_exceeded")
-        try:
-            ids = await run_in_threadpool(render_prompt, server.tokenizer, spec.messages, spec.tools, spec.tool_choice)
-        except Exception as error:  # a template that rejects this conversation
-            raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
-                           param="messages") from error
-    if not ids:
+        block, version = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config,
+                                                 spec.caller)
+        prompt = ServedPrompt(await _rendered(server, spec, merge_system(spec.messages, block)), block, version)
+        if block and len(prompt.ids) + spec.params.max_new_tokens > context:
+            prompt = await _within_context(server, spec, prompt)
+    if not prompt.ids:
         raise ApiError(400, "the prompt is empty once tokenized; send some text or token ids", param="prompt")
-    if len(ids) >= context:
-        raise ApiError(400, f"the prompt is {len(ids)} tokens but the model's context is {context} tokens; "
+    if len(prompt.ids) >= context:
+        raise ApiError(400, f"the prompt is {len(prompt.ids)} tokens but the model's context is {context} tokens; "
                        "shorten the conversation", param="messages", code="context_length_exceeded")
-    return ids
+    return prompt
+
+
+async def _rendered(server: Server, spec: TurnSpec, messages: list[Message]) -> list[int]:
+    try:
+        return await run_in_threadpool(render_prompt, server.tokenizer, messages, spec.tools, spec.tool_choice)
+    except Exception as error:  # a template that rejects this conversation
+        raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
+                       param="messages") from error
+
+
+async def _within_context(server: Server, spec: TurnSpec, prompt: ServedPrompt) -> ServedPrompt:
+    """`prompt` if its experience block costs the request nothing, else the prompt without it.
+
+    Near the end of the context the block would push a prompt that fits over it, or leave
+    the response less room than it has without the block; the client's conversation comes
+    first, so the block is dropped (and said in the log), never the request refused."""
+    context = server.engine.max_context
+    plain = await _rendered(server, spec, spec.messages)
+    room = min(spec.params.max_new_tokens, context - len(plain))  # what the response may use without the block
+    if len(prompt.ids) + room <= context:
+        return prompt
+    log.info("experience block of %r (v%s, %d tokens) left out: the prompt is %d tokens of a %d-token context "
+             "and asks for up to %d new ones", spec.caller.name, prompt.experience_version,
+             len(prompt.ids) - len(plain), len(plain), context, spec.params.max_new_tokens)
+    return ServedPrompt(plain)
 
 
 @dataclass
@@ -179,7 +210,8 @@ async def _settled(tasks: list[asyncio.Task]) -> None:
 
 async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     """Everything before the first token: limits, prompt, session, pairing, engine admission."""
-    prompt_ids = await prompt_ids_of(server, spec)
+    prompt = await served_prompt(server, spec)
+    prompt_ids = prompt.ids
     context = server.engine.max_context
     if spec.params.max_new_tokens > context:
         raise ApiError(400, f"max_tokens is {spec.params.max_new_tokens} but the model's context is {context} "
@@ -201,7 +233,7 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     group = uuid.uuid4().hex
     # The n choices are admitted together, so the engine prefills them in one batch.
     started = await asyncio.gather(*(
-        _start(server, spec, ref, prompt_ids, params if params.seed is None else replace(params, seed=params.seed + i),
+        _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
                group, i)
         for i in range(spec.n)), return_exceptions=True)
     turns = [t for t in started if isinstance(t, TurnInProgress)]
@@ -212,9 +244,9 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     return Opened(server, spec, ref, turns)
 
 
-async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: list[int], params,
+async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,
                  group: str, choice: int) -> TurnInProgress:
-    stream = server.engine.stream(prompt_ids, params)
+    stream = server.engine.stream(prompt.ids, params)
     try:
         started = await asyncio.wait_for(anext(stream), server.config.request_timeout_s)
     except ContextLengthError as error:
@@ -225,7 +257,7 @@ async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt_ids: li
         raise ApiError(503, f"the engine could not start this request: {str(error) or 'timed out'}",
                        kind="server_error") from error
     assert isinstance(started, Started)
-    return TurnInProgress(server, spec, ref, prompt_ids, params, started, stream, group, choice)
+    return TurnInProgress(server, spec, ref, prompt, params, started, stream, group, choice)
 
 
 def _record_next_state(server: Server, ref: SessionRef, spec: TurnSpec) -> None:

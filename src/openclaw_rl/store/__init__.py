@@ -22,8 +22,9 @@ PostgreSQL: the session row while a turn index is chosen, `FOR UPDATE SKIP LOCKE
 samples a trainer claims, and the claim's primary key (turn, method) settles the rest, so
 two trainers of one method never claim the same sample.
 
-`Store` is one class over eleven tables (sessions, turns, verdicts, samples, claims,
-policy, responses; versions, policy_requests and quarantine for safe updates), because
+`Store` is one class over thirteen tables (sessions, turns, verdicts, samples, claims,
+policy, responses; versions, policy_requests and quarantine for safe updates;
+experience and experience_changes for each user's lessons), because
 it is the whole contract between the processes: one object that each process opens.
 Its methods are written by topic, one module each, every query beside the others of
 its tables:
@@ -34,10 +35,11 @@ its tables:
     conversations.py  sessions, turns, next states, Responses objects; deleting sessions
     signals.py        verdicts, quarantined hints, samples and each method's claims
     versions.py       the published policy version, the version history, rollback requests
+    experience.py     each user's lessons and the log of their changes (experience/)
 
 Each topic class builds on the ones it calls (conversations write their log lines,
 signals read turns), so every `self.` name a module uses is defined in it or in a base
-it imports; `Store` joins the two lines of descent.
+it imports; `Store` joins the three lines of descent.
 """
 
 from __future__ import annotations
@@ -47,14 +49,15 @@ from pathlib import Path
 
 from openclaw_rl.privacy import KINDS
 from openclaw_rl.store.connection import LogText, StoreError, StoreUnavailable, redact_url
+from openclaw_rl.store.experience import ExperienceConflict, ExperienceMixin
 from openclaw_rl.store.schema import add_missing_columns
 from openclaw_rl.store.signals import SignalsMixin
 from openclaw_rl.store.versions import VersionsMixin
 
-__all__ = ["LogText", "Store", "StoreError", "StoreUnavailable", "add_missing_columns", "make_store", "redact_url"]
+__all__ = ["ExperienceConflict", "LogText", "Store", "StoreError", "StoreUnavailable", "add_missing_columns", "make_store", "redact_url"]
 
 
-class Store(SignalsMixin, VersionsMixin):
+class Store(SignalsMixin, VersionsMixin, ExperienceMixin):
     """The store the serve, judge and train processes share: see the module docstring.
 
     `Store(data_dir)` opens the SQLite file in `data_dir`; `Store(data_dir, url=...)` the

@@ -21,7 +21,7 @@ from openclaw_rl.users import LOCAL
 _TURN_COLUMNS = (
     "id, session_id, idx, kind, policy_version, prompt_messages, prompt_token_ids, "
     "response_token_ids, behaviour_logprobs, response_text, tool_calls, sampling, "
-    "finish_reason, created_at, next_state, closed, continuation_hash, owner"
+    "finish_reason, created_at, next_state, closed, continuation_hash, owner, experience_version, experience_block"
 )
 
 
@@ -104,14 +104,16 @@ class ConversationsMixin(LogsMixin):
                 cur = self._execute(
                     "INSERT INTO turns (session_id, idx, kind, policy_version, prompt_messages, "
                     "prompt_token_ids, response_token_ids, behaviour_logprobs, response_text, "
-                    "tool_calls, sampling, finish_reason, continuation_hash, created_at, owner) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT owner FROM sessions WHERE id = ?))"
+                    "tool_calls, sampling, finish_reason, continuation_hash, created_at, owner, "
+                    "experience_version, experience_block) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT owner FROM sessions WHERE id = ?), ?, ?)"
                     f"{self._sql.returning_id}",
                     (
                         session_id, idx, record.kind, record.policy_version, json.dumps(record.prompt_messages),
                         json.dumps(record.prompt_token_ids), json.dumps(record.response_token_ids),
                         json.dumps(record.behaviour_logprobs), record.response_text, json.dumps(record.tool_calls),
                         json.dumps(record.sampling), record.finish_reason, record.continuation_hash, now, session_id,
+                        record.experience_version, record.experience_block,
                     ),
                 )
                 turn_id = self._sql.inserted_id(cur)
@@ -203,7 +205,8 @@ class ConversationsMixin(LogsMixin):
     def delete_sessions(self, session_ids: Sequence[str] = (), owner: str | None = None) -> dict[str, Any]:
         """Remove the sessions named (or, with `owner`, all of that user's) with everything
         stored of them: turns, next states, verdicts, samples and claims, Responses objects,
-        and their log lines. Returns the counts, and which removed samples a training step
+        and their log lines; with `owner`, also the user's experience (lessons and their
+        change log: store/experience.py). Returns the counts, and which removed samples a training step
         had already used (`trained`): those are in the weights of the versions named there,
         which cannot forget them. One transaction; every other session is left as it was."""
         with self._write():
@@ -229,6 +232,12 @@ class ConversationsMixin(LogsMixin):
                                             tuple(chunk)).rowcount for chunk in chunks(keys))
                 if table in ("samples", "verdicts", "responses"):
                     counts[table] = deleted
+            if owner is not None:  # the user's lessons came from their corrections: they go too
+                row = self._execute("SELECT lessons FROM experience WHERE owner = ?", (owner,)).fetchone()
+                counts["lessons"] = len(json.loads(row[0])) if row else 0
+                counts["experience_changes"] = self._execute("DELETE FROM experience_changes WHERE owner = ?",
+                                                             (owner,)).rowcount
+                self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
             counts["trained"] = self._trained_into(trained)
         counts["log_lines"] = self._scrub_logs(set(ids)) if ids else 0
         return counts
@@ -253,7 +262,8 @@ class ConversationsMixin(LogsMixin):
 
 def _turn_from_row(row: tuple) -> Turn:
     (tid, session_id, idx, kind, version, prompt_messages, prompt_ids, response_ids, logprobs,
-     text, tool_calls, sampling, finish, created, next_state, closed, continuation, owner) = row
+     text, tool_calls, sampling, finish, created, next_state, closed, continuation, owner, experience_version,
+     experience_block) = row
     return Turn(
         id=tid,
         session_id=session_id,
@@ -273,4 +283,6 @@ def _turn_from_row(row: tuple) -> Turn:
         closed=bool(closed),
         continuation_hash=continuation,
         owner=owner,
+        experience_version=experience_version,
+        experience_block=experience_block or "",  # NULL: a turn stored before experience was served
     )

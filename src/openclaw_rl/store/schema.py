@@ -43,6 +43,8 @@ CREATE TABLE IF NOT EXISTS turns (
     next_state_at       {real},
     closed              INTEGER NOT NULL DEFAULT 0,
     owner               TEXT,
+    experience_version  INTEGER,
+    experience_block    TEXT,
     UNIQUE (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_by_continuation ON turns(continuation_hash);
@@ -133,6 +135,20 @@ CREATE TABLE IF NOT EXISTS responses (
     turn_id     {ref} REFERENCES turns(id),
     body        TEXT NOT NULL,
     created_at  {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS experience (
+    owner       TEXT PRIMARY KEY,
+    version     INTEGER NOT NULL,
+    lessons     TEXT NOT NULL,
+    updated_at  {real} NOT NULL
+);
+CREATE TABLE IF NOT EXISTS experience_changes (
+    owner       TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    kind        TEXT NOT NULL,
+    change      TEXT NOT NULL,
+    created_at  {real} NOT NULL,
+    PRIMARY KEY (owner, version)
 );
 """
 

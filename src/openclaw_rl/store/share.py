@@ -20,7 +20,8 @@ class OwnerShare:
     at most every other step: a quarter of what is trained, carried across steps, never
     rounded up to a sample per step. The old cap, max(1, floor(share * batch)) per batch,
     let one user fill half of every batch of 2 (issue 36). Samples over the share stay
-    ready for a later batch.
+    ready for a later batch, so a shared server trains only while samples of at least
+    1/share users wait (four at 0.25), as a batch of 4 or more needed before.
     """
 
     def __init__(self, share: float, batch_size: int, earlier_owners: list[str | None]):

@@ -1,0 +1,89 @@
+"""The judge's side of experience: a judged turn's screened hints and corrections become lessons.
+
+`LessonLearner.learn(turn, candidates)` runs each candidate through `lesson_from_hint`
+(a standing rule, or nothing) and `learn` (merge, replace or add, then the cap), and
+saves the owner's new experience with its changes (`Store.update_experience`: read,
+change, save under a version check, again if another writer saved first).
+
+Decisions and why:
+
+- **What is a candidate**: every hint of the turn that passed the hint screen, and the
+  explicit correction itself (a `feedback` next state, POST /v1/sessions/{id}/feedback),
+  which passes the same screen first (judge/worker.py). A quarantined hint never becomes a
+  lesson: a lesson reaches every later prompt of its user, so it must pass at least what a
+  training signal passes. The hint check (does the teacher answer better with it?) is not
+  asked: it judges one turn's answer, a lesson is a standing rule for later ones.
+- **Whose**: the turn's owner (the key's user; the local admin on a keyless server). A
+  lesson never crosses users: the store keys experience by owner, and `Experience`
+  refuses a lesson of anyone else.
+- **Idempotent**: a turn judged twice (a retry, or an admin released a quarantined hint)
+  backs a lesson once (`consolidate`: a turn counts once per lesson).
+- **Embedding**: the embedding judge's own encoder when the judge is the embedding judge,
+  else one all-MiniLM-L6-v2 built on first use (`LazyEncoder`): a chat judge's stack
+  that never sees a correction does not load it. Token counts (the cap) are the policy
+  tokenizer's, as serving counts the block's budget.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from openclaw_rl.experience import Change, ConsolidationPolicy, CountTokens, Embed, Experience, learn, lesson_from_hint
+from openclaw_rl.judge.backends import SentenceEncoder
+from openclaw_rl.store import Store
+from openclaw_rl.types import Turn
+from openclaw_rl.users import LOCAL
+
+__all__ = ["LazyEncoder", "LessonLearner", "policy_token_counter"]
+
+log = logging.getLogger(__name__)
+
+
+class LazyEncoder:
+    """`SentenceEncoder().encode`, the model loaded at the first call (a few hundred ms, 90 MB)."""
+
+    def __init__(self, make: Callable[[], SentenceEncoder] = SentenceEncoder):
+        self.make, self.encoder = make, None
+
+    def __call__(self, texts: list[str]) -> Any:
+        if self.encoder is None:
+            self.encoder = self.make()
+        return self.encoder.encode(texts)
+
+
+def policy_token_counter(tokenizer: Any) -> CountTokens:
+    """Tokens of a text under the policy's tokenizer, without special tokens (as in a prompt)."""
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False))
+
+
+class LessonLearner:
+    """Candidate lessons of a judged turn into its owner's experience, saved with their changes."""
+
+    def __init__(self, store: Store, embed: Embed, count_tokens: CountTokens,
+                 policy: ConsolidationPolicy = ConsolidationPolicy(), clock: Callable[[], float] = time.time):
+        self.store, self.embed, self.count_tokens, self.policy, self.clock = store, embed, count_tokens, policy, clock
+
+    def learn(self, turn: Turn, candidates: list[str]) -> list[Change]:
+        """Every change the candidates made to the experience of `turn`'s owner (saved), in order."""
+        rules = [rule for text in candidates if (rule := lesson_from_hint(text))]
+        if not rules:
+            return []
+        owner = turn.owner or LOCAL.name
+        now = self.clock()
+
+        def update(experience: Experience) -> tuple[Experience, list[Change]]:
+            changes: list[Change] = []
+            for rule in dict.fromkeys(rules):
+                experience, made = learn(experience, rule, str(turn.id), now, self.embed, self.count_tokens,
+                                         self.policy)
+                changes += made
+            return experience, changes
+
+        _, changes = self.store.update_experience(owner, update)
+        for change in changes:
+            log.info("turn %d: lesson %s for %s (v%d): %s", turn.id, change.kind, owner, change.version,
+                     self.store.as_logged("; ".join(change.after_text or change.before_text)))
+        return changes

@@ -1,0 +1,138 @@
+"""Each user's experience (experience/): the current lessons and the log of every change.
+
+Two tables. `experience` holds one row per owner: the version and the lessons as JSON,
+what serving reads for every request (one primary-key lookup). `experience_changes` is
+the append-only log, one row per `Change` (`Change.to_dict()`), which the API lists and
+undoes and from which `experience.replay` rebuilds any version.
+
+Decisions and why:
+
+- **The current lessons are stored, not only the log.** Serving reads a user's
+  experience on every request; replaying a log that grows with every correction there
+  would cost more each day. The log is still complete, so `replay(owner, log)` equals the
+  stored row (a test checks it).
+- **One transaction, a version check (compare and swap).** `save_experience` writes the
+  row and its changes together, and only if the stored version is still the one the
+  changes start from: `UPDATE ... WHERE version = ?` (or an insert that fails on the
+  owner's key when a first row appeared meanwhile). Under SQLite's `BEGIN IMMEDIATE` and
+  PostgreSQL's READ COMMITTED (an UPDATE waits for the other writer's row lock, then
+  reads the committed version) the second of two writers sees the first's version and
+  gets `ExperienceConflict`, never a lost change. `update_experience` is the retry: read,
+  apply, save, again on a conflict.
+- The log's key is (owner, version), so a change can never be written twice either.
+- Lessons name their turns as text (`Lesson.sources`), not as foreign keys: deleting a
+  session leaves its user's standing preferences; "delete my data" removes all of them
+  (`delete_sessions(owner=...)` clears both tables in its transaction).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from openclaw_rl.experience import Change, Experience, Lesson
+from openclaw_rl.store.connection import Connection, StoreError
+
+__all__ = ["ExperienceConflict", "ExperienceMixin"]
+
+Update = Callable[[Experience], tuple[Experience, list[Change]]]
+
+
+class ExperienceConflict(StoreError):
+    """Another writer changed this user's experience since it was read: read it again and redo the change."""
+
+
+class ExperienceMixin(Connection):
+    """Per-user lessons and their change log."""
+
+    def experience(self, owner: str) -> Experience:
+        """`owner`'s experience as last saved; an empty one (version 0) when nothing was learned."""
+        with self._lock:
+            row = self._execute("SELECT version, lessons FROM experience WHERE owner = ?", (owner,)).fetchone()
+        if row is None:
+            return Experience(owner)
+        return Experience(owner, tuple(_lesson(x) for x in json.loads(row[1])), int(row[0]))
+
+    def save_experience(self, experience: Experience, changes: list[Change]) -> None:
+        """Store `experience` and the `changes` that led to it from the stored version, in one
+        transaction; `ExperienceConflict` when the stored version is no longer the one they start from."""
+        if not changes:
+            return
+        _check_chain(experience, changes)
+        base = changes[0].version - 1
+        lessons = json.dumps([asdict(lesson) for lesson in experience.lessons])
+        now = time.time()
+        with self._write():
+            if base == 0:
+                written = self._execute(
+                    "INSERT INTO experience (owner, version, lessons, updated_at) VALUES (?, ?, ?, ?) "
+                    "ON CONFLICT (owner) DO NOTHING", (experience.owner, experience.version, lessons, now)).rowcount
+            else:
+                written = self._execute(
+                    "UPDATE experience SET version = ?, lessons = ?, updated_at = ? WHERE owner = ? AND version = ?",
+                    (experience.version, lessons, now, experience.owner, base)).rowcount
+            if written != 1:
+                raise ExperienceConflict(
+                    f"the experience of {experience.owner!r} is no longer at version {base} (another writer saved "
+                    "first); read it again and redo the change (Store.update_experience retries)")
+            for change in changes:
+                self._execute("INSERT INTO experience_changes (owner, version, kind, change, created_at) "
+                              "VALUES (?, ?, ?, ?, ?)",
+                              (change.owner, change.version, change.kind, json.dumps(change.to_dict()), now))
+
+    def update_experience(self, owner: str, update: Update, attempts: int = 5) -> tuple[Experience, list[Change]]:
+        """Read `owner`'s experience, apply `update`, save; on a conflict read again and redo it.
+        Returns what was saved (the experience as read and no changes when `update` made none)."""
+        for attempt in range(attempts):
+            experience, changes = update(self.experience(owner))
+            try:
+                self.save_experience(experience, changes)
+                return experience, changes
+            except ExperienceConflict:
+                if attempt + 1 == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def experience_changes(self, owner: str, limit: int = 100) -> list[Change]:
+        """`owner`'s latest changes, newest first."""
+        with self._lock:
+            rows = self._execute("SELECT change FROM experience_changes WHERE owner = ? ORDER BY version DESC LIMIT ?",
+                                 (owner, limit)).fetchall()
+        return [Change.from_dict(json.loads(row[0])) for row in rows]
+
+    def experience_change(self, owner: str, version: int) -> Change | None:
+        """The change that produced `owner`'s `version`, or None."""
+        with self._lock:
+            row = self._execute("SELECT change FROM experience_changes WHERE owner = ? AND version = ?",
+                                (owner, version)).fetchone()
+        return Change.from_dict(json.loads(row[0])) if row else None
+
+    def experience_owners(self) -> list[str]:
+        """Every user with an experience (lessons now, or a change log), by name."""
+        with self._lock:
+            rows = self._execute("SELECT owner FROM experience ORDER BY owner").fetchall()
+        return [row[0] for row in rows]
+
+    def delete_experience(self, owner: str) -> dict[str, int]:
+        """Forget `owner`'s lessons and change log; returns how many of each were removed."""
+        with self._write():
+            current = self._execute("SELECT lessons FROM experience WHERE owner = ?", (owner,)).fetchone()
+            changes = self._execute("DELETE FROM experience_changes WHERE owner = ?", (owner,)).rowcount
+            self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
+        return {"lessons": len(json.loads(current[0])) if current else 0, "experience_changes": changes}
+
+
+def _lesson(data: dict[str, Any]) -> Lesson:
+    return Lesson(**{**data, "sources": tuple(data["sources"])})
+
+
+def _check_chain(experience: Experience, changes: list[Change]) -> None:
+    versions = [change.version for change in changes]
+    owners = {change.owner for change in changes}
+    if owners != {experience.owner} or versions != list(range(versions[0], versions[0] + len(versions))) \
+            or versions[-1] != experience.version:
+        raise ValueError(f"changes v{versions} of {sorted(owners)} do not lead to v{experience.version} of "
+                         f"{experience.owner!r}; pass the changes learn/edit/undo returned, in order")
