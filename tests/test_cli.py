@@ -181,8 +181,8 @@ def _printed_toml(out: str) -> dict:
 
 def test_print_config_prints_the_resolved_sections_then_the_command_runs(tmp_path, monkeypatch, capsys):
     ran = {}
-    monkeypatch.setitem(sys.modules, "openclaw_rl.processes", types.SimpleNamespace(
-        serve=lambda serve, judge, train: ran.update(serve=serve, judge=judge, train=train)))
+    from openclaw_rl import processes  # the real module (cli imports it per command), its serve replaced
+    monkeypatch.setattr(processes, "serve", lambda serve, judge, train: ran.update(serve=serve, judge=judge, train=train))
     path = tmp_path / "serve.toml"
     path.write_text("[train]\nlr = 0.001\n[judge]\nvotes = 5\n")
     assert main(["serve", "--config", str(path), "--batch-size", "3", "--print-config"]) == 0
@@ -205,6 +205,7 @@ def test_print_config_prints_the_resolved_sections_then_the_command_runs(tmp_pat
 
 
 def test_without_print_config_nothing_is_printed_before_the_run(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "openclaw_rl.processes", types.SimpleNamespace(serve=lambda *parts: None))
+    from openclaw_rl import processes  # the real module (cli imports it per command), its serve replaced
+    monkeypatch.setattr(processes, "serve", lambda *parts: None)
     assert main(["serve"]) == 0
     assert "[serve]" not in capsys.readouterr().out

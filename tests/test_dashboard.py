@@ -408,6 +408,51 @@ def test_a_wrong_key_is_refused_and_the_form_comes_back(teaching, chromium):
         context.close()
 
 
+XSS_LESSON = "<img src=x onerror=\"window.__xss='lesson'\">Show every step."
+
+
+def test_a_user_sees_where_each_lesson_came_from_and_deletes_undoes_and_edits_one(teaching, chromium):
+    from playwright.sync_api import expect
+
+    from openclaw_rl.experience import learn
+
+    store, source = teaching.server.store, str(teaching.turns[XSS_SESSION].id)
+    apart = lambda texts: [[1.0, 0.0], [0.0, 1.0]][:len(texts)]  # noqa: E731 - two lessons that never merge
+    for text, turn_id in ((XSS_LESSON, source), ("Keep it short.", "t-gone")):  # the second: a turn since deleted
+        store.update_experience("alice", lambda e: learn(e, text, turn_id, time.time(), apart, len))
+    context, page = _open(chromium, teaching, "alice")
+    try:
+        page.locator("nav [data-view=experience]").click()
+        first = page.locator("#lessons-table tr[data-lesson='1']")
+        second = page.locator("#lessons-table tr[data-lesson='2']")
+        expect(first.locator(".lesson")).to_have_text(XSS_LESSON)
+        expect(first.locator(".sources")).to_contain_text(f"{XSS_SESSION} #0")
+        expect(second.locator(".sources")).to_contain_text("1 turn(s) no longer stored")
+        page.once("dialog", lambda dialog: dialog.accept())
+        second.locator("[data-action=delete]").click()
+        expect(page.locator("#notice")).to_have_text("experience of alice: deleted (v3)")
+        expect(second).to_have_count(0)
+        page.locator("#experience-undo").click()
+        expect(page.locator("#notice")).to_have_text("experience of alice: undone (v4)")
+        page.once("dialog", lambda dialog: dialog.accept("Keep it very short."))
+        second.locator("[data-action=edit]").click()
+        expect(second.locator(".lesson")).to_have_text("Keep it very short.")
+        expect(page.locator("#changes-table tr[data-change='5'] .after")).to_have_text("Keep it very short.")
+        assert [x.text for x in store.experience("alice").lessons] == [XSS_LESSON, "Keep it very short."]
+        assert page.locator("main img").count() == 0 and page.evaluate("window.__xss") is None and page.errors == []
+    finally:
+        context.close()
+    context, page = _open(chromium, teaching, "root")
+    try:
+        page.locator("nav [data-view=experience]").click()
+        expect(page.locator("main")).to_contain_text("No lessons yet")
+        page.locator("#experience-user").select_option("alice")
+        expect(page.locator("#lessons-table tr[data-lesson='2'] .lesson")).to_have_text("Keep it very short.")
+        assert page.errors == []
+    finally:
+        context.close()
+
+
 def test_the_version_the_gate_decides_on_is_shown_while_it_decides(tiny_model_dir):
     from transformers import AutoTokenizer
 

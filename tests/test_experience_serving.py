@@ -97,6 +97,9 @@ def test_each_user_is_served_their_own_lessons_and_the_turn_records_them(scripte
     assert turn.experience_version == alice.version == 2
     assert turn.experience_block == render(alice, 256, _count(server))
     assert sorted(turn.experience_block.splitlines()[1:]) == sorted(f"- {lesson}" for lesson in ALICE_LESSONS)
+    shown = httpx.get(f"{server.base_url}/v1/sessions/{turn.session_id}",
+                      headers={"Authorization": f"Bearer {keys['alice']}"}).json()["turns"][0]
+    assert shown["experience_version"] == 2 and shown["prompt_messages"] == QUESTION
 
     (bobs,) = stored_turns(server, chat(server, keys["bob"], QUESTION))
     served = server.server.tokenizer.decode(bobs.prompt_token_ids)
@@ -169,6 +172,22 @@ def test_a_lesson_learned_mid_session_reaches_the_next_request(scripted_server):
     assert ALICE_LESSONS[1] not in first.experience_block and ALICE_LESSONS[1] in second.experience_block
 
 
+def test_users_add_and_set_choose_a_users_own_experience_setting(tmp_path, capsys):
+    from openclaw_rl.cli import main
+
+    assert main(["users", "add", "alice", "--experience", "off", "--data-dir", str(tmp_path)]) == 0
+    key = capsys.readouterr().out.strip().splitlines()[-1]
+    users = Users(tmp_path)
+    assert users.authenticate(key).experience is False
+    assert main(["users", "set", "alice", "--experience", "on", "--data-dir", str(tmp_path)]) == 0
+    assert users.authenticate(key).experience is True  # the same key: re-read from the file
+    assert main(["users", "set", "alice", "--experience", "server", "--data-dir", str(tmp_path)]) == 0
+    assert users.authenticate(key).experience is None
+    assert main(["users", "list", "--data-dir", str(tmp_path)]) == 0 and "server" in capsys.readouterr().out
+    assert main(["users", "set", "bob", "--experience", "on", "--data-dir", str(tmp_path)]) == 2
+    assert "no active user 'bob'" in capsys.readouterr().err
+
+
 # -- the context: the block never costs the request ------------------------------------------------
 
 
@@ -176,7 +195,7 @@ def test_near_the_context_the_block_is_left_out_rather_than_the_request_refused(
     server = scripted_server(["84."])
     teach(server.server.store, "local", ALICE_LESSONS)
     plain = plain_ids(server, QUESTION)
-    server.engine.max_context = len(plain) + 8  # the question fits, with 8 tokens to answer; with the block it would not
+    server.engine.max_context = len(plain) + 8  # the question fits with 8 tokens to answer; with the block it would not
     with caplog.at_level(logging.INFO, logger="openclaw_rl.serve.pipeline"):
         (turn,) = stored_turns(server, chat(server, None, QUESTION, max_tokens=8))
     assert turn.prompt_token_ids == plain and (turn.experience_version, turn.experience_block) == (None, "")

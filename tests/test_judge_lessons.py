@@ -11,7 +11,7 @@ import numpy as np
 
 from openclaw_rl.config import JudgeConfig
 from openclaw_rl.experience import ConsolidationPolicy, lesson_from_hint
-from openclaw_rl.judge.lessons import LazyEncoder, LessonLearner
+from openclaw_rl.judge.lessons import LessonLearner
 from openclaw_rl.judge.worker import JudgeWorker, LLMJudge
 from openclaw_rl.store import Store
 from openclaw_rl.types import NextState, Turn, TurnRecord
@@ -157,19 +157,6 @@ def test_a_failing_learner_leaves_the_verdict_and_says_why(tmp_path):
     assert store.verdicts([turn.id])[turn.id].status == "ok"
 
 
-def test_the_lazy_encoder_loads_at_the_first_lesson_only():
-    made = []
-
-    class Encoder:
-        def encode(self, texts):
-            return np.ones((len(texts), 2))
-
-    encoder = LazyEncoder(lambda: made.append(1) or Encoder())
-    assert made == []
-    encoder(["a"]), encoder(["b", "c"])
-    assert made == [1]
-
-
 def test_serve_with_the_embedding_judge_learns_each_users_corrections(make_server):
     """End to end: keys, the embedding judge's own encoder, the policy tokenizer, the screen."""
     server = make_server(judge=JudgeConfig(judge="embedding", poll_interval_s=0.05))
@@ -193,3 +180,20 @@ def test_serve_with_the_embedding_judge_learns_each_users_corrections(make_serve
     (lesson,) = store.experience("alice").lessons
     assert "bullet points" in lesson.text and lesson.owner == "alice"
     assert store.experience("mallory").lessons == ()
+
+
+def test_the_composition_root_reuses_the_embedding_judges_encoder_and_the_configured_cap(tmp_path, tiny_model_dir):
+    from transformers import AutoTokenizer
+
+    from openclaw_rl.compose import lesson_learner
+    from openclaw_rl.judge.worker import EmbeddingJudge
+
+    store, tokenizer, judge = Store(tmp_path), AutoTokenizer.from_pretrained(tiny_model_dir), EmbeddingJudge()
+    learner = lesson_learner(store, judge, JudgeConfig(lessons_max=3, lessons_max_tokens=40), tokenizer)
+    assert learner.embed.__self__ is judge.classifier.featurizer.encoder  # one MiniLM in memory, not two
+    assert (learner.policy.max_lessons, learner.policy.max_tokens) == (3, 40)
+    assert learner.count_tokens("Show every step.") == len(tokenizer.encode("Show every step.",
+                                                                            add_special_tokens=False))
+    assert lesson_learner(store, judge, JudgeConfig(lessons="off"), tokenizer) is None
+    defaults = ConsolidationPolicy()
+    assert (JudgeConfig().lessons_max, JudgeConfig().lessons_max_tokens) == (defaults.max_lessons, defaults.max_tokens)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from openclaw_rl.experience import Experience, delete_lesson, learn, replay, revert
-from openclaw_rl.store import ExperienceConflict, make_store
+from openclaw_rl.store import ExperienceConflict, StoreError, make_store
 from openclaw_rl.types import TurnRecord
 
 _SEEN: dict[str, int] = {}
@@ -36,14 +36,14 @@ def test_an_owner_without_lessons_has_an_empty_experience(store):
 
 
 def test_lessons_and_their_changes_round_trip_and_replay_to_the_stored_experience(store):
-    first, changes = taught(store.experience("ann"), "Show every step.", "1")
+    first, changes = taught(store.experience("ann"), "Show every step.", "t1")
     store.save_experience(first, changes)
-    second, more = taught(store.experience("ann"), "Answer in plain sentences.", "2")
+    second, more = taught(store.experience("ann"), "Answer in plain sentences.", "t2")
     store.save_experience(second, more)
     assert store.experience("ann") == second and second.version == 2
     assert [lesson.text for lesson in second.lessons] == ["Show every step.", "Answer in plain sentences."]
     log = store.experience_changes("ann")
-    assert [(c.version, c.kind, c.turn_id) for c in log] == [(2, "added", "2"), (1, "added", "1")]  # newest first
+    assert [(c.version, c.kind, c.turn_id) for c in log] == [(2, "added", "t2"), (1, "added", "t1")]  # newest first
     assert log[0] == more[0] and store.experience_change("ann", 1) == changes[0]
     assert store.experience_change("ann", 9) is None
     assert replay("ann", reversed(log)) == second  # the log is complete
@@ -53,7 +53,7 @@ def test_lessons_and_their_changes_round_trip_and_replay_to_the_stored_experienc
 
 def test_lessons_survive_a_restart(store_url, tmp_path):
     store = make_store(store_url, data_dir=tmp_path)
-    experience, changes = taught(store.experience("ann"), "Show every step.", "7")
+    experience, changes = taught(store.experience("ann"), "Show every step.", "t7")
     store.save_experience(experience, changes)
     store.close()
     reopened = make_store(store_url, data_dir=tmp_path)
@@ -66,15 +66,15 @@ def test_lessons_survive_a_restart(store_url, tmp_path):
 
 def test_a_second_writer_from_the_same_version_gets_a_conflict_and_loses_nothing(store):
     base = store.experience("ann")
-    mine, my_changes = taught(base, "Show every step.", "1")
-    theirs, their_changes = taught(base, "Never use emojis.", "2")
+    mine, my_changes = taught(base, "Show every step.", "t1")
+    theirs, their_changes = taught(base, "Never use emojis.", "t2")
     store.save_experience(mine, my_changes)
     with pytest.raises(ExperienceConflict, match="no longer at version 0"):
         store.save_experience(theirs, their_changes)
     later, later_changes = delete_lesson(mine, mine.lessons[0].id)
     store.save_experience(later, [later_changes])
     with pytest.raises(ExperienceConflict, match="no longer at version 1"):
-        store.save_experience(*taught(mine, "Never use emojis.", "2"))  # read at v1, stored is v2 now
+        store.save_experience(*taught(mine, "Never use emojis.", "t2"))  # read at v1, stored is v2 now
     assert store.experience("ann") == later
     assert [c.version for c in store.experience_changes("ann")] == [2, 1]
 
@@ -107,7 +107,7 @@ def test_concurrent_writers_retry_and_every_change_lands(store_url, tmp_path):
 
 
 def test_changes_that_do_not_lead_to_the_experience_are_refused(store):
-    experience, changes = taught(store.experience("ann"), "Show every step.", "1")
+    experience, changes = taught(store.experience("ann"), "Show every step.", "t1")
     with pytest.raises(ValueError, match="do not lead to v0 of 'bob'"):
         store.save_experience(Experience("bob"), changes)
     store.save_experience(experience, [])  # nothing changed: nothing written
@@ -115,7 +115,7 @@ def test_changes_that_do_not_lead_to_the_experience_are_refused(store):
 
 
 def test_an_undo_is_a_change_of_its_own(store):
-    store.update_experience("ann", lambda e: taught(e, "Show every step.", "1"))
+    store.update_experience("ann", lambda e: taught(e, "Show every step.", "t1"))
     experience = store.experience("ann")
     undone, change = revert(experience, store.experience_change("ann", 1))
     store.save_experience(undone, [change])
@@ -130,8 +130,8 @@ def test_deleting_a_users_data_removes_their_experience_and_no_one_elses(store):
             session_id=f"s-{owner}", kind="main", policy_version=0, prompt_messages=[{"role": "user", "content": "q"}],
             prompt_token_ids=[1], response_token_ids=[2], behaviour_logprobs=[-0.5], response_text="a",
             tool_calls=[], sampling={}, finish_reason="stop", owner=owner))
-        store.update_experience(owner, lambda e: taught(e, "Show every step.", "1"))
-        store.update_experience(owner, lambda e: taught(e, "Keep it short.", "2"))
+        store.update_experience(owner, lambda e: taught(e, "Show every step.", "t1"))
+        store.update_experience(owner, lambda e: taught(e, "Keep it short.", "t2"))
     deleted = store.delete_sessions(owner="ann")
     assert (deleted["sessions"], deleted["lessons"], deleted["experience_changes"]) == (1, 2, 2)
     assert store.experience("ann") == Experience("ann") and store.experience_changes("ann") == []
@@ -141,3 +141,16 @@ def test_deleting_a_users_data_removes_their_experience_and_no_one_elses(store):
     assert store.delete_experience("bob") == {"lessons": 2, "experience_changes": 2}
     assert store.experience_owners() == [] and store.delete_experience("bob") == {"lessons": 0,
                                                                                     "experience_changes": 0}
+
+
+def test_a_lesson_from_a_turn_deleted_meanwhile_is_not_kept(store):
+    store.ensure_session("s", "header", owner="ann")
+    turn = store.record_turn(TurnRecord(
+        session_id="s", kind="main", policy_version=0, prompt_messages=[{"role": "user", "content": "q"}],
+        prompt_token_ids=[1], response_token_ids=[2], behaviour_logprobs=[-0.5], response_text="a", tool_calls=[],
+        sampling={}, finish_reason="stop", owner="ann"))
+    read = store.experience("ann")  # the judge reads, then the session is deleted, then it saves
+    store.delete_sessions(["s"])
+    with pytest.raises(StoreError, match=rf"turn\(s\) \[{turn.id}\] were deleted while a lesson was learned"):
+        store.save_experience(*taught(read, "Show every step.", str(turn.id)))
+    assert store.experience("ann") == Experience("ann") and store.experience_changes("ann") == []

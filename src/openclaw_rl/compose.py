@@ -41,9 +41,9 @@ from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.experience import ConsolidationPolicy
-from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend
+from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
-from openclaw_rl.judge.lessons import LazyEncoder, LessonLearner, policy_token_counter
+from openclaw_rl.judge.lessons import LessonLearner, policy_token_counter
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
 from openclaw_rl.loop import count_verdicts, record_train_steps, show_candidates, status_loop
 from openclaw_rl.privacy import parse_kinds
@@ -336,11 +336,12 @@ def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engi
 
 def lesson_learner(store: Store, judge: Judge, config: JudgeConfig, tokenizer) -> LessonLearner | None:
     """What turns the judge's screened hints and corrections into lessons (judge/lessons.py), with
-    the embedding judge's encoder when it is the judge (else one of its own, loaded at the first
-    lesson) and the policy's tokenizer; None with --lessons off."""
+    the embedding judge's encoder when it is the judge (else one of its own, loaded here: a model
+    loaded later in a worker thread can race another load, transformers' loading is not
+    thread-safe) and the policy's tokenizer; None with --lessons off."""
     if config.lessons == "off":
         return None
-    embed = judge.classifier.featurizer.encoder.encode if isinstance(judge, EmbeddingJudge) else LazyEncoder()
+    embed = (judge.classifier.featurizer.encoder if isinstance(judge, EmbeddingJudge) else SentenceEncoder()).encode
     policy = ConsolidationPolicy(max_lessons=config.lessons_max, max_tokens=config.lessons_max_tokens)
     return LessonLearner(store, embed, policy_token_counter(tokenizer), policy)
 

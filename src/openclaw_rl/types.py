@@ -180,6 +180,7 @@ class Turn:
             "tool_calls": self.tool_calls or None,
             "response_token_count": len(self.response_token_ids),
             "finish_reason": self.finish_reason,
+            "experience_version": self.experience_version,  # the owner's lessons it was served with; None: none
             "created_at": self.created_at,
             "next_state": (
                 {"role": self.next_state.role, "content": self.next_state.content}

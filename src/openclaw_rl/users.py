@@ -3,9 +3,11 @@
     openclaw-rl users add alice --data-dir D     # prints alice's key once, on its last line
     openclaw-rl users list --data-dir D
     openclaw-rl users revoke alice --data-dir D
+    openclaw-rl users set alice --experience off --data-dir D   # no lessons in alice's prompts
 
 `DATA_DIR/users.json` (mode 0600) holds each user's name, whether they are an admin, the
-SHA-256 of their key and when it was created or revoked; never the key itself. A running
+SHA-256 of their key and when it was created or revoked, and their own `experience`
+setting (true, false, or null: the server's `--experience`); never the key itself. A running
 server re-reads the file when it changes, so a user added or revoked from another shell
 counts from their next request. `--api-key KEY` is one more key, of the admin `admin`.
 

@@ -19,9 +19,11 @@ Decisions and why:
 - **Idempotent**: a turn judged twice (a retry, or an admin released a quarantined hint)
   backs a lesson once (`consolidate`: a turn counts once per lesson).
 - **Embedding**: the embedding judge's own encoder when the judge is the embedding judge,
-  else one all-MiniLM-L6-v2 built on first use (`LazyEncoder`): a chat judge's stack
-  that never sees a correction does not load it. Token counts (the cap) are the policy
-  tokenizer's, as serving counts the block's budget.
+  else one all-MiniLM-L6-v2 that the composition root loads at start (compose.lesson_learner;
+  not on first use: a model loaded in the judge's worker thread can race another model's
+  loading, which in transformers is not thread-safe, and a thread left loading outlives a
+  stopped stack). Token counts (the cap) are the policy tokenizer's, as serving counts the
+  block's budget.
 """
 
 from __future__ import annotations
@@ -32,26 +34,13 @@ from collections.abc import Callable
 from typing import Any
 
 from openclaw_rl.experience import Change, ConsolidationPolicy, CountTokens, Embed, Experience, learn, lesson_from_hint
-from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.store import Store
 from openclaw_rl.types import Turn
 from openclaw_rl.users import LOCAL
 
-__all__ = ["LazyEncoder", "LessonLearner", "policy_token_counter"]
+__all__ = ["LessonLearner", "policy_token_counter"]
 
 log = logging.getLogger(__name__)
-
-
-class LazyEncoder:
-    """`SentenceEncoder().encode`, the model loaded at the first call (a few hundred ms, 90 MB)."""
-
-    def __init__(self, make: Callable[[], SentenceEncoder] = SentenceEncoder):
-        self.make, self.encoder = make, None
-
-    def __call__(self, texts: list[str]) -> Any:
-        if self.encoder is None:
-            self.encoder = self.make()
-        return self.encoder.encode(texts)
 
 
 def policy_token_counter(tokenizer: Any) -> CountTokens:

@@ -5,10 +5,11 @@ of the turn's prompt as it was served (`served_messages`: the client's messages 
 user's experience block, if one was served, in the system message), i.e. the
 hindsight-enhanced state s ⊕ hint; the prompt is rendered with the chat template exactly
 as serving rendered it (same tools); and the **original** response token ids are scored
-under it. So teacher and behaviour log-probs condition on the same context but the hint. Log-probs are those of the distribution the
-behaviour log-probs were measured under: the same temperature, then the same top-p
-truncation and renormalisation (`SamplingParams.logprob_temperature` and `logprob_top_p`;
-greedy turns: T = 1, no top-p), so teacher minus behaviour compares like with like and a
+under it, so teacher and behaviour log-probs condition on the same context but the hint.
+Log-probs are those of the distribution the behaviour log-probs were measured under: the
+same temperature, then the same top-p truncation and renormalisation
+(`SamplingParams.logprob_temperature` and `logprob_top_p`; greedy turns: T = 1, no
+top-p), so teacher minus behaviour compares like with like and a
 teacher told nothing new reproduces the behaviour log-probs. A response token that the
 hinted teacher's own top-p cuts has log-prob -inf; the OPD advantage clips it to -C.
 

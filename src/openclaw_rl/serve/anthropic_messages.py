@@ -38,8 +38,8 @@ Decisions, and why:
   `error.message`, an OpenAI-format reader finds all four of its fields. A failure after
   the stream started is an `event: error`.
 
-The whole protocol lives in this one file (request, translation, endpoints and errors,
-response and stream, in that order), as each other API has its own: hence past 400 lines.
+Over 400 lines: the whole protocol lives in this one file (request, translation, endpoints
+and errors, response and stream, in that order), as each other API has its own.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ from openclaw_rl.serve.schema import (
 )
 from openclaw_rl.serve.completion import Caller
 from openclaw_rl.serve.dashboard import dashboard_routes, keyless
+from openclaw_rl.serve.experience import LessonEdit, UndoRequest, experience_routes
 from openclaw_rl.serve.server import Background, Server, caller_of
 from openclaw_rl.serve.sessions import private_session_id, shown_session_id
 from openclaw_rl.store import StoreError
@@ -73,9 +74,11 @@ def create_app(server: Server, background: Sequence[Background] = (), owns_engin
     _session_routes(app, server)
     _policy_routes(app, server)
     _generation_routes(app, server)
+    experience_routes(app, server, parse_body)
     dashboard_routes(app, server, _GENERATION)
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
-                                ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest])
+                                ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest, LessonEdit,
+                                UndoRequest])
     return app
 
 
@@ -234,7 +237,7 @@ def _session_routes(app: FastAPI, server: Server) -> None:
 
     @app.delete("/v1/users/{name}/data")
     async def delete_user_data(request: Request, name: str) -> dict[str, Any]:
-        """Forget every session of a user (their own, or anyone's for an admin)."""
+        """Forget every session of a user (their own, or anyone's for an admin), and their experience."""
         user = caller_of(request)
         if not (user.admin or user.name == name):
             raise ApiError(404, f"no user {name!r}", param="name", code="user_not_found")

@@ -22,7 +22,10 @@ Decisions and why:
 - The log's key is (owner, version), so a change can never be written twice either.
 - Lessons name their turns as text (`Lesson.sources`), not as foreign keys: deleting a
   session leaves its user's standing preferences; "delete my data" removes all of them
-  (`delete_sessions(owner=...)` clears both tables in its transaction).
+  (`delete_sessions(owner=...)` clears both tables in its transaction). A change learned
+  from a turn is saved only while that turn exists (checked and locked in the same
+  transaction), so a judge still learning from a session being deleted adds nothing after
+  the deletion.
 """
 
 from __future__ import annotations
@@ -34,11 +37,12 @@ from dataclasses import asdict
 from typing import Any
 
 from openclaw_rl.experience import Change, Experience, Lesson
-from openclaw_rl.store.connection import Connection, StoreError
+from openclaw_rl.store.connection import Connection, StoreError, chunks, marks
 
 __all__ = ["ExperienceConflict", "ExperienceMixin"]
 
 Update = Callable[[Experience], tuple[Experience, list[Change]]]
+_FROM_TURNS = ("added", "merged", "replaced")  # the kinds a judged turn causes (an undo names the change's turn)
 
 
 class ExperienceConflict(StoreError):
@@ -65,7 +69,9 @@ class ExperienceMixin(Connection):
         base = changes[0].version - 1
         lessons = json.dumps([asdict(lesson) for lesson in experience.lessons])
         now = time.time()
+        learned_from = sorted({int(c.turn_id) for c in changes if c.kind in _FROM_TURNS and (c.turn_id or "").isdigit()})
         with self._write():
+            self._check_turns_kept(learned_from)
             if base == 0:
                 written = self._execute(
                     "INSERT INTO experience (owner, version, lessons, updated_at) VALUES (?, ?, ?, ?) "
@@ -82,6 +88,17 @@ class ExperienceMixin(Connection):
                 self._execute("INSERT INTO experience_changes (owner, version, kind, change, created_at) "
                               "VALUES (?, ?, ?, ?, ?)",
                               (change.owner, change.version, change.kind, json.dumps(change.to_dict()), now))
+
+    def _check_turns_kept(self, turn_ids: list[int]) -> None:
+        """Inside the write: the turns a lesson is learned from still exist (locked until the
+        commit). A session deleted while the judge was learning from it keeps nothing: the
+        deletion either ran first (refused here) or waits, then deletes the experience too."""
+        for chunk in chunks(turn_ids):
+            kept = {row[0] for row in self._execute(
+                f"SELECT id FROM turns WHERE id IN ({marks(chunk)}){self._sql.lock_rows}", tuple(chunk)).fetchall()}
+            if gone := sorted(set(chunk) - kept):
+                raise StoreError(f"turn(s) {gone} were deleted while a lesson was learned from them; nothing "
+                                 "learned from a deleted session is kept")
 
     def update_experience(self, owner: str, update: Update, attempts: int = 5) -> tuple[Experience, list[Change]]:
         """Read `owner`'s experience, apply `update`, save; on a conflict read again and redo it.
@@ -109,6 +126,19 @@ class ExperienceMixin(Connection):
             row = self._execute("SELECT change FROM experience_changes WHERE owner = ? AND version = ?",
                                 (owner, version)).fetchone()
         return Change.from_dict(json.loads(row[0])) if row else None
+
+    def lesson_turns(self, owner: str, turn_ids: list[str]) -> dict[str, tuple[str, int]]:
+        """Where a lesson's sources are: turn id -> (session id, index in it), for the turns of
+        `owner` still stored (a deleted session's turns are gone; another user's are never shown)."""
+        ids = sorted({int(x) for x in turn_ids if x.isdigit()})
+        found: dict[str, tuple[str, int]] = {}
+        with self._lock:
+            for chunk in chunks(ids):
+                for turn_id, session_id, index in self._execute(
+                        f"SELECT id, session_id, idx FROM turns WHERE owner = ? AND id IN ({marks(chunk)})",
+                        (owner, *chunk)).fetchall():
+                    found[str(turn_id)] = (session_id, int(index))
+        return found
 
     def experience_owners(self) -> list[str]:
         """Every user with an experience (lessons now, or a change log), by name."""

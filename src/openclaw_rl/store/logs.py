@@ -114,6 +114,7 @@ class LogsMixin(Connection):
                 "tool_calls": turn.tool_calls or None,
                 "response_tokens": len(turn.response_token_ids),
                 "finish_reason": turn.finish_reason,
+                "experience_version": turn.experience_version,
             },
         )
 

@@ -8,9 +8,9 @@
   const KEY = "openclaw-rl.key";
   const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 2000;
   const WINDOW_S = 30;  // request rate and latency are means over this window
-  const VIEWS = ["now", "sessions", "versions", "learning", "quarantine", "mydata"];
+  const VIEWS = ["now", "sessions", "versions", "learning", "experience", "quarantine", "mydata"];
   const TITLES = { now: "Now", sessions: "Sessions", versions: "Versions", learning: "Learning",
-                   quarantine: "Quarantine", mydata: "My data" };
+                   experience: "Experience", quarantine: "Quarantine", mydata: "My data" };
 
   class ApiError extends Error {
     constructor(status, message) { super(message); this.status = status; }
@@ -350,6 +350,71 @@
       ${data && !held.length ? html`<p class="muted">Nothing in quarantine.</p>` : null}`;
   }
 
+  // The lessons learned from a user's corrections (docs/experience.md): where each came from, and
+  // every change, each undoable. An admin picks any user with lessons.
+  function ExperienceView({ tick, admin, user, onUnauthorized, onAction }) {
+    const [who, setWho] = useState("");
+    const query = who ? `?user=${encodeURIComponent(who)}` : "";
+    const { data, error } = usePolled(user ? `/v1/experience${query || "?"}${query ? "&" : ""}limit=50` : null, tick,
+                                      onUnauthorized);
+    if (!user) return html`<p class="muted">Loading…</p>`;
+    const act = async (path, options) => {
+      try {
+        const result = await api(path + query, options);
+        const made = result.changes_made.map((c) => `${c.kind} (v${c.version})`).join(", ");
+        onAction(made ? `experience of ${result.user}: ${made}` : "nothing to change");
+      } catch (e) { onAction(e.message, true); }
+    };
+    const edit = (lesson) => {
+      const text = window.prompt(`Rewrite lesson ${lesson.id}:`, lesson.text);
+      if (text !== null && text.trim() && text !== lesson.text) {
+        act(`/v1/experience/lessons/${lesson.id}`, { method: "PUT", body: { text } });
+      }
+    };
+    const remove = (lesson) => {
+      if (window.confirm(`Delete lesson ${lesson.id}? (undo brings it back)`)) {
+        act(`/v1/experience/lessons/${lesson.id}`, { method: "DELETE" });
+      }
+    };
+    const lessons = data ? data.lessons : [];
+    const changes = data ? data.changes : [];
+    const others = data && data.users ? data.users.filter((u) => u !== user.name) : [];
+    return html`
+      <h2>Experience <span class="muted">(${data ? data.user : user.name}, version ${data ? data.version : "–"})</span></h2>
+      <p class="muted">Rules learned from the corrections of this user; every request of theirs is answered with them
+        in its context. Every change is kept and can be undone.</p>
+      ${error ? html`<div class="notice error">${error.message}</div>` : null}
+      <p>${admin ? html`<label>user <select id="experience-user" value=${who} onChange=${(e) => setWho(e.target.value)}>
+            <option value="">${user.name} (you)</option>
+            ${[...new Set([...others, ...(who ? [who] : [])])].map((u) => html`<option value=${u} key=${u}>${u}</option>`)}
+          </select></label> ` : null}
+        <button class="action" id="experience-undo" disabled=${!changes.length}
+                onClick=${() => act("/v1/experience/undo", { method: "POST" })}>undo the latest change</button>
+        <button class="action danger" id="experience-clear" disabled=${!lessons.length}
+                onClick=${() => window.confirm("Delete every lesson? (undo brings them back)")
+                  && act("/v1/experience", { method: "DELETE" })}>delete all lessons</button></p>
+      <table id="lessons-table"><thead><tr><th>id</th><th>lesson</th><th>support</th><th>came from</th>
+        <th>last backed</th><th></th></tr></thead>
+      <tbody>${lessons.map((l) => html`
+        <tr data-lesson=${l.id} key=${l.id}><td>${l.id}</td><td class="text lesson">${l.text}</td>
+          <td>${l.support}</td>
+          <td class="text sources">${l.from.map((f) => html`<div class="session-id">${f.session_id} #${f.index}</div>`)}
+            ${l.sources.length > l.from.length
+              ? html`<div class="muted">${l.sources.length - l.from.length} turn(s) no longer stored</div>` : null}</td>
+          <td>${fmt.ago(l.updated_at)}</td>
+          <td><button class="action" data-action="edit" onClick=${() => edit(l)}>edit</button>
+              <button class="action danger" data-action="delete" onClick=${() => remove(l)}>delete</button></td>
+        </tr>`)}</tbody></table>
+      ${data && !lessons.length ? html`<p class="muted">No lessons yet: they come from corrections the judge
+        accepts (a reply that corrects the agent, or feedback).</p>` : null}
+      <h3>Changes</h3>
+      <table id="changes-table"><thead><tr><th>version</th><th>change</th><th>before</th><th>after</th><th>why</th></tr></thead>
+      <tbody>${changes.map((c) => html`
+        <tr data-change=${c.version} key=${c.version}><td>v${c.version}</td><td><${Badge}>${c.kind}<//></td>
+          <td class="text before">${c.before.join("\n")}</td><td class="text after">${c.after.join("\n")}</td>
+          <td class="text muted">${c.reason}</td></tr>`)}</tbody></table>`;
+  }
+
   function MyDataView({ tick, user, onUnauthorized, onAction }) {
     const { data, error } = usePolled("/v1/sessions?limit=1000", tick, onUnauthorized);
     if (!user) return html`<p class="muted">Loading…</p>`;
@@ -368,7 +433,7 @@
       <h2>My data <span class="muted">(${user.name})</span></h2>
       ${error ? html`<div class="notice error">${error.message}</div>` : null}
       <p><button class="action danger" id="delete-all" disabled=${!mine.length}
-          onClick=${() => forget(`Delete all ${mine.length} sessions of ${user.name}`,
+          onClick=${() => forget(`Delete all ${mine.length} sessions of ${user.name} and the lessons learned from them`,
                                  `/v1/users/${encodeURIComponent(user.name)}/data`)}>delete all my data</button></p>
       <table id="mydata-table"><thead><tr><th>session</th><th>turns</th><th>started</th><th></th></tr></thead>
       <tbody>${mine.map((s) => html`
@@ -440,6 +505,7 @@
     const body = { now: html`<${NowView} now=${now} history=${history} />`,
                    sessions: html`<${SessionsView} ...${props} />`, versions: html`<${VersionsView} ...${props} />`,
                    learning: html`<${LearningView} ...${props} />`, quarantine: html`<${QuarantineView} ...${props} />`,
+                   experience: html`<${ExperienceView} ...${props} />`,
                    mydata: html`<${MyDataView} ...${props} />` }[view];
     return html`
       <header><h1>openclaw-rl</h1>

@@ -1,0 +1,189 @@
+"""The experience routes: a user sees, edits, deletes and undoes the lessons learned from them.
+
+    GET    /v1/experience                  the caller's lessons, version and latest changes
+    PUT    /v1/experience/lessons/{id}     rewrite one lesson's text  {"text": "..."}
+    DELETE /v1/experience/lessons/{id}     delete one lesson
+    DELETE /v1/experience                  delete every lesson (one change: one undo brings them back)
+    POST   /v1/experience/undo             undo the latest change, or {"version": N} the change that made N
+
+An admin adds `?user=NAME` to any of them to act on that user's experience, and GET
+lists every user with an experience (`users`).
+
+Decisions and why:
+
+- **Every edit is a recorded change** (experience/lessons.py), saved with the store's
+  version check and retried on a conflict with the judge (`Store.update_experience`), so
+  a lesson the judge learns while the user edits is never lost and every step can be
+  undone, an undo included.
+- **No existence oracle**: lesson ids are per user (the version that made the lesson), so
+  another user's lesson is simply not among the caller's and gets the same 404 as an id
+  that never existed; `?user=` of a non-admin naming someone else is a 404 "no user", as
+  for `DELETE /v1/users/{name}/data`.
+- **An edited text passes the hint screen** (judge/screen.py, with no conversation to
+  ground it): a lesson goes into every later prompt of its user and into what the
+  experience teacher distils into the shared weights, so it may not bring in a URL, a
+  contact, a command or other people's data that a correction could not have.
+- Deleting a user's data (`DELETE /v1/users/{name}/data`) removes the experience and its
+  change log outright (store/conversations.py); `DELETE /v1/experience` keeps the log, so
+  it can be undone.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import Any
+
+from fastapi import FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field
+
+from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
+from openclaw_rl.experience.lessons import step
+from openclaw_rl.judge.screen import screen_hint
+from openclaw_rl.serve.schema import ApiError, Whole
+from openclaw_rl.serve.server import Server, caller_of
+from openclaw_rl.serve.sessions import shown_session_id
+from openclaw_rl.store import ExperienceConflict
+
+__all__ = ["LessonEdit", "UndoRequest", "experience_routes"]
+
+ParseBody = Callable[[Request, type[BaseModel]], Awaitable[Any]]
+
+
+class LessonEdit(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = Field(min_length=1, max_length=MAX_LESSON_CHARS,
+                      description="the lesson's new text: one short rule, e.g. 'Show every step.'")
+
+
+class UndoRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: Whole | None = Field(default=None, ge=1, le=2**62,
+                                  description="undo the change that made this version (default: the latest change)")
+
+
+def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
+    store = server.store
+
+    @app.get("/v1/experience")
+    async def experience(request: Request, user: str | None = None,
+                         limit: int = Query(20, ge=0, le=1000)) -> dict[str, Any]:
+        """The lessons learned from the caller (an admin: from `user`), and the latest `limit` changes."""
+        owner = _owner(request, user)
+        view = await run_in_threadpool(_view, store, owner, limit)
+        if caller_of(request).admin:
+            view["users"] = await run_in_threadpool(store.experience_owners)
+        return view
+
+    @app.put("/v1/experience/lessons/{lesson_id}", openapi_extra=_body_doc(LessonEdit, required=True))
+    async def edit(request: Request, lesson_id: int, user: str | None = None) -> dict[str, Any]:
+        owner = _owner(request, user)
+        body = await parse_body(request, LessonEdit)
+        text = " ".join(body.text.split())
+        if not text:
+            raise ApiError(400, "text: the lesson text is blank; write the rule, e.g. 'Show every step.'",
+                           param="text")
+        if reason := screen_hint(text, ""):
+            raise ApiError(400, f"text: the hint screen holds this lesson ({reason}); a lesson goes into every later "
+                           "prompt and into training, so it may not bring in URLs, contacts, commands or other "
+                           "people's data", param="text", code="lesson_screened")
+        return await _change(store, owner, lesson_id,
+                             lambda e: _one(edit_lesson(e, lesson_id, text, time.time())))
+
+    @app.delete("/v1/experience/lessons/{lesson_id}")
+    async def delete(request: Request, lesson_id: int, user: str | None = None) -> dict[str, Any]:
+        owner = _owner(request, user)
+        return await _change(store, owner, lesson_id, lambda e: _one(delete_lesson(e, lesson_id)))
+
+    @app.delete("/v1/experience")
+    async def delete_all(request: Request, user: str | None = None) -> dict[str, Any]:
+        """Every lesson deleted, as one change (one undo brings them all back)."""
+        owner = _owner(request, user)
+        return await _change(store, owner, None, _delete_all)
+
+    @app.post("/v1/experience/undo", openapi_extra=_body_doc(UndoRequest, required=False))
+    async def undo(request: Request, user: str | None = None) -> dict[str, Any]:
+        owner = _owner(request, user)
+        body = await parse_body(request, UndoRequest) if (await request.body()).strip() else UndoRequest()
+
+        def update(experience: Experience) -> tuple[Experience, list[Change]]:
+            target = (store.experience_change(owner, body.version) if body.version is not None
+                      else next(iter(store.experience_changes(owner, 1)), None))
+            if target is None:
+                raise ApiError(404, f"no change v{body.version} of {owner!r} to undo (GET /v1/experience lists them)",
+                               param="version", code="change_not_found") if body.version is not None else \
+                    ApiError(409, f"{owner!r} has no change to undo", code="nothing_to_undo")
+            try:
+                return _one(revert(experience, target))
+            except ValueError as error:
+                raise ApiError(409, str(error), param="version", code="undo_conflict") from error
+
+        return await _change(store, owner, None, update)
+
+
+def _owner(request: Request, user: str | None) -> str:
+    """Whose experience: the caller's, or for an admin `user`'s; another user's name is unknown to a non-admin."""
+    caller = caller_of(request)
+    if user is None or user == caller.name:
+        return caller.name
+    if not caller.admin:
+        raise ApiError(404, f"no user {user[:64]!r}", param="user", code="user_not_found")
+    return user
+
+
+async def _change(store, owner: str, lesson_id: int | None,
+                  update: Callable[[Experience], tuple[Experience, list[Change]]]) -> dict[str, Any]:
+    """Apply `update` to `owner`'s experience (retried on a conflict with another writer); the view after it."""
+    def apply(experience: Experience) -> tuple[Experience, list[Change]]:
+        try:
+            return update(experience)
+        except KeyError:  # another user's lesson is not in this experience: the same answer as none at all
+            raise ApiError(404, f"no lesson {lesson_id} (GET /v1/experience lists yours)", param="lesson_id",
+                           code="lesson_not_found") from None
+
+    try:
+        _, changes = await run_in_threadpool(store.update_experience, owner, apply)
+    except ExperienceConflict as error:
+        raise ApiError(409, str(error), code="experience_conflict") from error
+    view = await run_in_threadpool(_view, store, owner, 20)
+    return {**view, "changes_made": [_change_view(change) for change in changes]}
+
+
+def _one(pair: tuple[Experience, Change]) -> tuple[Experience, list[Change]]:
+    return pair[0], [pair[1]]
+
+
+def _delete_all(experience: Experience) -> tuple[Experience, list[Change]]:
+    if not experience.lessons:
+        return experience, []
+    return _one(step(experience, "deleted", experience.lessons, (), reason="all deleted by the user"))
+
+
+def _view(store, owner: str, limit: int) -> dict[str, Any]:
+    experience = store.experience(owner)
+    changes = store.experience_changes(owner, limit) if limit else []
+    places = store.lesson_turns(owner, [x for lesson in experience.lessons for x in lesson.sources])
+    return {"object": "experience", "user": owner, "version": experience.version,
+            "lessons": [_lesson_view(lesson, places) for lesson in experience.lessons],
+            "changes": [_change_view(change) for change in changes]}
+
+
+def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]]) -> dict[str, Any]:
+    """The lesson, and `from`: the session and turn index of each source still stored (provenance)."""
+    found = [(turn_id, places[turn_id]) for turn_id in lesson.sources if turn_id in places]
+    return {**asdict(lesson), "sources": list(lesson.sources),
+            "from": [{"turn_id": turn_id, "session_id": shown_session_id(session, lesson.owner), "index": index}
+                     for turn_id, (session, index) in found]}
+
+
+def _change_view(change: Change) -> dict[str, Any]:
+    return {"version": change.version, "kind": change.kind, "lesson_ids": list(change.lesson_ids),
+            "before": list(change.before_text), "after": list(change.after_text), "turn_id": change.turn_id,
+            "reason": change.reason}
+
+
+def _body_doc(model: type[BaseModel], required: bool) -> dict[str, Any]:
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
