@@ -70,7 +70,7 @@ class LiveServer:
         self.config = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=self.port, **overrides)
         stack, self.app = serving_app(self.config, judge or JudgeConfig(judge="off"), train or TrainConfig())
         self.server = stack.server
-        self._thread = ServerThread(self.app, self.port)
+        self._thread = ServerThread(self.app, self.port, limits=self.config)
 
     @property
     def base_url(self) -> str:
@@ -344,7 +344,7 @@ class ScriptedServer:
         config = ServeConfig(data_dir=str(data_dir), port=self.port, train=False, status_interval_s=0.0, **overrides)
         self.server = Server(engine=self.engine, tokenizer=tokenizer, store=make_store("", data_dir=data_dir),
                              config=config, model_name="scripted", metrics=Metrics())
-        self._thread = ServerThread(create_app(self.server), self.port)
+        self._thread = ServerThread(create_app(self.server), self.port, limits=config)
 
     @property
     def base_url(self) -> str:
@@ -363,7 +363,8 @@ def scripted_server(tiny_model_dir, tmp_path):
     started: list[ScriptedServer] = []
 
     def make(replies: list[str], **overrides) -> ScriptedServer:
-        server = ScriptedServer(tokenizer, replies, tmp_path / f"scripted{len(started)}", **overrides)
+        data_dir = overrides.pop("data_dir", tmp_path / f"scripted{len(started)}")
+        server = ScriptedServer(tokenizer, replies, data_dir, **overrides)
         started.append(server)
         return server
 

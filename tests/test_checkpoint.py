@@ -285,6 +285,119 @@ def test_a_resume_after_a_crash_between_checkpoints_publishes_only_fresh_version
         reader.close()
 
 
+class _Serving:
+    """What serving does with EngineChannel's deliveries: holds the weights and number (v0 at each start)."""
+
+    loads_lora_adapters = False
+
+    def __init__(self) -> None:
+        self.policy_version, self.weights = 0, None
+
+    async def load_weights(self, weights, version: int) -> None:
+        self.weights, self.policy_version = weights, version
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_hard_stop_before_the_first_checkpoint_keeps_the_accepted_weights_and_their_number(
+        tiny_llama, store_url, tmp_path, lora) -> None:
+    """Issue 36, finding 3: three accepted versions, then a stop in step 4 with no checkpoint yet
+    (the default interval is 10 steps); the restart serves v3's weights as v3, not the base as v4."""
+    import asyncio
+    import contextlib
+    import threading
+
+    from openclaw_rl.compose import build_trainer_loop, load_trainer
+    from openclaw_rl.train.weights import EngineChannel
+
+    store = make_store(store_url, data_dir=tmp_path)
+    _ready_samples(store, tiny_llama, 8)
+    config = TrainConfig(method="combined", batch_size=2, lora=lora, lr=TEST_LR[lora], max_staleness=100,
+                         train_poll_interval_s=0.02, train_threads=1, gate="off")
+    assert config.checkpoint_every > 4  # the default: no checkpoint before the stop
+
+    trainer = load_trainer(tiny_llama, tmp_path, config, resume=False, store=store)
+    in_step_4, killed = threading.Event(), threading.Event()
+    step = trainer.step
+
+    def step_until_killed(samples):
+        if trainer.train_step == 3:  # step 4 claimed its samples; it never ends
+            in_step_4.set()
+            killed.wait(60)
+            raise RuntimeError("SIGKILL")
+        return step(samples)
+
+    trainer.step = step_until_killed
+    served = _Serving()
+    loop = build_trainer_loop(store, trainer, config, [EngineChannel(served)])
+
+    async def run_until_killed() -> None:
+        task = asyncio.create_task(loop.run(asyncio.Event()))
+        while not (in_step_4.is_set() and store.policy_version() == 3):
+            await asyncio.sleep(0.5)
+            print("DEBUG", in_step_4.is_set(), store.policy_version(), trainer.train_step, served.policy_version, store.sample_counts(), flush=True)
+        task.cancel()  # the loop ends where it is: no final checkpoint, no further write
+        killed.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(asyncio.wait_for(run_until_killed(), 120))
+    assert served.policy_version == 3 and checkpoint.load_latest(tmp_path) is None
+    v3 = served.weights
+    method = trainer.method.name
+    store.close()
+
+    def restart() -> tuple[Trainer, _Serving, object]:
+        opened = make_store(store_url, data_dir=tmp_path)
+        resumed = load_trainer(tiny_llama, tmp_path, config, resume=True, store=opened)
+        serving = _Serving()
+        loop = build_trainer_loop(opened, resumed, config, [EngineChannel(serving)])
+        asyncio.run(loop.catch_up())
+        stop = asyncio.Event()
+        stop.set()
+        asyncio.run(loop.run(stop))  # starts (archiving its start if new) and stops without a step
+        return resumed, serving, opened
+
+    resumed, serving, store = restart()
+    assert (serving.policy_version, resumed.policy_version, resumed.train_step) == (3, 3, 3)
+    assert same_tensors(serving.weights, v3)  # the accepted weights, not the base
+    assert (store.policy_version(), store.highest_policy_version()) == (3, 3)
+    counts = store.sample_counts(method)
+    assert (counts["used"], counts["ready"]) == (6, 2)  # step 4's claim, lost with it, is claimable again
+    history = store.versions()
+    store.close()
+
+    resumed, serving, store = restart()  # again, without training: no new number
+    assert (serving.policy_version, resumed.policy_version) == (3, 3) and same_tensors(serving.weights, v3)
+    assert store.versions() == history and store.highest_policy_version() == 3
+
+    stop = asyncio.Event()
+    loop = build_trainer_loop(store, resumed, config, [EngineChannel(serving)], on_step=lambda stats: stop.set())
+    asyncio.run(asyncio.wait_for(loop.run(stop), 120))  # training goes on from v3 with the released samples
+    assert serving.policy_version == 4 and store.version(4)["parent"] == 3
+    assert store.sample_counts(method)["used"] == 8
+    store.close()
+
+
+def test_a_resume_keeps_the_number_of_the_weights_held_above_versions_the_gate_rejected(tiny_llama, store) -> None:
+    """v2 accepted (archived), v3 rejected (never served): the trainer resumes v2's weights as v2,
+    and its next version is v4, since v3 names the rejected weights."""
+    from openclaw_rl.compose import load_trainer
+    from openclaw_rl.train.versions import VersionArchive
+
+    trainer = trained(tiny_llama, lora=False, steps=2)
+    VersionArchive(store.data_dir, keep=5).write(2, trainer, parent=1)
+    store.record_version(2, parent=1, train_step=2, gate="accepted")
+    store.set_policy_version(2, train_step=2)
+    store.record_version(3, parent=2, train_step=3, gate="rejected", reason="worse on the probes")
+    resumed = load_trainer(tiny_llama, store.data_dir, TrainConfig(method="combined", lr=TEST_LR[False]),
+                           resume=True, store=store)
+    assert (resumed.policy_version, resumed.parent_version, resumed.train_step) == (2, 1, 2)
+    assert same_tensors(resumed.policy_state_dict(), trainer.policy_state_dict())
+    assert not resumed.optimizer.state  # the moments of other weights are not taken: fresh, and said so
+    resumed.step(make_samples(tiny_llama))
+    assert (resumed.policy_version, resumed.parent_version) == (4, 2)
+
+
 def test_a_trainer_without_a_checkpoint_numbers_its_weights_above_every_version_recorded(tiny_llama, store) -> None:
     from openclaw_rl.compose import load_trainer
 

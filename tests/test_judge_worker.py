@@ -50,13 +50,14 @@ class ScriptedBackend:
 
 
 def _paired_turn(store: Store, tokenizer, user="How many days in a leap year?", response_ids=None,
-                 next_state="No, a leap year has 366 days.", temperature=1.0):
+                 next_state="No, a leap year has 366 days.", temperature=1.0, policy_version=0):
     messages = [{"role": "user", "content": user}]
     prompt = render_prompt(tokenizer, messages, None, None)
     response_ids = response_ids or tokenizer.encode("A leap year has 365 days.")
     store.ensure_session("s", "header")
     turn = store.record_turn(TurnRecord(
-        session_id="s", kind="main", policy_version=0, prompt_messages=messages, prompt_token_ids=prompt,
+        session_id="s", kind="main", policy_version=policy_version, prompt_messages=messages,
+        prompt_token_ids=prompt,
         response_token_ids=response_ids, behaviour_logprobs=[-1.0] * len(response_ids),
         response_text=tokenizer.decode(response_ids), tool_calls=[], sampling={"temperature": temperature},
         finish_reason="stop"))
@@ -120,6 +121,42 @@ def test_timeouts_are_retried_then_recorded(tmp_path, engine):
     backend = ScriptedBackend(["hang", "hang"], ["hang", "hang"])
     verdict = asyncio.run(JudgeWorker(store, LLMJudge(backend, config, len), config).process(turn))
     assert verdict.status == "no_verdict" and "TimeoutError" in verdict.reason
+
+
+def test_turns_older_than_the_staleness_window_are_passed_over_unjudged(tmp_path, engine):
+    """After a restart, turns served before the crash would be judged for minutes and then dropped
+    as stale by the trainer: with the trainer's max_staleness the judge drops them itself, unjudged."""
+    store = Store(tmp_path)
+    stale = [_paired_turn(store, engine.tokenizer) for _ in range(3)]  # sampled by v0
+    store.set_policy_version(3)
+    fresh = _paired_turn(store, engine.tokenizer, policy_version=1)  # 3 - 2: the oldest a trainer still takes
+    backend = ScriptedBackend(["SCORE: -1"] * 3, ["CORRECTION: no"] * 3)
+    config = _config()
+    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, max_staleness=2)
+    assert asyncio.run(worker.drain()) == 1
+    assert backend.calls == 6  # the fresh turn's 3 + 3 votes, none for the stale ones
+    assert set(store.verdicts([t.id for t in [*stale, fresh]])) == {fresh.id}
+    states = store.sample_states([t.id for t in stale])
+    assert len(states) == 3 and {s["status"] for s in states.values()} == {"dropped"}
+    assert states[stale[0].id]["reason"] == "stale, not judged: sampled by policy v0, current v3, max_staleness 2"
+    assert store.judge_backlog() == 0 and store.turns_awaiting_verdict() == []
+
+    more = [_paired_turn(store, engine.tokenizer) for _ in range(70)]  # more than the loop's page of 64
+    newest = _paired_turn(store, engine.tokenizer, policy_version=3)
+    backend = ScriptedBackend(["SCORE: -1"] * 3, ["CORRECTION: no"] * 3)
+    worker = JudgeWorker(store, LLMJudge(backend, config, len), config, max_staleness=2)  # its semaphore: this loop's
+
+    async def until_judged() -> None:
+        stop = asyncio.Event()
+        task = asyncio.create_task(worker.run(stop))
+        while not store.verdicts([newest.id]):
+            await asyncio.sleep(0.01)
+        stop.set()
+        await task
+
+    asyncio.run(asyncio.wait_for(until_judged(), 30))
+    assert backend.calls == 6 and not store.verdicts([t.id for t in more])
+    assert store.sample_counts()["dropped"] == 73 and store.judge_backlog() == 0
 
 
 def test_tie_or_no_valid_vote_gives_zero(tmp_path, engine):

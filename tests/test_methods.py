@@ -52,10 +52,11 @@ FULL = dict(reward=1.0, teacher_logprobs=[-0.5, -3.0], teacher_top_ids=[[3, 5], 
 
 
 def test_the_registry_names_each_built_in_method_once_with_what_it_reads():
-    assert list(METHODS) == ["binary", "opd", "combined", "topk", "stepwise"]
+    assert list(METHODS) == ["binary", "opd", "combined", "topk", "stepwise", "consolidate"]
     assert all(method.name == name and get_method(name) is method for name, method in METHODS.items())
     assert {name: m.reads_teacher for name, m in METHODS.items()} == {
-        "binary": False, "opd": True, "combined": True, "topk": True, "stepwise": False}
+        "binary": False, "opd": True, "combined": True, "topk": True, "stepwise": False, "consolidate": False}
+    assert [name for name, m in METHODS.items() if m.reads_experience] == ["consolidate"]
     assert METHODS["topk"].topk_kl and METHODS["topk"].advantages is None
 
 
@@ -68,7 +69,7 @@ def test_module_attr_loads_a_method_from_outside_the_package(importable):
 
 def test_a_name_that_is_no_method_says_what_would_work(importable, monkeypatch):
     with pytest.raises(ValueError, match=r"unknown method 'ppo'; choose one of binary, opd, combined, topk, "
-                                         r"stepwise, or name your own Method as module:ATTR"):
+                                         r"stepwise, consolidate, or name your own Method as module:ATTR"):
         get_method("ppo")
     with pytest.raises(ValueError, match="importing no_such_module failed"):
         get_method("no_such_module:X")

@@ -238,6 +238,85 @@ def test_without_a_key_every_route_but_healthz_answers_401(shared):
     assert httpx.get(f"{base}/v1/sessions", headers=_bearer(keys["bob"])).status_code == 401
 
 
+# -- failing closed -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def keyed(scripted_server, tmp_path):
+    """`keyed(**config)`: a server started with one user, alice, in its users file; (server, alice's key)."""
+    def start(**overrides):
+        data_dir = tmp_path / f"keyed-{overrides.get('host', 'loopback')}"
+        key = Users(data_dir).add("alice")
+        server = scripted_server(["ok"], data_dir=data_dir, **overrides)
+        assert httpx.get(f"{server.base_url}/v1/sessions", headers=_bearer(key)).status_code == 200
+        return server, key
+    return start
+
+
+def _refused(base: str, key: str, status: int, says: str) -> None:
+    """Every way of asking (no key, `key`, a made-up key) answers `status` with a message saying `says`."""
+    for headers in ({}, _bearer(key), _bearer("ocrl-made-up")):
+        for method, path in (("GET", "/v1/sessions"), ("POST", "/v1/chat/completions"), ("GET", "/v1/policy/versions")):
+            response = httpx.request(method, f"{base}{path}", headers=headers, timeout=30,
+                                     json={"messages": [{"role": "user", "content": "hi"}]} if method == "POST" else None)
+            assert response.status_code == status, (method, path, headers, response.text)
+            assert says in response.json()["error"]["message"], response.text
+    assert httpx.get(f"{base}/healthz").status_code == 200  # liveness still answers
+
+
+def test_the_keyless_local_admin_is_only_for_a_registry_that_never_saw_a_key(tmp_path):
+    assert Users(tmp_path).caller("").name == "local"
+    running = Users(tmp_path)
+    key = Users(tmp_path).add("alice")
+    assert running.caller(key).name == "alice"
+    Users(tmp_path).revoke("alice")
+    assert running.caller("") is None and running.caller(key) is None
+    (tmp_path / "users.json").unlink()
+    with pytest.raises(UserError, match=r"no users configured: .*users\.json is gone.*users add"):
+        running.caller("")
+    assert Users(tmp_path, admin_key="k").caller("k").admin  # with --api-key the file may go
+    assert Users(tmp_path, admin_key="k").caller("") is None
+
+
+def test_revoking_the_last_user_leaves_the_server_closed(keyed, caplog):
+    server, key = keyed()
+    Users(server.server.store.data_dir).revoke("alice")
+    with caplog.at_level("WARNING", logger="openclaw_rl.serve.app"):
+        _refused(server.base_url, key, 401, "no active user")
+    said = [r.getMessage() for r in caplog.records if "no active user" in r.getMessage()]
+    assert len(said) == 1, said  # said once, not once per request
+    again = Users(server.server.store.data_dir).add("bob")
+    assert httpx.get(f"{server.base_url}/v1/sessions", headers=_bearer(again)).status_code == 200
+
+
+def test_an_emptied_users_file_leaves_the_server_closed(keyed):
+    server, key = keyed()
+    path = server.server.store.data_dir / "users.json"
+    path.write_text('{"users": []}')
+    _refused(server.base_url, key, 401, "no active user")
+    path.write_text("")
+    _refused(server.base_url, key, 503, "not a users file this version can read")
+
+
+def test_a_removed_users_file_refuses_every_request_with_503(keyed, caplog):
+    server, key = keyed()
+    (server.server.store.data_dir / "users.json").unlink()
+    with caplog.at_level("WARNING", logger="openclaw_rl.serve.app"):
+        _refused(server.base_url, key, 503, "no users configured")
+    assert any("users.json is gone" in r.getMessage() for r in caplog.records)
+    again = Users(server.server.store.data_dir).add("alice")
+    assert httpx.get(f"{server.base_url}/v1/sessions", headers=_bearer(again)).status_code == 200
+
+
+def test_a_server_on_a_public_address_refuses_everything_once_no_key_is_left(keyed, scripted_server, tmp_path):
+    # host is what the server was told to bind (the guard reads it); the test itself listens on loopback only
+    server, key = keyed(host="0.0.0.0")
+    Users(server.server.store.data_dir).revoke("alice")
+    _refused(server.base_url, key, 503, "refusing to serve on 0.0.0.0 with no API key")
+    open_from_the_start = scripted_server(["ok"], host="0.0.0.0", data_dir=tmp_path / "never-keyed")
+    _refused(open_from_the_start.base_url, key, 503, "refusing to serve on 0.0.0.0 with no API key")
+
+
 # -- deletion ----------------------------------------------------------------------------
 
 

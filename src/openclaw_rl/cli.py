@@ -20,6 +20,11 @@ import threading
 import time
 from typing import Any
 
+# RichHandler imports these two on first use (a traceback to render, a `:name:` in a message).
+# Out of file descriptors that import fails, and raised from asyncio's accept() error handler it
+# once ended `serve` with exit 1; imported at start, no log line needs a free descriptor.
+import rich._emoji_codes  # noqa: F401
+import rich.traceback  # noqa: F401
 from rich.console import Console
 from rich.live import Live
 from rich.logging import RichHandler

@@ -58,7 +58,7 @@ from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.sharded import refuse_gate_when_sharded
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
-from openclaw_rl.train.versions import VersionArchive
+from openclaw_rl.train.versions import VersionArchive, newest_published, resume_from_published
 from openclaw_rl.train.weights import EngineChannel, FilesChannel, Publisher, WeightsChannel, follow
 from openclaw_rl.types import Verdict
 from openclaw_rl.users import Users
@@ -124,6 +124,8 @@ class TrainerLoop:
     async def catch_up(self) -> None:
         """Deliver the version the trainer holds (resumed or renumbered) to the channels that lack it."""
         await self.publisher.catch_up(self.trainer.policy_version, parent=self.trainer.parent_version)
+        if await asyncio.to_thread(self.store.policy_version) < self.trainer.policy_version:  # a crash came first
+            await asyncio.to_thread(self.store.set_policy_version, self.trainer.policy_version, self.trainer.train_step)
 
     async def run(self, stop: asyncio.Event) -> None:
         """Claim, step, let the gate decide, publish; until `stop` (train/runner.py)."""
@@ -152,7 +154,12 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     teacher_targets = spec.write_samples and (
         spec.teacher_targets if spec.teacher_targets is not None
         else get_method(train.method).reads_teacher or not trains)
-    teacher = _add_judge(stack, config, judge, spec, teacher_targets, threads)
+    # the experience pass (consolidate's two prefills per turn served with a block) likewise
+    experience_targets = spec.write_samples and (get_method(train.method).reads_experience or not trains)
+    if teacher_targets != experience_targets:  # the worker's engine scores both; the flag says which
+        judge = dataclasses.replace(judge, teacher_targets=judge.teacher_targets and teacher_targets,
+                                    experience_targets=judge.experience_targets and experience_targets)
+    teacher = _add_judge(stack, config, judge, spec, teacher_targets or experience_targets, threads)
     if training == "in_process":
         _add_trainer(stack, config, train, spec, lend, teacher)
     elif training != "off":
@@ -190,12 +197,13 @@ def _add_judge(stack: Stack, config: ServeConfig, judge: JudgeConfig, spec: Stac
     if stack.judge is None:
         return None
     teacher = (build_engine(config, server.engine.model_dir, threads, name="teacher")
-               if judge.teacher == "initial" and teacher_targets else None)
+               if judge.teacher == "initial" and teacher_targets and judge.teacher_targets else None)
     comparer = None
     if judge.hint_check == "on" and spec.write_samples:  # hints are checked only where samples are written
         comparer = spec.comparer or hint_comparer(stack.judge, judge)
     worker = _judge_worker(server.store, stack.judge, judge, (teacher or server.engine) if teacher_targets else None,
-                           tokenizer=server.tokenizer, comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server))
+                           tokenizer=server.tokenizer, comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server),
+                           max_staleness=stack.train.max_staleness if stack.training in ("in_process", "sharded") else None)
     stack.loops.append(worker.run)
     if teacher is not None:
         stack.loops.append(_closed_at_stop(teacher))
@@ -322,16 +330,17 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
 
 def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *, tokenizer,
                   comparer: Comparer | None = None, refresh: Callable[[], Awaitable[object]] | None = None,
-                  write_samples: bool = True,
-                  on_verdict: Callable[[Verdict], None] | None = None) -> JudgeWorker:
+                  write_samples: bool = True, on_verdict: Callable[[Verdict], None] | None = None,
+                  max_staleness: int | None = None) -> JudgeWorker:
     """Every judge worker of every deployment; `teacher` None: no teacher targets. `tokenizer`
-    (the policy's) counts the tokens of the lessons it learns (--lessons on)."""
+    (the policy's) counts the tokens of the lessons it learns (--lessons on). `max_staleness`:
+    the trainer's, where it trains in this stack (older turns are passed over unjudged)."""
     log.info("judge: %s (m = %d votes), %s, teacher targets %s, lessons %s", judge.name, config.votes,
              "samples and verdicts" if write_samples else "verdicts only",
              "on" if teacher is not None and config.teacher_targets and write_samples else "off", config.lessons)
     return JudgeWorker(store, judge, config, teacher_engine=teacher, tokenizer=teacher.tokenizer if teacher else None,
                        on_verdict=on_verdict, refresh=refresh, write_samples=write_samples, comparer=comparer,
-                       lessons=lesson_learner(store, judge, config, tokenizer))
+                       lessons=lesson_learner(store, judge, config, tokenizer), max_staleness=max_staleness)
 
 
 def lesson_learner(store: Store, judge: Judge, config: JudgeConfig, tokenizer) -> LessonLearner | None:
@@ -348,29 +357,43 @@ def lesson_learner(store: Store, judge: Judge, config: JudgeConfig, tokenizer) -
 
 def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: bool, store: Store | None = None,
                  make: Callable[[Path, TrainConfig], Trainer] = Trainer):
-    """A trainer at the latest checkpoint (with --resume), else at the base model (v0).
+    """A trainer at what was last accepted (with --resume), else at the base model (v0).
+
+    Resume keeps what was accepted: the newest published version whose weights are on disk
+    (the version archive, or the files channel), under its own number, when it is newer than
+    the latest checkpoint; else the checkpoint (train/versions.py says why not a checkpoint
+    per version). The samples of steps after the weights held, lost in the crash, are made
+    claimable again.
 
     Versions only go up, across crashes too: a number once published or served names one
-    set of weights forever. When a version above the trainer's was ever published (the
-    files channel) or recorded (the store: announced, or on a turn), as after a SIGKILL
-    between checkpoints, the trainer's weights are renumbered above all of them and the
-    number is reserved in the store before anything serves it. Weights and optimizer
-    state are the checkpoint's either way.
+    set of weights forever. When a version above the weights held may have been served (its
+    weights are lost: announced, on a turn, in the files channel), the trainer's weights are
+    renumbered above every number taken, reserved in the store before anything serves them;
+    numbers only the gate's rejected versions took are skipped by the next step instead.
     """
     store = store or open_store("", data_dir)
     latest = checkpoint.load_latest(data_dir) if resume else None
     share_the_interpreter()
     trainer = make(model_dir, config)
-    if latest is not None:
+    held = latest.policy_version if latest is not None else 0
+    published = newest_published(data_dir, trainer, above=held) if resume and not trainer.sharded else None
+    if published is not None:
+        resume_from_published(trainer, store, published, latest.train_step if latest is not None else 0)
+    elif latest is not None:
         checkpoint.restore(trainer, latest)
-        log.info("resumed from %s: step %d, policy v%d", latest.path, trainer.train_step, trainer.policy_version)
-    taken = max(store.highest_policy_version(), FilesChannel(data_dir).highest_version() or 0)
-    if taken > trainer.policy_version:
+    if resume and (released := store.release_lost_claims(trainer.method.name, trainer.train_step)):
+        log.warning("%d samples used by training steps after step %d (lost in a crash) are claimable again",
+                    released, trainer.train_step)
+    files = FilesChannel(data_dir).highest_version() or 0
+    served, taken = max(store.highest_served_version(), files), max(store.highest_policy_version(), files)
+    if served > trainer.policy_version:
         held = trainer.policy_version
         trainer.renumber(taken + 1)
         store.set_policy_version(trainer.policy_version)
-        log.warning("versions up to v%d were published after the weights held (v%d); they are now v%d",
-                    taken, held, trainer.policy_version)
+        log.warning("versions up to v%d were published after the weights held (v%d), and their weights are lost; "
+                    "the weights held are now v%d", served, held, trainer.policy_version)
+    else:
+        trainer.reserve_numbers(taken)
     return trainer
 
 

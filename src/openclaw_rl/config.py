@@ -109,6 +109,15 @@ class ServeConfig:
                                             "only, most supported first)", default=256)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
+    limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
+                                     "limit_concurrency): a request beyond it answers 503; it is lowered to what the "
+                                     "open-file limit leaves room for (serve/http_server.py)", default=256)
+    keep_alive_timeout_s: int = setting("seconds an idle keep-alive connection stays open (uvicorn's "
+                                        "timeout_keep_alive)", default=5)
+    header_timeout_s: float = setting("seconds a connection has to send a whole request head, from connecting or "
+                                      "from its previous response; then it is closed with 408", default=10.0)
+    body_timeout_s: float = setting("seconds a request has to send its whole body once its head arrived; then "
+                                    "it answers 408", default=60.0)
     train: bool = setting("train the policy in this process (--no-train: serve and judge only, e.g. beside "
                         "`openclaw-rl train`, whose weights are then picked up from the data dir)", default=True)
     resume: bool = setting("continue from the latest checkpoint in the data dir", default=False)
@@ -131,6 +140,9 @@ class ServeConfig:
               "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
         check(self.request_timeout_s > 0, "request_timeout_s", self.request_timeout_s, "a positive number of seconds")
+        check(self.limit_concurrency >= 1, "limit_concurrency", self.limit_concurrency, "at least 1")
+        for name in ("keep_alive_timeout_s", "header_timeout_s", "body_timeout_s"):
+            check(getattr(self, name) > 0, name, getattr(self, name), "a positive number of seconds")
         check(self.engine in ("local", "vllm", "sglang"), "engine", self.engine, "one of local, vllm, sglang")
         for name in ("user_requests_per_minute", "user_feedback_per_minute", "user_max_streams"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "0 (no limit) or a positive count")
@@ -363,6 +375,10 @@ class JudgeConfig:
         "(a prefill per hint). The judge writes them for any method; --no-teacher-targets where only methods "
         "without a teacher train (serve skips them by itself when its own trainer's method reads none)",
         default=True)
+    experience_targets: bool = setting(
+        "score each turn served with its user's experience block without the block and with it: the student and "
+        "teacher log-probs the consolidate method trains on (two prefills per such turn). The judge writes them for "
+        "any method; serve skips them by itself when its own trainer's method reads none", default=True)
     hint_check: str = setting(
         "off | on: keep a hint for OPD only when the teacher told it answers better than the response did (it "
         "generates that answer greedily, one generation per hint, and compares: the chat judge's preference in both "

@@ -28,6 +28,7 @@ import torch.distributed
 import uvicorn
 import yaml
 from fastapi import FastAPI
+from uvicorn.config import STARTUP_FAILURE
 
 from openclaw_rl.compose import (
     Stack,
@@ -41,6 +42,7 @@ from openclaw_rl.compose import (
 )
 from openclaw_rl.config import JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.serve import http_server
 from openclaw_rl.serve.server import Background, check_exposure
 from openclaw_rl.train import sharded
 from openclaw_rl.train.weights import FilesChannel
@@ -50,10 +52,15 @@ log = logging.getLogger(__name__)
 
 
 def serve(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> None:
-    """`openclaw-rl serve`: `serving_app` on --host/--port, once its exposure is checked."""
+    """`openclaw-rl serve`: `serving_app` on --host/--port, once its exposure is checked, under the
+    HTTP limits of serve/http_server.py (with the open-file limit raised first: it holds connections)."""
     check_exposure(config, Users(config.data_dir, config.api_key))
+    http_server.raise_open_file_limit()
     _, app = serving_app(config, judge, train)
-    uvicorn.run(app, host=config.host, port=config.port, log_level="warning", timeout_graceful_shutdown=10)
+    server = uvicorn.Server(http_server.uvicorn_config(app, config, timeout_graceful_shutdown=10))
+    http_server.run(server)
+    if not server.started:  # stopped before it served: uvicorn.run's exit status for that
+        raise SystemExit(STARTUP_FAILURE)
 
 
 def serving_app(config: ServeConfig, judge: JudgeConfig, train: TrainConfig) -> tuple[Stack, FastAPI]:

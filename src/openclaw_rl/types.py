@@ -243,6 +243,18 @@ class Verdict:
 
 
 @dataclass(frozen=True)
+class ExperienceTargets:
+    """A turn served with its user's experience block, scored without it and with it (judge/teacher.py):
+    what `consolidate` distils the block into the weights from (train/methods.py)."""
+
+    prompt_token_ids: list[int]  # the client's messages rendered as serving rendered them, without the block
+    student_logprobs: list[float]  # (T,) the response under those ids: consolidate's behaviour log-probs
+    teacher_logprobs: list[float]  # (T,) the response under the ids served, block included
+    policy_version: int  # the weights both passes ran on
+    experience_version: int  # the user's experience the block rendered
+
+
+@dataclass(frozen=True)
 class Sample:
     """What the trainer consumes: the exact sampled tokens and every signal about them.
 
@@ -266,10 +278,16 @@ class Sample:
     teacher_top_logprobs: list[list[float]] | None = None  # (T, K)
     hint: str | None = None
     step_advantage: float | None = None  # a long-horizon agent step's standardized advantage (drivers/agent.py)
+    experience: ExperienceTargets | None = None  # served with an experience block: scored without and with it
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        if self.experience is not None:
+            d["experience"] = dict(self.experience.__dict__)
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Sample:
+        if isinstance(d.get("experience"), dict):
+            d = {**d, "experience": ExperienceTargets(**d["experience"])}
         return cls(**d)

@@ -16,7 +16,11 @@ hash: password stretching (bcrypt, argon2) exists for secrets people choose and 
 guess, and would cost every request tens of milliseconds for nothing here.
 
 With no key at all (no user in the file, no `--api-key`), every request is the local
-admin `local`: the laptop case, where `serve` binds to loopback only and says so.
+admin `local`: the laptop case, where `serve` binds to loopback only and says so. That mode
+fails closed: once a registry has seen a key it never goes back to it, so revoking the last
+user or emptying the file leaves every request unauthenticated (401), and a file that is gone
+(with no `--api-key`) or unreadable makes `caller` raise, for the server to refuse with 503.
+Back to keyless needs a restart with no key, on loopback (serve/server.py checks the bind).
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Users:
         self._admin_hash = key_hash(admin_key) if admin_key else ""
         self._seen: tuple[int, int, int] | None = None  # (inode, size, mtime_ns) of the file last read
         self._by_hash: dict[str, User] = {}
+        self._keyed = bool(admin_key)  # a key was seen: never the keyless local admin again (fail closed)
+        self._gone = False  # the file was missing at the last look
 
     # -- reading: what the server does on every request --------------------------------
 
@@ -100,11 +106,17 @@ class Users:
         return self._lookup(key)
 
     def caller(self, key: str) -> User | None:
-        """Who a request with `key` is: the local admin while no key exists, else the key's
-        user or None. One look at the file per request (the server's guard)."""
+        """Who a request with `key` is: the key's user, or None (unknown, revoked, or empty);
+        the local admin only while this registry has never seen a key. One look at the file
+        per request (the server's guard). Raises UserError when no key can be checked: the
+        file is unreadable, or gone from a registry that had keys and has no `--api-key`."""
         self._refresh()
-        if not (self._admin_hash or self._by_hash):
+        if not self._keyed:
             return LOCAL
+        if self._gone and not self._admin_hash:
+            raise UserError(f"no users configured: {self.path} is gone, and this server had keys, so it refuses "
+                            "every request rather than serve without one; add a user (openclaw-rl users add NAME "
+                            f"--data-dir {self.path.parent}) or restore the file")
         return self._lookup(key)
 
     def _lookup(self, key: str) -> User | None:
@@ -119,14 +131,17 @@ class Users:
         try:
             stat = self.path.stat()
         except FileNotFoundError:
-            self._seen, self._by_hash = None, {}
+            self._seen, self._by_hash, self._gone = None, {}, True
             return
         seen = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
         if seen != self._seen:
+            self._seen, self._by_hash = None, {}  # until the file reads well: no key from a file that does not
             records = _read(self.path)
             self._by_hash = {r["key_sha256"]: User(r["name"], bool(r["admin"]), r.get("experience"))
                              for r in records if r.get("revoked_at") is None}
             self._seen = seen
+        self._gone = False
+        self._keyed = self._keyed or bool(self._by_hash)
 
     # -- changing: what `openclaw-rl users` does -----------------------------------------
 

@@ -21,7 +21,7 @@ import os
 import signal
 import socket
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from openclaw_rl.cluster import actors
@@ -178,6 +178,8 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
     teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as compose.build_stack decides
+    if not (get_method(train.method).reads_experience or not serve.train):  # the experience pass, likewise
+        judge = replace(judge, experience_targets=False)
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, teacher_targets, i, shards,
                                                         watch_weights=not serve.train) for i in range(shards)]
     token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)

@@ -9,6 +9,7 @@ and each trainer's method keeps the signals it reads when it claims the sample
 | reward            | `reward`: the majority vote, 0 included   | no verdict (a judge failure)        |
 | teacher log-probs | `teacher_logprobs`, `hint`                | no hint, or no teacher was scored   |
 | teacher top-k     | `teacher_top_ids`, `teacher_top_logprobs` | as teacher log-probs                |
+| experience        | `experience`: the prompt without the block, its log-probs and the served prompt's | no block served, or the judge scored no experience pass |
 
 Only what no method can train on is rejected here: side turns, empty responses, and a
 turn with no verdict (the judge failed, so no teacher was scored either). A
@@ -19,10 +20,11 @@ teacher is not the behaviour policy.
 from __future__ import annotations
 
 from openclaw_rl.judge.teacher import TeacherResult, logprob_temperature, logprob_top_p
-from openclaw_rl.types import Sample, Turn, Verdict
+from openclaw_rl.types import ExperienceTargets, Sample, Turn, Verdict
 
 
-def turn_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> Sample | str:
+def turn_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None,
+                experience: ExperienceTargets | None = None) -> Sample | str:
     """The turn's sample with every signal it has, or the reason no method can learn from it."""
     if turn.kind != "main":
         return "side turns are never trained"
@@ -44,4 +46,5 @@ def turn_sample(turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> 
         teacher_top_ids=teacher.top_ids if teacher else None,
         teacher_top_logprobs=teacher.top_logprobs if teacher else None,
         hint=teacher.hint if teacher else None,
+        experience=experience,
     )

@@ -18,6 +18,20 @@ it scores; `TeacherResult.policy_version` records that version. An update can la
 between the scoring passes of one turn (one per hint, then the student), so the version
 is read before and after them: versions only increase, so an unchanged number means every
 pass ran on the same weights, and a changed one means the turn is scored again.
+
+The experience pass (`score_experience`, what `consolidate` trains on) scores a turn
+served with its user's experience block twice, on one version: the student, the client's
+own messages rendered as serving rendered them but without the block (same template,
+tools and tool_choice), and the teacher, the exact ids served. Both are scored here, even
+when the engine still serves the version that sampled the turn and the recorded behaviour
+log-probs are in principle the teacher's: those come from decoding (KV cache, another
+batch, on vLLM or SGLang another kernel and precision), the student from a prefill, and
+their numerical difference would be an advantage on every token that no lesson caused
+(losses.py never stands behaviour in for a teacher for the same reason). Scoring both
+with one engine and one kind of pass leaves the block as the only difference; the cost
+is one prefill, of a prompt that serving's prefix cache mostly holds. The served ids are
+re-rendered first, and a turn whose served prompt does not re-render to its ids is not
+scored (the student's ids would not be its prompt without the block).
 """
 
 from __future__ import annotations
@@ -28,7 +42,7 @@ from dataclasses import dataclass, replace
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.experience import merge_system
 from openclaw_rl.judge.overlap import HintSelection, select_hint
-from openclaw_rl.types import Message, SamplingParams, Score, Turn
+from openclaw_rl.types import ExperienceTargets, Message, SamplingParams, Score, Turn
 
 HINT_PREFIX = "[Hint, written in hindsight for this request:"
 VERSION_ATTEMPTS = 3  # scorings of one turn before weight updates landing mid-way are an error
@@ -36,6 +50,10 @@ VERSION_ATTEMPTS = 3  # scorings of one turn before weight updates landing mid-w
 
 class TeacherVersionError(RuntimeError):
     """Every scoring of a turn saw the teacher's weights change part way."""
+
+
+class ExperienceRenderError(ValueError):
+    """A turn's served prompt does not re-render to the ids it was served with."""
 
 
 def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
@@ -85,14 +103,55 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
                       teacher_k: int, rng=None) -> TeacherResult:
     """Score every hint's teacher, select among them, and return the chosen targets, all from
     one policy version (see the module docstring)."""
+    async def once() -> TeacherResult:
+        return await _score_hints_once(engine, tokenizer, turn, hints, strategy=strategy, select_k=select_k,
+                                       teacher_k=teacher_k, rng=rng)
+
+    result, version = await at_one_version(engine, f"turn {turn.id}", once)
+    return replace(result, policy_version=version)
+
+
+def student_prompt_ids(tokenizer, turn: Turn) -> list[int]:
+    """`turn`'s prompt without its experience block: the client's messages, rendered as serving rendered them."""
+    return render_prompt(tokenizer, turn.prompt_messages, turn.sampling.get("tools"), turn.sampling.get("tool_choice"))
+
+
+async def score_experience(engine, tokenizer, turn: Turn) -> ExperienceTargets | None:
+    """The response of a turn served with an experience block under its prompt without the
+    block (student) and with it (teacher, the ids served), on one policy version; None for a
+    turn served without one. ExperienceRenderError when the served prompt does not re-render
+    to its ids (see the module docstring)."""
+    if not turn.experience_block or turn.experience_version is None:
+        return None
+    tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
+    if render_prompt(tokenizer, served_messages(turn), tools, tool_choice) != turn.prompt_token_ids:
+        raise ExperienceRenderError(f"turn {turn.id}'s served prompt does not re-render to its "
+                                    f"{len(turn.prompt_token_ids)} ids (another chat template?); no experience pass")
+    student_ids = student_prompt_ids(tokenizer, turn)
+    temperature, top_p = logprob_temperature(turn), logprob_top_p(turn)
+
+    async def once() -> tuple[Score, Score]:
+        student = await engine.score(student_ids, turn.response_token_ids, temperature=temperature, top_p=top_p)
+        teacher = await engine.score(turn.prompt_token_ids, turn.response_token_ids, temperature=temperature,
+                                     top_p=top_p)
+        return student, teacher
+
+    (student, teacher), version = await at_one_version(engine, f"turn {turn.id}", once)
+    return ExperienceTargets(prompt_token_ids=student_ids, student_logprobs=list(student.logprobs),
+                             teacher_logprobs=list(teacher.logprobs), policy_version=version,
+                             experience_version=turn.experience_version)
+
+
+async def at_one_version(engine, what: str, scoring):
+    """(what `scoring()` returns, the version) from a run during which the engine's version did not
+    change; TeacherVersionError naming `what` (e.g. "turn 7") when every run saw it change."""
     for _ in range(VERSION_ATTEMPTS):
         version = engine.policy_version
-        result = await _score_hints_once(engine, tokenizer, turn, hints, strategy=strategy, select_k=select_k,
-                                         teacher_k=teacher_k, rng=rng)
+        result = await scoring()
         if engine.policy_version == version:
-            return replace(result, policy_version=version)
+            return result, version
     raise TeacherVersionError(
-        f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of turn {turn.id} "
+        f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of {what} "
         f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")
 
 

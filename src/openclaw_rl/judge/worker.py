@@ -3,6 +3,7 @@
     loop: find main turns whose next state arrived and that have no verdict
           -> read them (m evaluative + m directive votes, or the embedding judge's one)
           -> teacher-score the candidate hints and select one by overlap
+          -> a turn served with an experience block: score it without and with the block
           -> write the verdict, then the turn's one sample with every signal found
           (beside it: the screened hints and corrections become lessons of the turn's user)
 
@@ -25,6 +26,15 @@ a trainer updates is current by itself; one that must fetch new versions (the st
 `openclaw-rl judge`, reading the files channel) passes `refresh`, which the worker awaits
 before each batch of waiting turns, so no batch is scored with older weights than the
 newest published when it was picked up.
+
+Stale turns are not judged: with `max_staleness` (the trainer's, which the composition
+root passes when it trains in the same stack), a turn sampled by a policy more than
+`max_staleness` versions behind the announced one (`Store.policy_version`), the same test
+a trainer's claim applies, gets a `dropped` sample with the reason and no verdict. After a
+restart, the turns served before a crash would be judged for minutes, then dropped by the
+trainer at once. Such a turn's explicit correction (a feedback next state) still becomes a
+lesson, which takes no judge call; hints only the judge's reading would give are not sought. The announced version trails the trainer's by at most the one version on
+its way, so the judge skips no turn the trainer would still take.
 """
 
 from __future__ import annotations
@@ -46,10 +56,10 @@ from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
 from openclaw_rl.judge.rules import correction_hints
 from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.screen import screen_hint, turn_conversation
-from openclaw_rl.judge.teacher import TeacherResult, score_hints
+from openclaw_rl.judge.teacher import TeacherResult, score_experience, score_hints
 from openclaw_rl.judge.votes import VoteParseError, dedupe_hints, majority, parse_directive, parse_score
 from openclaw_rl.store import Store
-from openclaw_rl.types import Turn, Verdict
+from openclaw_rl.types import ExperienceTargets, Turn, Verdict
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +172,8 @@ class JudgeWorker:
     def __init__(self, store: Store, judge: Judge, config: JudgeConfig, teacher_engine=None, tokenizer=None,
                  seed: int = 0, on_verdict: Callable[[Verdict], None] | None = None,
                  refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True,
-                 comparer: Comparer | None = None, lessons: LessonLearner | None = None):
+                 comparer: Comparer | None = None, lessons: LessonLearner | None = None,
+                 max_staleness: int | None = None):
         """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
         With `config.hint_check` on, `comparer` decides which hints the teacher answers better
         with (judge/hint_check.py); only those are scored and kept.
@@ -170,7 +181,8 @@ class JudgeWorker:
         itself (the agent rollout driver's step advantages need a whole group of trajectories,
         see drivers/agent.py). `refresh` brings the teacher engine to the newest policy (see the
         module docstring). `lessons` turns screened hints and corrections into lessons of the
-        turn's user (None: none are learned)."""
+        turn's user (None: none are learned). `max_staleness`: turns that far behind the announced
+        policy are passed over unjudged (module docstring; None: every turn is judged)."""
         self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
         self.lessons = lessons
         self.on_verdict, self.refresh = on_verdict, refresh
@@ -180,12 +192,15 @@ class JudgeWorker:
         self.comparer = comparer if config.hint_check == "on" else None
         self.rng = random.Random(seed)
         self.judged = 0
+        self.max_staleness = max_staleness if write_samples else None  # a caller's own samples: it decides
 
     async def run(self, stop: asyncio.Event) -> None:
         pending: dict[int, asyncio.Task] = {}
         while not stop.is_set():
             waiting = await asyncio.to_thread(self.store.turns_awaiting_verdict, 64)
-            batch = [t for t in waiting if t.id not in pending][: max(0, 2 * self.config.concurrency - len(pending))]
+            candidates = [t for t in waiting if t.id not in pending]
+            fresh = await asyncio.to_thread(self._pass_over_stale, candidates)
+            batch = fresh[: max(0, 2 * self.config.concurrency - len(pending))]
             if batch:
                 await self._refresh()
             for turn in batch:
@@ -194,6 +209,8 @@ class JudgeWorker:
                 task = pending.pop(turn_id)
                 if task.exception() is not None:
                     log.error("judging turn %d crashed: %r", turn_id, task.exception())
+            if len(fresh) < len(candidates):
+                continue  # stale turns passed over: the next page may hold more, no need to wait
             try:
                 await asyncio.wait_for(stop.wait(), self.config.poll_interval_s)
             except TimeoutError:
@@ -204,10 +221,30 @@ class JudgeWorker:
     async def drain(self) -> int:
         """Judge every turn waiting now; return how many were judged (for CLIs and tests)."""
         turns = await asyncio.to_thread(self.store.turns_awaiting_verdict, 10_000)
+        turns = await asyncio.to_thread(self._pass_over_stale, turns)
         if turns:
             await self._refresh()
         await asyncio.gather(*(self.process(t) for t in turns))
         return len(turns)
+
+    def _pass_over_stale(self, turns: list[Turn]) -> list[Turn]:
+        """The turns worth judging; the others, sampled more than `max_staleness` versions behind
+        the announced policy, get a dropped sample with the reason (module docstring)."""
+        if self.max_staleness is None or not turns:
+            return turns
+        current = self.store.policy_version()
+        fresh = [t for t in turns if t.policy_version >= current - self.max_staleness]
+        for turn in turns:
+            if turn.policy_version < current - self.max_staleness:
+                notes = [f"stale, not judged: sampled by policy v{turn.policy_version}, current v{current}, "
+                         f"max_staleness {self.max_staleness}"]
+                if self.lessons is not None:  # an explicit correction needs no judge call: still a lesson
+                    self._learn(turn, [], [], notes)
+                self.store.drop_sample(turn.id, turn.policy_version, "; ".join(notes))
+        if len(fresh) < len(turns):
+            log.info("passed over %d turns unjudged: sampled more than %d versions before the current v%d",
+                     len(turns) - len(fresh), self.max_staleness, current)
+        return fresh
 
     async def _refresh(self) -> None:
         """`refresh`, whose failure keeps the weights held (each verdict still names them)."""
@@ -226,7 +263,7 @@ class JudgeWorker:
             verdict = Verdict(turn_id=turn.id, status="no_verdict", reward=None, votes=[], raw=[], hints=[],
                               selected_hint=None, overlap_scores=[], judge=self.judge.name,
                               latency_s=time.monotonic() - started, reason=str(failure))
-            await asyncio.to_thread(self._save, turn, verdict, None)
+            await asyncio.to_thread(self._save, turn, verdict, None, None)
             return verdict
         hints = offered = dedupe_hints(reading.hints, self.config.max_hints)
         if hints and self.config.screen_hints:
@@ -245,6 +282,7 @@ class JudgeWorker:
                     self.config.call_timeout_s)
             except Exception as error:  # the verdict stands; only the directive signal is lost
                 reading.notes.append(f"teacher scoring failed: {type(error).__name__}: {error}")
+        experience = await self._experience(turn, reading.notes)
         verdict = Verdict(
             turn_id=turn.id, status="ok", reward=majority(reading.votes), votes=reading.votes, raw=reading.raw,
             hints=hints, selected_hint=teacher.hint if teacher else None,
@@ -253,8 +291,21 @@ class JudgeWorker:
             reason="; ".join(reading.notes) or None,
             teacher_policy_version=teacher.policy_version if teacher else None,
         )
-        await asyncio.to_thread(self._save, turn, verdict, teacher)
+        await asyncio.to_thread(self._save, turn, verdict, teacher, experience)
         return verdict
+
+    async def _experience(self, turn: Turn, notes: list[str]) -> ExperienceTargets | None:
+        """The experience pass of a turn served with a block (judge/teacher.py), when experience
+        targets are scored here; a failure is noted and the turn's other signals stand."""
+        if not (turn.experience_block and self.teacher_engine is not None and self.config.experience_targets
+                and self.write_samples):
+            return None
+        try:
+            return await asyncio.wait_for(score_experience(self.teacher_engine, self.tokenizer, turn),
+                                          self.config.call_timeout_s)
+        except Exception as error:  # noqa: BLE001 - only the experience signal is lost
+            notes.append(f"experience scoring failed: {type(error).__name__}: {error}")
+            return None
 
     async def _checked(self, turn: Turn, hints: list[str], notes: list[str]) -> list[str]:
         """The hints whose teacher answers better than the response (the hint check); a check
@@ -307,10 +358,11 @@ class JudgeWorker:
             notes.append(f"learning lessons failed: {type(error).__name__}: {error}")
             log.warning("turn %d: learning lessons failed: %r", turn.id, error)
 
-    def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None) -> None:
+    def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None,
+              experience: ExperienceTargets | None) -> None:
         self.store.write_verdict(verdict)
         if self.write_samples:
-            sample = turn_sample(turn, verdict, teacher)
+            sample = turn_sample(turn, verdict, teacher, experience)
             if isinstance(sample, str):
                 self.store.reject_sample(turn.id, turn.policy_version, sample)
             else:

@@ -53,11 +53,11 @@ from openclaw_rl.serve.schema import (
 from openclaw_rl.serve.completion import Caller
 from openclaw_rl.serve.dashboard import dashboard_routes, keyless
 from openclaw_rl.serve.experience import LessonEdit, UndoRequest, experience_routes
-from openclaw_rl.serve.server import Background, Server, caller_of
+from openclaw_rl.serve.server import Background, Server, caller_of, exposure_problem
 from openclaw_rl.serve.sessions import private_session_id, shown_session_id
 from openclaw_rl.store import StoreError
 from openclaw_rl.types import NextState, Session
-from openclaw_rl.users import LOCAL, User
+from openclaw_rl.users import LOCAL, User, UserError
 
 log = logging.getLogger(__name__)
 
@@ -173,7 +173,9 @@ async def owned_session(server: Server, user: User, session_id: str) -> Session:
 
 
 def _session_routes(app: FastAPI, server: Server) -> None:
-    """Sessions, each visible to its owner (and admins) only."""
+    """Sessions, each visible to its owner (and admins) only. (Over 60 lines: one short nested
+    function per route, each checking the owner where it reads; apart, the routes would lose
+    the one place that shows every session route and its owner check together.)"""
     @app.get("/v1/sessions")
     async def sessions(request: Request, limit: int = Query(100, ge=1, le=1000),
                        offset: int = Query(0, ge=0, le=2**62)) -> dict[str, Any]:
@@ -247,7 +249,9 @@ def _session_routes(app: FastAPI, server: Server) -> None:
 
 
 def _policy_routes(app: FastAPI, server: Server) -> None:
-    """The version history, rollback and pinning (train/runner.py carries rollbacks out)."""
+    """The version history, rollback and pinning (train/runner.py carries rollbacks out).
+    (Over 60 lines: one short nested function per route, registered together so the admin
+    checks of the routes that change what serves are read in one place.)"""
     @app.get("/v1/policy/versions")
     async def versions(request: Request, limit: int = Query(100, ge=1, le=10_000)) -> dict[str, Any]:
         user = caller_of(request)
@@ -482,6 +486,7 @@ class _Guard:
 
     def __init__(self, app: Any, server: Server) -> None:
         self.app, self.server = app, server
+        self._trouble: str | None = None  # why no request can be served now, as last logged
 
     async def __call__(self, scope: dict, receive: Callable, send: Callable) -> None:
         if scope["type"] != "http":
@@ -522,21 +527,51 @@ class _Guard:
             metrics.latency.labels(endpoint).observe(time.perf_counter() - started)
 
     def _identify(self, scope: dict) -> tuple[User | None, JSONResponse | None]:
-        """(the user, None), or (None, the 401 or 413 answer). No key configured: the local admin."""
+        """(the user, None), or (None, the 401, 413 or 503 answer). The local admin only on a server
+        that never had a key, on loopback (users.py, serve/server.py: it fails closed)."""
         limit = self.server.config.max_body_bytes
         headers = Headers(scope=scope)
         given = headers.get("authorization", "")
         given = given[len("Bearer "):].strip() if given.startswith("Bearer ") else headers.get("x-api-key", "")
-        user = self.server.users.caller(given)
-        if user is None and not keyless(scope["path"]):
-            return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
-                                             "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`",
-                                        code="invalid_api_key")
+        user, refusal = self._authenticate(given)
+        if refusal is not None and not keyless(scope["path"]):
+            return None, refusal
         declared = headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             return None, error_response(413, f"the request body is {declared} bytes; the limit is {limit} bytes "
                                              "(max_body_bytes)", code="body_too_large")
         return user, None
+
+    def _authenticate(self, key: str) -> tuple[User | None, JSONResponse | None]:
+        """(the key's user, None), or (None, 401 for a wrong key, 503 while no key can be checked
+        or the bind is public with no key); a change of the server's state is logged once."""
+        users = self.server.users
+        try:
+            user = users.caller(key)
+            problem = exposure_problem(self.server.config, users)
+        except UserError as error:  # the users file is gone or unreadable
+            user, problem = None, str(error)
+        left = problem is None and user is None and not users.keys_configured
+        self._say(problem or (f"no active user key is left in {users.path}: every request answers 401 until an "
+                              "admin adds a user (openclaw-rl users add NAME); the server does not fall back to "
+                              "serving without keys" if left else None))
+        if problem is not None:
+            return None, error_response(503, problem, code="no_api_keys", kind="server_error")
+        if user is None:
+            return None, error_response(401, "missing or wrong API key: send `Authorization: Bearer KEY` (or "
+                                             "`x-api-key: KEY`); an admin makes keys with `openclaw-rl users add`"
+                                             + ("; this server has no active user now (all revoked)" if left else ""),
+                                        code="invalid_api_key")
+        return user, None
+
+    def _say(self, trouble: str | None) -> None:
+        """Log the server's authentication trouble when it starts, changes or ends (not per request)."""
+        if trouble != self._trouble:
+            if trouble is not None:
+                log.warning("%s", trouble)
+            else:
+                log.info("API keys can be checked again: requests are authenticated as usual")
+            self._trouble = trouble
 
     def _limit(self, user: User, scope: dict, generation: bool) -> JSONResponse | None:
         feedback = scope["method"] == "POST" and scope["path"].endswith("/feedback")
@@ -548,21 +583,29 @@ class _Guard:
                               kind="rate_limit_error", headers={"Retry-After": str(retry_after_s)})
 
     async def _read_body(self, receive: Callable) -> tuple[bytes, JSONResponse | None]:
-        limit = self.server.config.max_body_bytes
+        """The whole body, or the 413 (over max_body_bytes) or 408 (not all sent within
+        body_timeout_s: a client that stops mid-body must not hold a connection forever)."""
+        limit, timeout_s = self.server.config.max_body_bytes, self.server.config.body_timeout_s
         chunks: list[bytes] = []
         size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return b"", error_response(413, f"the request body is over the limit of {limit} bytes "
-                                                "(max_body_bytes)", code="body_too_large")
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
+        try:
+            async with asyncio.timeout(timeout_s):
+                while True:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        break
+                    chunk = message.get("body", b"")
+                    size += len(chunk)
+                    if size > limit:
+                        return b"", error_response(413, f"the request body is over the limit of {limit} bytes "
+                                                        "(max_body_bytes)", code="body_too_large")
+                    chunks.append(chunk)
+                    if not message.get("more_body", False):
+                        break
+        except TimeoutError:
+            return b"", error_response(408, f"the request body did not arrive within {timeout_s:g} s "
+                                            f"(body_timeout_s); {size} bytes came", code="body_timeout",
+                                       headers={"Connection": "close"})
         return b"".join(chunks), None
 
 

@@ -78,16 +78,25 @@ def caller_of(request: Request) -> User:
     return request.scope["state"]["user"]
 
 
+def exposure_problem(config: ServeConfig, users: Users) -> str | None:
+    """Why serving `config.host` now would let other machines in without a key (no key
+    configured, a non-loopback bind), or None. Checked at start (`check_exposure`) and by the
+    guard on every request (serve/app.py), so a server whose last key goes away later refuses
+    (503) rather than serve the network open."""
+    if users.keys_configured or is_loopback(config.host):
+        return None
+    return (f"refusing to serve on {config.host} with no API key: anyone who can reach it could read and steer "
+            f"every conversation. Add a user (openclaw-rl users add NAME --data-dir {config.data_dir}) or pass "
+            "--api-key KEY, or bind to 127.0.0.1")
+
+
 def check_exposure(config: ServeConfig, users: Users) -> None:
     """Refuse to serve other machines without a key; say what is in force either way (`serve`,
     and the Ray gateway, whose replicas need the same keys)."""
     if users.keys_configured:
         log.info("API keys required: %s", "users of " + str(users.path) if users.list() else "--api-key")
         return
-    if not is_loopback(config.host):
-        raise ConfigError(
-            f"refusing to serve on {config.host} with no API key: anyone who can reach it could read and steer "
-            f"every conversation. Add a user (openclaw-rl users add NAME --data-dir {config.data_dir}) or pass "
-            "--api-key KEY, or bind to 127.0.0.1")
+    if (problem := exposure_problem(config, users)) is not None:
+        raise ConfigError(problem)
     log.warning("no API key configured: serving on loopback (%s) only, every request is the local admin; "
                 "add users with `openclaw-rl users add NAME --data-dir %s`", config.host, config.data_dir)

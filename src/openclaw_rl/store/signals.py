@@ -38,8 +38,10 @@ log = logging.getLogger(__name__)
 
 PER_TURN = ""  # `samples.method` of the one row per turn; rows of older databases name a method
 
-# the turns the judge has yet to judge: a main turn whose next state arrived, with no verdict
-_AWAITING_VERDICT = "kind = 'main' AND next_state IS NOT NULL AND id NOT IN (SELECT turn_id FROM verdicts)"
+# the turns the judge has yet to judge: a main turn whose next state arrived, with no verdict and no
+# sample (a turn the judge passed over as stale has a dropped sample and no verdict: `drop_sample`)
+_AWAITING_VERDICT = ("kind = 'main' AND next_state IS NOT NULL AND id NOT IN (SELECT turn_id FROM verdicts) "
+                     "AND id NOT IN (SELECT turn_id FROM samples)")
 
 
 class SignalsMixin(ConversationsMixin):
@@ -219,6 +221,11 @@ class SignalsMixin(ConversationsMixin):
         """Record that a turn gives no method anything to learn (a side turn, an empty response)."""
         return self._write_sample(turn_id, policy_version, "rejected", reason, None)
 
+    def drop_sample(self, turn_id: int, policy_version: int, reason: str) -> bool:
+        """Record that a turn was passed over unjudged (its sample would be stale: judge/worker.py);
+        it no longer awaits a verdict."""
+        return self._write_sample(turn_id, policy_version, "dropped", reason, None)
+
     def _write_sample(self, turn_id: int, policy_version: int, status: str, reason: str | None,
                       payload: str | None) -> bool:
         with self._write():
@@ -284,6 +291,18 @@ class SignalsMixin(ConversationsMixin):
             log.log(logging.INFO if status == "dropped" else logging.DEBUG, "%s sample of turn %d for %s: %s",
                     status, turn_id, method, reason)
         return taken, dropped
+
+    def release_lost_claims(self, method: str, after_step: int) -> int:
+        """Make the samples `method` used in training steps after `after_step` claimable again:
+        steps a crash lost (their version was neither published nor checkpointed), so that they
+        train again. A step whose version the gate rejected keeps its claims: those samples did
+        train, and the gate turned the result down. Returns how many samples were released."""
+        with self._write():
+            cursor = self._execute(
+                "DELETE FROM claims WHERE method = ? AND status = 'used' AND train_step > ? AND train_step NOT IN "
+                "(SELECT train_step FROM versions WHERE gate = 'rejected' AND train_step IS NOT NULL)",
+                (method, after_step))
+            return max(cursor.rowcount, 0)
 
     def _trained_owners(self, method: str, count: int) -> list[str | None]:
         """The owners of the last `count` samples `method` trained, newest first."""

@@ -35,6 +35,16 @@ class VersionsMixin(Connection):
             (in_history,) = self._execute("SELECT COALESCE(MAX(version), 0) FROM versions").fetchone()
         return max(int(on_turns), int(in_history), self.policy_version())
 
+    def highest_served_version(self) -> int:
+        """The highest version that may have been served: announced, in the history with a gate
+        other than `rejected` (a rejected version reached no engine), or recorded on a turn; 0 if
+        none. A trainer whose weights are below it holds other weights than that number names."""
+        with self._lock:
+            (on_turns,) = self._execute("SELECT COALESCE(MAX(policy_version), 0) FROM turns").fetchone()
+            (in_history,) = self._execute("SELECT COALESCE(MAX(version), 0) FROM versions "
+                                          "WHERE gate IS NULL OR gate != 'rejected'").fetchone()
+        return max(int(on_turns), int(in_history), self.policy_version())
+
     def policy(self) -> dict[str, Any]:
         """The latest published policy: version, training steps, when (None if never)."""
         with self._lock:

@@ -15,7 +15,7 @@ Decisions, and why:
 
 - `signals` are "any of": a turn that carries none of them gives the method nothing to
   learn, and its claim records why (per method, so another method that can learn from
-  the turn still may). Combined is the only built-in that names two.
+  the turn still may). Combined and consolidate are the built-ins that name two.
 - A method sees only the signals it names: `assemble` clears the others (binary never
   sees teacher log-probs, topk never a reward). The batch, the loss and the trainer's
   stats (reward_mean, opd_adv_abs_mean) then describe what the method trains on, with
@@ -36,6 +36,14 @@ Decisions, and why:
   `stepwise`, not a reward under another name: its tokens get A_t = the advantage, as
   `binary_advantages` gives a reward (w_rl does not scale it; the advantage is already
   standardized).
+- The experience signal (`experience`: a turn served with its user's lessons, scored
+  without and with them) is trained *on the prompt without the block*: `assemble` puts
+  the student's view in the sample's own fields (prompt ids without the block, the
+  student's log-probs as the behaviour the PPO ratio is taken against, the served
+  prompt's log-probs as the teacher), so `consolidate` is combined's sum of terms with
+  no loss of its own: A_t = w_rl r + w_opd clip(teacher - student, -C, C), its first
+  ratio 1. A method may not read it beside the hint teacher's signals: those are
+  targets for the served prompt, and the sample then holds the other one.
 """
 
 from __future__ import annotations
@@ -53,7 +61,7 @@ from openclaw_rl.types import Sample
 
 __all__ = ["METHODS", "Method", "Signal", "get_method"]
 
-Signal = Literal["reward", "teacher_logprobs", "teacher_top_k", "step_advantage"]
+Signal = Literal["reward", "teacher_logprobs", "teacher_top_k", "step_advantage", "experience"]
 SIGNALS: tuple[Signal, ...] = get_args(Signal)
 TEACHER_SIGNALS: frozenset[Signal] = frozenset({"teacher_logprobs", "teacher_top_k"})
 
@@ -63,6 +71,7 @@ _SAMPLE_FIELDS: dict[Signal, tuple[str, ...]] = {
     "teacher_logprobs": ("teacher_logprobs", "hint"),
     "teacher_top_k": ("teacher_logprobs", "teacher_top_ids", "teacher_top_logprobs", "hint"),
     "step_advantage": ("step_advantage",),
+    "experience": ("experience",),  # assembled into prompt_token_ids, behaviour_logprobs and teacher_logprobs
 }
 # the batch keys (train/batch.py) a signal arrives in
 _BATCH_KEYS: dict[Signal, tuple[str, ...]] = {
@@ -70,6 +79,7 @@ _BATCH_KEYS: dict[Signal, tuple[str, ...]] = {
     "teacher_logprobs": ("teacher_logprobs", "teacher_mask"),
     "teacher_top_k": ("teacher_top_ids", "teacher_top_logprobs", "teacher_mask"),
     "step_advantage": ("step_advantage", "has_step_advantage"),
+    "experience": ("teacher_logprobs", "teacher_mask"),  # the served prompt's log-probs, in the teacher's place
 }
 _WEIGHTS = frozenset(f.name for f in dataclasses.fields(LossParams) if f.name.startswith("w_"))
 
@@ -98,6 +108,10 @@ class Method:
             raise ValueError(f"{where} has no loss term: give it advantages=... or topk_kl=True")
         if self.topk_kl and "teacher_top_k" not in self.signals:
             raise ValueError(f"{where} trains top-k distillation, so its signals must include 'teacher_top_k'")
+        if "experience" in self.signals and TEACHER_SIGNALS.intersection(self.signals):
+            raise ValueError(f"{where} reads 'experience' beside the hint teacher's signals; the experience is "
+                             "trained on the prompt without the block and the hint teacher's targets are for the "
+                             "prompt served: read one or the other")
         bad = [w for w in self.weights if w not in _WEIGHTS]
         if bad:
             raise ValueError(f"{where} names weights {bad}; the weights are the LossParams fields {sorted(_WEIGHTS)}")
@@ -106,6 +120,11 @@ class Method:
     def reads_teacher(self) -> bool:
         """Whether the method learns from teacher targets (scoring them costs a prefill per hint)."""
         return bool(TEACHER_SIGNALS.intersection(self.signals))
+
+    @property
+    def reads_experience(self) -> bool:
+        """Whether the method learns from the experience pass (two prefills per turn served with a block)."""
+        return "experience" in self.signals
 
     # -- the store's side: a turn's sample -> this method's sample --------------------------
 
@@ -117,7 +136,8 @@ class Method:
             return "; ".join(dict.fromkeys(r for r in reasons.values() if r))
         kept = {name for signal in present for name in _SAMPLE_FIELDS[signal]}
         cleared = {name: None for fields in _SAMPLE_FIELDS.values() for name in fields if name not in kept}
-        return dataclasses.replace(sample, **cleared)
+        sample = dataclasses.replace(sample, **cleared)
+        return _student_view(sample) if "experience" in present else sample
 
     # -- the trainer's side ------------------------------------------------------------------
 
@@ -165,6 +185,8 @@ def _missing(sample: Sample, signal: Signal) -> str | None:
         if sample.reward is None:
             return "no verdict"
         return "reward 0 carries no evaluative signal" if sample.reward == 0 else None
+    if signal == "experience":
+        return "not served with an experience block (or the judge scored none)" if sample.experience is None else None
     if signal == "step_advantage":
         if sample.step_advantage is None:
             return "no step advantage"
@@ -174,6 +196,16 @@ def _missing(sample: Sample, signal: Signal) -> str | None:
     if signal == "teacher_top_k" and not sample.teacher_top_ids:
         return "no teacher top-k"
     return None
+
+
+def _student_view(sample: Sample) -> Sample:
+    """`sample` as the student saw it: the prompt without the experience block, the student's
+    log-probs as behaviour, the served prompt's as the teacher (the same sample again if it is already)."""
+    experience = sample.experience
+    assert experience is not None
+    return dataclasses.replace(sample, prompt_token_ids=experience.prompt_token_ids,
+                               behaviour_logprobs=experience.student_logprobs,
+                               teacher_logprobs=experience.teacher_logprobs)
 
 
 # -- the built-in methods (docs/method.md §3) ----------------------------------------------------
@@ -205,8 +237,10 @@ COMBINED = Method("combined", ("reward", "teacher_logprobs"), combined_term_adva
                   weights=("w_rl", "w_opd"))  # both, on every turn with either signal (recommended)
 TOPK = Method("topk", ("teacher_top_k",), topk_kl=True)  # reverse KL to the hinted teacher's top-K + tail
 STEPWISE = Method("stepwise", ("step_advantage",), step_advantages)  # agents: each step's standardized advantage
+# the user's experience into the weights: combined's sum on the prompt without the block, the served prompt the teacher
+CONSOLIDATE = Method("consolidate", ("reward", "experience"), combined_term_advantages, weights=("w_rl", "w_opd"))
 
-METHODS: dict[str, Method] = {m.name: m for m in (BINARY, OPD, COMBINED, TOPK, STEPWISE)}
+METHODS: dict[str, Method] = {m.name: m for m in (BINARY, OPD, COMBINED, TOPK, STEPWISE, CONSOLIDATE)}
 
 
 def get_method(name: str) -> Method:

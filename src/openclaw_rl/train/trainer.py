@@ -359,6 +359,11 @@ class Trainer:
         for name, p in self.model.named_parameters():
             reference[name].copy_(p)
 
+    def reserve_numbers(self, highest: int) -> None:
+        """Numbers up to `highest` are taken (by versions the gate rejected before a restart):
+        the weights held keep their number, the next step is numbered above them."""
+        self._numbered = max(self._numbered, highest)
+
     def return_to(self, version: int, parent: int | None) -> None:
         """The weights held are version `version` again (the gate restored them); numbers taken
         since stay taken, so the next step is numbered above them."""

@@ -1,0 +1,69 @@
+"""Has the policy absorbed a lesson? The gap its log-probs show with the lesson in context and without.
+
+For one lesson of a user and some of that user's turns (their recent ones, or the turns
+the lesson was learned from), each turn's response is scored twice on one policy version:
+on the client's messages with a block holding that lesson alone, and on the client's
+messages with no block (rendered as serving rendered them: judge/teacher.py). On a
+response sampled with the lesson in context, the mean per-token gap
+log π(y | with) − log π(y | without) estimates KL(with ‖ without): how much the lesson
+still changes what the model says. The lesson is *absorbed* when that gap, averaged over
+the turns, is below `threshold`: the weights alone already answer as it asks.
+
+Designed, not yet measured: the default threshold (0.05 nats per token) is a placeholder
+that no run has related to a persona's rubric yet, and nothing retires or shrinks a
+lesson by it (docs/experience.md, "Into the weights"). A small gap also comes from
+prompts the lesson does not bear on, so the turns should be ones it applies to.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from openclaw_rl.chat import render_prompt
+from openclaw_rl.experience import Experience, Lesson, merge_system, render
+from openclaw_rl.judge.teacher import at_one_version, logprob_temperature, logprob_top_p, student_prompt_ids
+from openclaw_rl.types import Turn
+
+ABSORBED_GAP = 0.05  # nats per token; a placeholder (module docstring)
+
+
+@dataclass(frozen=True)
+class Absorption:
+    """How far one lesson still moves the policy on some of its user's turns."""
+
+    lesson_id: int
+    gap_per_token: float  # mean over the turns of each turn's mean log π(y | with) − log π(y | without)
+    turns: int  # how many turns it was measured on
+    absorbed: bool  # gap_per_token < the threshold
+    policy_version: int  # the weights every pass ran on
+
+
+def lesson_block(lesson: Lesson) -> str:
+    """The experience block of `lesson` alone, as serving renders a block."""
+    return render(Experience(lesson.owner, (lesson,)), sys.maxsize, len)
+
+
+async def lesson_absorption(engine, tokenizer, lesson: Lesson, turns: Sequence[Turn], *,
+                            threshold: float = ABSORBED_GAP) -> Absorption:
+    """The lesson's gap on `turns` (those with a response), on one policy version of `engine`."""
+    turns = [turn for turn in turns if turn.response_token_ids]
+    if not turns:
+        raise ValueError(f"lesson {lesson.id} needs at least one turn with a response to be measured on")
+    block = lesson_block(lesson)
+
+    async def once() -> list[float]:
+        gaps = []
+        for turn in turns:
+            tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
+            with_lesson = render_prompt(tokenizer, merge_system(turn.prompt_messages, block), tools, tool_choice)
+            params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn))
+            taught = await engine.score(with_lesson, turn.response_token_ids, **params)
+            plain = await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids, **params)
+            gaps.append(sum(t - s for t, s in zip(taught.logprobs, plain.logprobs)) / len(plain.logprobs))
+        return gaps
+
+    gaps, version = await at_one_version(engine, f"lesson {lesson.id}", once)
+    gap = sum(gaps) / len(gaps)
+    return Absorption(lesson.id, gap, len(gaps), gap < threshold, version)
