@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 
 from openclaw_rl.cli import main
+from openclaw_rl.store import Store
+from openclaw_rl.users import LOCAL
 
 
 def test_two_session_smoke_run_writes_all_outputs(tiny_model_dir, tmp_path):
@@ -66,9 +68,9 @@ def test_parallel_users_stop_at_max_updates_and_each_score_is_its_versions(tiny_
 
 def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(tiny_model_dir, tmp_path):
     out = tmp_path / "sim"
-    code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "oracle", "--model",
-                 str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2", "--max-turns", "2",
-                 "--parallel", "2", "--max-updates", "1"])
+    code = main(["simulate", "--sessions", "4", "--method", "off", "--experience", "off", "--judge", "oracle",
+                 "--model", str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2",
+                 "--max-turns", "2", "--parallel", "2", "--max-updates", "1"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     run = summary["runs"]["off"]
@@ -89,6 +91,30 @@ def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(
     rescored = subprocess.run([sys.executable, str(scripts / "adaptation_seeds.py"), f"control={out}",
                                "--control-at", "0.0"], capture_output=True, text=True, check=True).stdout
     assert "| control | 1 | 1 [1, 1] | 0 of 1 | 1.00 (4/4) [0.51, 1.00] |" in rescored  # at level 0 all are accepted
+
+
+def test_experience_without_training_learns_each_users_lessons_and_serves_them_in_context(tiny_model_dir, tmp_path):
+    """The study's experience-only arm: --method off with the experience layer on judges (the oracle's hints
+    are the rubric's failed checks), learns lessons, writes no samples, and later sessions are served with
+    the block; the weights never change."""
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--heldout", "2", "--max-turns", "2", "--parallel", "1",
+                 "--response-max-tokens", "8", "--eval-max-tokens", "8"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["updates"] == 0 and summary["runs"]["off"]["experience"] == "on"
+    assert summary["runs"]["off"]["judge"] == "oracle"
+    store = Store(out / "off" / "data")
+    try:
+        learned = store.experience(LOCAL.name)
+        assert learned.lessons, "the oracle's hints (failed rubric checks) became no lesson"
+        assert store.sample_counts()["ready"] == 0  # verdicts and lessons only: nothing would train a sample
+        served = [t for s in store.list_sessions() for t in store.turns(s.id) if t.experience_version is not None]
+        assert served, "no session after the first lesson was served with the experience block"
+        assert all(t.experience_block and t.policy_version == 0 for t in served)
+    finally:
+        store.close()
 
 
 def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path,

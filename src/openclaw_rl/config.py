@@ -115,7 +115,8 @@ class ServeConfig:
     keep_alive_timeout_s: int = setting("seconds an idle keep-alive connection stays open (uvicorn's "
                                         "timeout_keep_alive)", default=5)
     header_timeout_s: float = setting("seconds a connection has to send a whole request head, from connecting or "
-                                      "from its previous response; then it is closed with 408", default=10.0)
+                                      "from its previous response; then it is closed (408 if it sent part of one)",
+                                      default=10.0)
     body_timeout_s: float = setting("seconds a request has to send its whole body once its head arrived; then "
                                     "it answers 408", default=60.0)
     train: bool = setting("train the policy in this process (--no-train: serve and judge only, e.g. beside "
@@ -733,7 +734,8 @@ class SimulateConfig:
     SET_BY_DRIVER: ClassVar[dict[str, dict[str, str]]] = {
         "train": {"method": "method (--method): each of its methods trains a run of its own",
                   "gate_max_new_tokens": "eval_max_tokens: probe answers are scored as held-out ones are"},
-        "judge": {**SPEC_SETTINGS, "hint_check": "hint_check (--hint-check)"}}
+        "judge": {**SPEC_SETTINGS, "hint_check": "hint_check (--hint-check)",
+                  "lessons": "experience (--experience): it learns and serves lessons, or neither"}}
 
     persona: str = setting("student | teacher | module:ATTR (a Persona of your own: docs/experiments.md)",
                            default="student")
@@ -773,15 +775,22 @@ class SimulateConfig:
     hint_check: str = setting("keep a hint for OPD only when the teacher told it answers better: off | on (the "
                               "judge's comparer, what a deployment gets) | rubric (the persona's rubric decides: "
                               "simulation only). Sets [judge] hint_check (on for on and rubric)", default="off")
+    experience: str = setting("on | off: the experience layer (docs/experience.md) as serve has it: the judge turns "
+                              "each user's screened corrections into their lessons and serving puts them in that "
+                              "user's context (serve --experience, [judge] lessons); with --method off it still "
+                              "runs (the judge learns, nothing trains). The study's control is --method off "
+                              "--experience off", default="on")
     train: TrainConfig = section(TrainConfig, "train", preset="simulate")
     judge: JudgeConfig = section(JudgeConfig, "judge", preset="simulate")
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on", "rubric"), "hint_check", self.hint_check, "off, on or rubric")
+        check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.judge_spec == "oracle" or self.judge_spec in JUDGE_SPECS
               or self.judge_spec.startswith(("http://", "https://")), "judge_spec", self.judge_spec,
               f"{', '.join(JUDGE_SPECS)}, oracle or an http(s):// base URL")
-        base = dataclasses.replace(self.judge, hint_check="off" if self.hint_check == "off" else "on")
+        base = dataclasses.replace(self.judge, hint_check="off" if self.hint_check == "off" else "on",
+                                   lessons=self.experience)
         # the oracle replaces the judge (drivers/simulate.py): no judge of the section's own runs beside it
         self.judge = JudgeConfig.from_spec("off" if self.judge_spec == "oracle" else self.judge_spec,
                                            self.judge_model, base)

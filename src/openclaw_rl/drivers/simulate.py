@@ -211,8 +211,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     persona = persona_of(config)
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
-    training = method != CONTROL  # the control plays the same stream with training (and judging) off
-    oracle = OracleJudge(persona, problems) if config.judge_spec == "oracle" and training else None
+    training = method != CONTROL  # the control plays the same stream with training off
+    judging = training or config.experience == "on"  # without either, nothing reads a verdict: no judge
+    oracle = OracleJudge(persona, problems) if config.judge_spec == "oracle" and judging else None
     run_dir = Path(config.out) / method
     lock = threading.Lock()
     played = 0  # sessions finished
@@ -254,7 +255,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                                       + "\n" for p in probes), encoding="utf-8")
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0,
-                        train=training)
+                        train=training, experience=config.experience)
     train = replace(config.train, method=method if training else "binary",
                     gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
                     **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
@@ -262,8 +263,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
               if train.gate == "on" else None)
     flush = Flush()
     comparer = RubricComparer(persona, problems) if config.hint_check == "rubric" else None
-    stack = build_stack(serve, config.judge if training else JudgeConfig(judge="off"), train, StackSpec(
-        judge=oracle, channels=(CallbackChannel(on_publish),), scorer=scorer, flush=flush, comparer=comparer))
+    # training off with experience on: the judge learns lessons, writes no samples (nothing would train them)
+    stack = build_stack(serve, config.judge if judging else JudgeConfig(judge="off"), train, StackSpec(
+        judge=oracle, channels=(CallbackChannel(on_publish),), scorer=scorer, flush=flush, comparer=comparer,
+        write_samples=training, training=None if training else "off"))
     server = stack.server
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
     thread = ServerThread(stack.app(), port)
@@ -338,8 +341,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     points.sort(key=lambda p: p[1])
     return {
         "method": method,
-        "judge": "oracle" if oracle else config.judge_spec if training else "off",
-        "judge_label": ORACLE_LABEL if oracle else config.judge_spec if training else "off (training-off control)",
+        "judge": "oracle" if oracle else config.judge_spec if judging else "off",
+        "experience": config.experience,
+        "judge_label": ORACLE_LABEL if oracle else config.judge_spec if judging else "off (training-off control)",
         "persona": persona.name,
         "model": server.model_name,
         "sessions": played,

@@ -11,7 +11,8 @@ rich, which imports modules lazily, which needs a free descriptor) once took the
 
 - a head timeout (`header_timeout_s`), in `_LimitedH11`, a subclass of uvicorn's h11
   protocol, since no uvicorn option sets one: a connection that has not sent a whole request
-  head in time, from connecting or from its previous response, is answered 408 and closed. A
+  head in time, from connecting or from its previous response, is closed (with a 408 if it
+  sent part of one). A
   client that has sent its head is never affected (the body has its own timeout, read in the
   app's guard, serve/app.py).
 - a connection cap below the open-file limit (`connection_budget`): the soft RLIMIT_NOFILE,
@@ -181,10 +182,16 @@ class _LimitedH11(H11Protocol):
             self._head_timer = None
 
     def _head_timed_out(self) -> None:
+        """408 to a connection that sent part of a head; one that sent nothing is just closed (a
+        response nobody asked for could be read by a client as the answer to its next request)."""
         self._head_timer = None
-        if not self.transport.is_closing() and self.conn.their_state is h11.IDLE:
+        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
+            return
+        if self.conn.trailing_data[0]:
             _answer_and_close(self.transport, 408, "Request Timeout",
                               f"no whole request head within {self._header_timeout_s:g} s (header_timeout_s)")
+        else:
+            self.transport.close()
 
 
 def _answer_and_close(transport: asyncio.BaseTransport, status: int, reason: str, message: str) -> None:
