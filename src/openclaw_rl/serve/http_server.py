@@ -19,8 +19,10 @@ rich, which imports modules lazily, which needs a free descriptor) once took the
   less the descriptors open at start (model, store, logs) and `FD_HEADROOM` for the files the
   server opens as it runs (checkpoints, logs, the judge's and the trainer's sockets). A
   connection beyond it is answered 503 and closed as soon as it is accepted, so held
-  connections cannot take the descriptors the rest of the process needs; `limit_concurrency`
-  is lowered to the cap.
+  connections leave the rest of the process its descriptors; `limit_concurrency` is lowered
+  to the cap. asyncio accepts in bursts (up to the listen backlog) before any connection is
+  counted, so a flood can still run out of descriptors for a moment: the cap frees them at
+  once, and a smaller backlog would drop legitimate connections in a burst of them instead.
 - the accept error logged as one line, at most every `_SAY_EVERY_S`, with no traceback to
   render: asyncio's own retry (one second later) is the recovery.
 """
