@@ -161,23 +161,21 @@ class Users:
 
     def revoke(self, name: str) -> None:
         """Stop `name`'s key from working; what the user stored stays until deleted."""
-        with self._changing() as records:
-            live = [r for r in records if r["name"] == name and r.get("revoked_at") is None]
-            if not live:
-                known = sorted({r["name"] for r in records if r.get("revoked_at") is None})
-                raise UserError(f"there is no active user {name!r}; active users: {', '.join(known) or 'none'}")
-            for record in live:
-                record["revoked_at"] = time.time()
+        self._set_active(name, "revoked_at", time.time())
 
     def set_experience(self, name: str, experience: bool | None) -> None:
         """Serve `name`'s experience in their prompts (True), never (False), or as the server says (None)."""
+        self._set_active(name, "experience", experience)
+
+    def _set_active(self, name: str, field: str, value: Any) -> None:
+        """Set `field` on `name`'s active record; a clear error naming the active users if there is none."""
         with self._changing() as records:
             live = [r for r in records if r["name"] == name and r.get("revoked_at") is None]
             if not live:
                 known = sorted({r["name"] for r in records if r.get("revoked_at") is None})
                 raise UserError(f"there is no active user {name!r}; active users: {', '.join(known) or 'none'}")
             for record in live:
-                record["experience"] = experience
+                record[field] = value
 
     def list(self) -> list[dict[str, Any]]:
         """Every user, active or revoked, without key hashes."""

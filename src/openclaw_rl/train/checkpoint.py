@@ -24,9 +24,10 @@ pointer be missing or name a broken directory, falls back to the newest complete
 Resume: `load_latest(data_dir)` gives a `Checkpoint`; build a `Trainer` on the same
 base model and config, then `restore(trainer, checkpoint)` loads weights (or adapter),
 optimizer moments, train step and policy version. The learning rate comes from the
-config, not the checkpoint, so a resumed run may change it. Versions published after the
-checkpoint (a crash between checkpoints) keep their numbers: `compose.load_trainer` gives
-the restored weights a fresh version above them (`Trainer.renumber`).
+config, not the checkpoint, so a resumed run may change it. A version published after the
+checkpoint (a crash between checkpoints) is newer than it: `compose.load_trainer` resumes
+from that version's weights instead (train/versions.py), and gives the weights held a
+fresh number (`Trainer.renumber`) only when a version above them served and is lost.
 """
 
 from __future__ import annotations

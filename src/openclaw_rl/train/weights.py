@@ -29,8 +29,8 @@ Decisions and why:
   engine reports the version it serves (`engine.policy_version`, changed only by its
   `load_weights`), and every turn records the version of the engine that sampled it, never
   the store's. The trainer's `policy_version` is the number of the weights it holds: the
-  next announcement, restored from a checkpoint and renumbered above every number the store
-  or the files channel ever held (compose.load_trainer). A channel keeps no number of its
+  next announcement, resumed from the newest published version (or checkpoint) and renumbered
+  only when a higher number served weights that are lost (compose.load_trainer). A channel keeps no number of its
   own beyond its transport (the files channel's LATEST tells readers in other processes
   which complete version is newest).
 - A new transport is one class with these three members, in the module of the code that
