@@ -33,8 +33,9 @@ root passes when it trains in the same stack), a turn sampled by a policy more t
 a trainer's claim applies, gets a `dropped` sample with the reason and no verdict. After a
 restart, the turns served before a crash would be judged for minutes, then dropped by the
 trainer at once. Such a turn's explicit correction (a feedback next state) still becomes a
-lesson, which takes no judge call; hints only the judge's reading would give are not sought. The announced version trails the trainer's by at most the one version on
-its way, so the judge skips no turn the trainer would still take.
+lesson, which takes no judge call; hints only the judge's reading would give are not
+sought. The announced version trails the trainer's by at most the one version on its way,
+so the judge skips no turn the trainer would still take.
 """
 
 from __future__ import annotations
