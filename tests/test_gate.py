@@ -283,8 +283,9 @@ def test_rollback_under_traffic_fails_no_request_and_serves_the_old_weights(tiny
             store.add_sample(Sample(turn_id=turn.id, session_id=turn.session_id, policy_version=turn.policy_version,
                                     prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
                                     behaviour_logprobs=turn.behaviour_logprobs, temperature=1.0, reward=1.0))
+        # the store records a version after every channel has it (the engine first): wait for the record
         deadline = time.monotonic() + 60
-        while server.server.engine.policy_version < 2 and time.monotonic() < deadline:
+        while (server.server.engine.policy_version < 2 or store.policy_version() < 2) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert server.server.engine.policy_version == 2
         history = httpx.get(f"{base}/v1/policy/versions").json()

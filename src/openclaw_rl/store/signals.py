@@ -18,6 +18,9 @@ settles the rest; on SQLite `BEGIN IMMEDIATE` serialises the claims.
 
 A hint the judge's screen (judge/screen.py) held back waits in `quarantine` until a
 person releases it (the turn is judged again, the hint now allowed to train) or drops it.
+
+(Over 400 lines: verdicts, quarantine, samples and claims are one hand-off, each table's
+writes checking the others' rows in the same transaction; the share rule is in share.py.)
 """
 
 from __future__ import annotations
