@@ -203,6 +203,19 @@ class _SnapshotEvaluator:
             raise RuntimeError(f"evaluation failed: {self.error}") from self.error
 
 
+def _judged_all(server: Server, timeout_s: float) -> bool:
+    """Wait (at most `timeout_s`) until the judge has judged every paired turn: with training off
+    nothing else waits for it, and a run that stops first closes the store under it. A turn's
+    lessons are saved before its verdict, so an empty backlog means every lesson is in."""
+    deadline = time.monotonic() + timeout_s
+    while server.store.judge_backlog():
+        server.check_loops()  # a judge that died: LoopDied now, not after timeout_s
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
 def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
     """Play the sessions of one method against a fresh server; return its summary.
 
@@ -318,6 +331,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             flush.requested.set()
             if not server.wait_for(flush.done, config.drain_timeout_s):
                 log.warning("training did not drain in %.0fs", config.drain_timeout_s)
+        elif judging and not _judged_all(server, config.drain_timeout_s):  # the lessons of the last sessions too
+            log.warning("the judge did not catch up in %.0fs: the last sessions' lessons may be missing",
+                        config.drain_timeout_s)
         final = server.engine.policy_version
         history = server.store.versions(limit=10**6)
         samples = server.store.sample_counts(get_method(train.method).name)
