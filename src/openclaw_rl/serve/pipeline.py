@@ -27,7 +27,7 @@ from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
 from openclaw_rl.experience import merge_system
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
-from openclaw_rl.serve.experience_block import experience_block
+from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
 from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, next_state_of, private_session_id, resolve_session, turn_to_pair
@@ -60,8 +60,10 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
             raise ApiError(400, f"the prompt has {chars} characters, more than the model's context of {context} "
                            "tokens can hold; shorten the conversation", param="messages",
                            code="context_length_exceeded")
-        block, version = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config,
-                                                 spec.caller)
+        block, version = "", None
+        if experience_on(server.config, spec.caller):  # the store read (and a thread hop) only when it can serve
+            block, version = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config,
+                                                     spec.caller)
         prompt = ServedPrompt(await _rendered(server, spec, merge_system(spec.messages, block)), block, version)
         if block and len(prompt.ids) + spec.params.max_new_tokens > context:
             prompt = await _within_context(server, spec, prompt)
