@@ -234,14 +234,16 @@ class JudgeWorker:
         if self.max_staleness is None or not turns:
             return turns
         current = self.store.policy_version()
-        fresh = [t for t in turns if t.policy_version >= current - self.max_staleness]
+        fresh = []
         for turn in turns:
-            if turn.policy_version < current - self.max_staleness:
-                notes = [f"stale, not judged: sampled by policy v{turn.policy_version}, current v{current}, "
-                         f"max_staleness {self.max_staleness}"]
-                if self.lessons is not None:  # an explicit correction needs no judge call: still a lesson
-                    self._learn(turn, [], [], notes)
-                self.store.drop_sample(turn.id, turn.policy_version, "; ".join(notes))
+            if turn.policy_version >= current - self.max_staleness:
+                fresh.append(turn)
+                continue
+            notes = [f"stale, not judged: sampled by policy v{turn.policy_version}, current v{current}, "
+                     f"max_staleness {self.max_staleness}"]
+            if self.lessons is not None:  # an explicit correction needs no judge call: still a lesson
+                self._learn(turn, [], [], notes)
+            self.store.drop_sample(turn.id, turn.policy_version, "; ".join(notes))
         if len(fresh) < len(turns):
             log.info("passed over %d turns unjudged: sampled more than %d versions before the current v%d",
                      len(turns) - len(fresh), self.max_staleness, current)
