@@ -43,6 +43,7 @@ from openclaw_rl.serve.openai_responses import ResponsesRequest, create_response
 from openclaw_rl.serve.schema import (
     MAX_ID_CHARS,
     ApiError,
+    body_doc,
     ChatCompletionRequest,
     FeedbackRequest,
     PinRequest,
@@ -204,7 +205,7 @@ def _session_routes(app: FastAPI, server: Server) -> None:
         return {"id": session_id, "created_at": found.created_at, "closed_at": found.closed_at,
                 "source": found.source, "owner": found.owner, "turns": views}
 
-    @app.post("/v1/sessions/{session_id}/feedback", openapi_extra=_body_doc(FeedbackRequest))
+    @app.post("/v1/sessions/{session_id}/feedback", openapi_extra=body_doc(FeedbackRequest))
     async def feedback(session_id: str, request: Request) -> dict[str, Any]:
         found = await owned_session(server, caller_of(request), session_id)
         body = FeedbackRequest.model_validate(await _json_body(request))
@@ -264,7 +265,7 @@ def _policy_routes(app: FastAPI, server: Server) -> None:
         return {"object": "list", "served": served,
                 "data": [{**record, "serving": record["version"] == served} for record in found]}
 
-    @app.post("/v1/policy/rollback", openapi_extra=_body_doc(RollbackRequest))
+    @app.post("/v1/policy/rollback", openapi_extra=body_doc(RollbackRequest))
     async def rollback(request: Request) -> dict[str, Any]:
         _admin_only(request, "roll back")
         body = await parse_body(request, RollbackRequest)
@@ -285,7 +286,7 @@ def _policy_routes(app: FastAPI, server: Server) -> None:
         return {"object": "policy.rollback", "version": done["result"], "weights_of": body.to,
                 "message": done["message"]}
 
-    @app.post("/v1/policy/pin", openapi_extra=_body_doc(PinRequest))
+    @app.post("/v1/policy/pin", openapi_extra=body_doc(PinRequest))
     async def pin(request: Request) -> dict[str, Any]:
         _admin_only(request, "pin versions")
         body = await parse_body(request, PinRequest)
@@ -326,11 +327,11 @@ def _admin_only(request: Request, what: str) -> None:
 
 def _generation_routes(app: FastAPI, server: Server) -> None:
     """The APIs that generate: each parses its body and hands a TurnSpec to the pipeline."""
-    @app.post("/v1/chat/completions", openapi_extra=_body_doc(ChatCompletionRequest))
+    @app.post("/v1/chat/completions", openapi_extra=body_doc(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await _chat(server, request)
 
-    @app.post("/v1/responses", openapi_extra=_body_doc(ResponsesRequest))
+    @app.post("/v1/responses", openapi_extra=body_doc(ResponsesRequest))
     async def responses(request: Request) -> Response:
         body = await parse_body(request, ResponsesRequest)
         return await create_response(server, body, caller(request))
@@ -339,12 +340,12 @@ def _generation_routes(app: FastAPI, server: Server) -> None:
     async def response(request: Request, response_id: str) -> dict[str, Any]:
         return await stored_response(server, response_id, caller_of(request))
 
-    @app.post("/v1/completions", openapi_extra=_body_doc(CompletionRequest))
+    @app.post("/v1/completions", openapi_extra=body_doc(CompletionRequest))
     async def completions(request: Request) -> Response:
         body = await parse_body(request, CompletionRequest)
         return await completion(server, body, caller(request))
 
-    @app.post("/v1/messages", openapi_extra=_body_doc(MessagesRequest))
+    @app.post("/v1/messages", openapi_extra=body_doc(MessagesRequest))
     async def messages(request: Request) -> Response:
         try:  # answered in Anthropic's error shape, which keeps the OpenAI fields
             body = await parse_body(request, MessagesRequest)
@@ -352,7 +353,7 @@ def _generation_routes(app: FastAPI, server: Server) -> None:
         except ApiError as error:
             return anthropic_error(error)
 
-    @app.post("/v1/messages/count_tokens", openapi_extra=_body_doc(CountTokensRequest))
+    @app.post("/v1/messages/count_tokens", openapi_extra=body_doc(CountTokensRequest))
     async def messages_count_tokens(request: Request) -> Response:
         try:
             return JSONResponse(await count_tokens(server, await parse_body(request, CountTokensRequest),
@@ -360,13 +361,6 @@ def _generation_routes(app: FastAPI, server: Server) -> None:
         except ApiError as error:
             return anthropic_error(error)
 
-
-
-def _body_doc(model: type[BaseModel]) -> dict[str, Any]:
-    """The OpenAPI request body of a route that parses `model` itself (to answer every
-    bad body in the OpenAI error format), so clients and fuzzers see the real schema."""
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
 
 
 def _publish_body_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:

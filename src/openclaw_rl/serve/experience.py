@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
 from openclaw_rl.experience.lessons import step
 from openclaw_rl.judge.screen import screen_hint
-from openclaw_rl.serve.schema import ApiError, Whole
+from openclaw_rl.serve.schema import ApiError, Whole, body_doc
 from openclaw_rl.serve.server import Server, caller_of
 from openclaw_rl.serve.sessions import shown_session_id
 from openclaw_rl.store import ExperienceConflict
@@ -77,7 +77,7 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
             view["users"] = await run_in_threadpool(store.experience_owners)
         return view
 
-    @app.put("/v1/experience/lessons/{lesson_id}", openapi_extra=_body_doc(LessonEdit, required=True))
+    @app.put("/v1/experience/lessons/{lesson_id}", openapi_extra=body_doc(LessonEdit, required=True))
     async def edit(request: Request, lesson_id: int, user: str | None = None) -> dict[str, Any]:
         owner = _owner(request, user)
         body = await parse_body(request, LessonEdit)
@@ -103,7 +103,7 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
         owner = _owner(request, user)
         return await _change(store, owner, None, _delete_all)
 
-    @app.post("/v1/experience/undo", openapi_extra=_body_doc(UndoRequest, required=False))
+    @app.post("/v1/experience/undo", openapi_extra=body_doc(UndoRequest, required=False))
     async def undo(request: Request, user: str | None = None) -> dict[str, Any]:
         owner = _owner(request, user)
         body = await parse_body(request, UndoRequest) if (await request.body()).strip() else UndoRequest()
@@ -182,8 +182,3 @@ def _change_view(change: Change) -> dict[str, Any]:
     return {"version": change.version, "kind": change.kind, "lesson_ids": list(change.lesson_ids),
             "before": list(change.before_text), "after": list(change.after_text), "turn_id": change.turn_id,
             "reason": change.reason}
-
-
-def _body_doc(model: type[BaseModel], required: bool) -> dict[str, Any]:
-    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
-    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}

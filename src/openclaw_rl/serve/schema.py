@@ -217,3 +217,10 @@ class PinRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     version: Whole = Field(ge=0, le=2**62)
     pinned: Flag = True
+
+
+def body_doc(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+    """The OpenAPI request body of a route that parses `model` itself (to answer every
+    bad body in the OpenAI error format), so clients and fuzzers see the real schema."""
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": required, "content": {"application/json": {"schema": ref}}}}
