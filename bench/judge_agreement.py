@@ -5,7 +5,9 @@
 
 1. Agreement of each judge backend with the hand-labelled cases of both splits,
    tests/data/judge_tuning.jsonl (what the default judge was tuned on) and
-   tests/data/judge_measured.jsonl (written apart from it, never tuned on): the majority
+   tests/data/judge_measured.jsonl (written apart from it, never tuned on), and
+   tests/data/judge_agent_states.jsonl (agent next states the judge used to miss, per
+   `category`: action_target, gui_state, neutral_noise, short_doubt): the majority
    score equals the expected score; a hint is produced exactly when one is expected.
    Overall, per kind of next state (chat, feedback, tool-call, terminal, SWE, GUI) and
    per PRM category (approval, progression, correction, ambiguity), each with a 95%
@@ -48,7 +50,7 @@ from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.store import Store  # noqa: E402
 from openclaw_rl.types import NextState, TurnRecord  # noqa: E402
 
-SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl" for name in ("tuning", "measured")}
+SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl" for name in ("tuning", "measured", "agent_states")}
 SCORES = (1, 0, -1)
 RESULTS = ROOT / "bench" / "results" / "judge_agreement.json"
 
@@ -96,7 +98,8 @@ def summarise(cases: list[dict], verdicts: list) -> dict:
         rows.append({"id": case["id"], "domain": case["domain"], "kind": case["kind"],
                      "expected": case["expected_score"], "got": verdict.reward, "status": verdict.status,
                      "hint_expected": case["expected_hint"] is not None, "hinted": hinted,
-                     "hint": verdict.hints[0] if hinted else None, "next_state": case["next_state"][:160]})
+                     "hint": verdict.hints[0] if hinted else None,
+                     "category": case.get("category"), "next_state": case["next_state"][:160]})
 
     def agreement(selected: list[dict]) -> dict:
         return {"score": rate(sum(r["got"] == r["expected"] for r in selected), len(selected)),
@@ -111,6 +114,8 @@ def summarise(cases: list[dict], verdicts: list) -> dict:
         "no_verdict": sum(r["status"] != "ok" for r in rows),
         "by_domain": {d: agreement([r for r in rows if r["domain"] == d]) for d in sorted({r["domain"] for r in rows})},
         "by_kind": {k: agreement([r for r in rows if r["kind"] == k]) for k in sorted({r["kind"] for r in rows})},
+        "by_category": {c: agreement([r for r in rows if r["category"] == c])
+                        for c in sorted({r["category"] for r in rows} - {None})},
         "confusion_expected_by_got": confusion,
         "hint_precision": rate(sum(r["hint_expected"] for r in hinted), len(hinted)),
         "hint_recall": rate(sum(r["hinted"] for r in expected), len(expected)),
@@ -146,7 +151,7 @@ def print_split(label: str, split: str, out: dict) -> None:
     print(f"{label} / {split}: score {s['agreement']:.3f} {s['ci95']} ({s['correct']}/{s['n']}), "
           f"hint {h['agreement']:.3f} {h['ci95']}, hint precision {out['hint_precision']['agreement']}, "
           f"recall {out['hint_recall']['agreement']}", flush=True)
-    for group in ("by_domain", "by_kind"):
+    for group in ("by_domain", "by_kind", "by_category"):
         for name, a in out[group].items():
             print(f"    {name:12s} n={a['score']['n']:3d} score {a['score']['agreement']:.2f} {a['score']['ci95']}"
                   f"  hint {a['hint']['agreement']:.2f} {a['hint']['ci95']}")
@@ -163,7 +168,7 @@ async def main() -> None:
     parser.add_argument("--openai-model", default="")
     parser.add_argument("--judge-max-tokens", type=int, default=96)
     parser.add_argument("--teacher", action="store_true", help="time teacher scoring of the hints too")
-    parser.add_argument("--splits", default="tuning,measured")
+    parser.add_argument("--splits", default="tuning,measured,agent_states")
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b] + (["openai"] if args.openai_url else [])
     model_dir = resolve_model_dir(None)

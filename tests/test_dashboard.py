@@ -61,14 +61,16 @@ def test_version_curves_count_rejections_and_skip_the_base_and_rollbacks():
     history = [
         {"version": 4, "train_step": 3, "gate": "rollback", "stats": None, "checks": None},
         {"version": 3, "train_step": 3, "gate": "accepted", "stats": {"kl": 0.03}, "checks": {"score_delta": 0.1}},
-        {"version": 2, "train_step": 2, "gate": "rejected", "stats": {"kl": 0.5}, "checks": {"score_delta": -0.4}},
+        {"version": 2, "train_step": 2, "gate": "rejected", "stats": {"kl": 0.5},
+         "checks": {"score_delta": -0.4, "collapse": {"self_rouge_l": 0.9, "alarms": ["self-ROUGE-L 0.90 > 0.85"]}}},
         {"version": 1, "train_step": 1, "gate": "ungated", "stats": {"kl": 0.01}, "checks": None},
         {"version": 0, "train_step": 0, "gate": "base", "stats": None, "checks": None},
     ]
     curves = version_curves(history)
     assert curves == {"version": [1, 2, 3], "train_step": [1, 2, 3], "kl": [0.01, 0.5, 0.03],
                       "gate": ["ungated", "rejected", "accepted"], "rejections": [0, 1, 1],
-                      "score_delta": [None, -0.4, 0.1]}
+                      "score_delta": [None, -0.4, 0.1],
+                      "collapse": [None, {"self_rouge_l": 0.9, "alarms": ["self-ROUGE-L 0.90 > 0.85"]}, None]}
 
 
 def test_a_run_in_progress_is_found_beside_its_data_dir(tmp_path):

@@ -102,10 +102,16 @@ def test_experience_without_training_learns_each_users_lessons_and_serves_them_i
     out = tmp_path / "sim"
     code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "oracle", "--model",
                  str(tiny_model_dir), "--out", str(out), "--heldout", "2", "--max-turns", "2", "--parallel", "1",
-                 "--response-max-tokens", "8", "--eval-max-tokens", "8"])
+                 "--response-max-tokens", "8", "--eval-max-tokens", "8", "--eval-every-sessions", "2"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert summary["updates"] == 0 and summary["runs"]["off"]["experience"] == "on"
+    # scored before play and after sessions 2 and 4 (the weights stay, the experience served moves on); an
+    # evaluation served with a block also scored the weights alone without it
+    evals = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    evals = [e for e in evals if e["event"] == "eval"]
+    assert sorted(e["sessions"] for e in evals) == [0, 2, 4]
+    assert all((e["weights_score"] is None) == (e["experience_version"] is None) for e in evals)
     assert summary["runs"]["off"]["judge"] == "oracle"
     store = Store(out / "off" / "data")
     try:

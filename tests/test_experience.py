@@ -285,6 +285,8 @@ def test_a_lesson_never_crosses_users():
     ("Use 2-3 sentences.", "Use 2-3 sentences."),
     ("No more emojis.", "No more emojis."),
     ("Thanks, but close with a question.", "Close with a question."),
+    ("Check the spelling of names before you answer.", "Check the spelling of names before you answer."),
+    ("Try a friendlier tone.", "Try a friendlier tone."),
     ("Show every step of the working, one sentence per step, and explain why each step is needed so that the "
      "student can follow along without needing any help from the teacher", "Show every step of the working, one "
      "sentence per step."),
@@ -305,6 +307,12 @@ def test_a_standing_preference_becomes_a_short_rule(hint, expected):
     "You should have shown the steps.",  # regret about one answer, no rule
     "that's way too long, just a few sentences please",  # a complaint without an instruction
     "Thanks, that works!",
+    "please double-check the arithmetic, the answer looks wrong",  # fixes this answer: no standing rule
+    "check your math again, I think the final answer is wrong",
+    "Verify your calculations.",
+    "Hmm, I don't get it. Can you try again?",  # a re-ask
+    "That's not really what I wanted. Try again?",
+    "Nope, not like that. Do it again.",
     "",
     "Write " + "very " * 40 + "clearly.",  # one clause longer than a short rule
 ])

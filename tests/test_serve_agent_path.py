@@ -183,7 +183,8 @@ def test_a_chunked_body_over_the_limit_is_refused_without_reading_it_all(make_se
     (dict(method="POST", url="/v1/chat/completions",
           content=b'{"messages": ' + b"[" * 10_000 + b"]" * 10_000 + b"}"), "body"),
     (dict(method="POST", url="/v1/chat/completions",
-          json={"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_object"}}),
+          json={"messages": [{"role": "user", "content": "hi"}],
+                "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"not": {}}}}}),
      "response_format"),
 ])
 def test_fuzzer_findings_are_400s_in_the_openai_error_format(live, request_args, param):

@@ -3,6 +3,7 @@
     build_stack(serve, judge, train, StackSpec)  the serving stack: server, its loops, the publisher
     standalone_judge(...)                        the judge worker of `openclaw-rl judge` and the Ray judges
     build_trainer_loop(...)                      the trainer loop of `openclaw-rl train` and the Ray trainer
+    _add_personal(...)                           --personal-adapters on: each user's own adapter instead
     build_engine / build_judge / open_store / load_trainer / build_updates   the parts all of them share
 
 `serve`, the drivers (`simulate`, `agent`) and the Ray actors all get their parts from
@@ -55,6 +56,7 @@ from openclaw_rl.train import checkpoint
 from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, trainer_core_lender
 from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
 from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.personal import GateFor, PersonalAdapters, personal_config, run_personal
 from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.sharded import refuse_gate_when_sharded
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
@@ -141,6 +143,9 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     training = spec.training or training_of(config)
     if training == "sharded":  # before anything loads
         refuse_gate_when_sharded(train, config.train_nproc, "--train-nproc")
+    if config.personal_adapters == "on" and training != "in_process":
+        raise ConfigError(f"--personal-adapters on trains each user's adapter in this process; this stack trains "
+                          f"{training.replace('_', ' ')}: use --train with --train-nproc 1")
     trains = training in ("in_process", "sharded")
     threads = 1 if trains and not config.threads else None  # one core each for serving and training
     lend = training == "in_process" and threads == 1 and not train.train_threads and (os.cpu_count() or 1) >= 2
@@ -160,7 +165,9 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
         judge = dataclasses.replace(judge, teacher_targets=judge.teacher_targets and teacher_targets,
                                     experience_targets=judge.experience_targets and experience_targets)
     teacher = _add_judge(stack, config, judge, spec, teacher_targets or experience_targets, threads)
-    if training == "in_process":
+    if training == "in_process" and config.personal_adapters == "on":
+        _add_personal(stack, config, train, spec)
+    elif training == "in_process":
         _add_trainer(stack, config, train, spec, lend, teacher)
     elif training != "off":
         stack.loops.append(follow(FilesChannel(config.data_dir), server.engine))
@@ -225,6 +232,21 @@ def _add_trainer(stack: Stack, config: ServeConfig, train: TrainConfig, spec: St
     show_candidates(server, loop.gate)
     stack.trainer, stack.publisher = trainer, loop.publisher
     stack.loops.append(loop.run)
+
+
+def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: StackSpec) -> None:
+    """Personal adapters instead of the shared trainer (train/personal.py): one LoRA trainer steps
+    each user's adapter in turn, each candidate through that user's own update gate, and the
+    serving engine serves every user their own; the users' adapters on disk serve from the start."""
+    server = stack.server
+    share_the_interpreter()
+    trainer = Trainer(server.engine.model_dir, personal_config(train))
+    personal = PersonalAdapters(trainer, config.data_dir, [server.engine], store=server.store,
+                                gate=personal_gates(trainer, train, server.store, server.tokenizer, spec.scorer))
+    loaded = asyncio.run(personal.load_all())
+    log.info("personal adapters on: %d users served their own adapter", len(loaded))
+    server.personal = personal
+    stack.loops.append(lambda stop: run_personal(server.store, personal, train, stop, spec.flush))
 
 
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
@@ -441,13 +463,31 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
                                   f"has none that loads ({str(e).splitlines()[0]}); add the tokenizer files, or use --gate off") from e
             log.warning("the update gate is off (--gate auto): %s has no tokenizer that loads", trainer.model_dir)
             return None, archive
+    return Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
+                Path(store.data_dir) / "gate-anchors.json"), archive
+
+
+def personal_gates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer,
+                   scorer: Scorer | None = None) -> GateFor | None:
+    """Each user's update gate over the personal-adapter trainer (train/personal.py), on the
+    shared gate's probes and settings; None where `--gate` leaves the shared gate off."""
+    if config.gate == "off":
+        return None
+    if config.gate == "auto" and (why := auto_off_reason(trainer)):
+        log.warning("the personal adapters' update gates are off (--gate auto): %s", why)
+        return None
+    probes = _probes(config, store, tokenizer)
+    return lambda anchors: Gate(trainer, config, tokenizer, probes, scorer, anchors)
+
+
+def _probes(config: TrainConfig, store: Store, tokenizer) -> Callable[[], list[list[int]]]:
+    """The gate's probe prompts: the --gate-probe-file's, then the store's reserved turns."""
     extra = read_probe_file(config.gate_probe_file, tokenizer) if config.gate_probe_file else []
 
     def probes() -> list[list[int]]:
         found = store.probe_prompts(config.gate_probe_every, config.gate_max_probes, at_least=8)
         return [*extra, *found][:max(config.gate_max_probes, len(extra))]
-
-    return Gate(trainer, config, tokenizer, probes, scorer, Path(store.data_dir) / "gate-anchors.json"), archive
+    return probes
 
 
 def _device() -> str:

@@ -121,6 +121,12 @@ class ServeConfig:
                                     "it answers 408", default=60.0)
     train: bool = setting("train the policy in this process (--no-train: serve and judge only, e.g. beside "
                         "`openclaw-rl train`, whose weights are then picked up from the data dir)", default=True)
+    personal_adapters: str = setting(
+        "on = each user's samples train a LoRA adapter of their own (rank 8 on every attention and MLP projection), "
+        "served to them alone beside everyone else's, each with its own update gate, history and rollback; a user "
+        "with no accepted adapter yet (fewer than 4 ready samples) gets the base model, which is not trained. Needs "
+        "--engine local and the trainer in this process (docs/personal-adapters.md). off = one shared model learns "
+        "from everyone", default="off")
     resume: bool = setting("continue from the latest checkpoint in the data dir", default=False)
     status_interval_s: float = setting("seconds between live status lines (0 = none)", default=30.0)
     engine: str = setting("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
@@ -154,6 +160,13 @@ class ServeConfig:
               "a share in (0, 1), or 0 for vLLM's default")
         check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
+        check(self.personal_adapters in ("on", "off"), "personal_adapters", self.personal_adapters, "on or off")
+        if self.personal_adapters == "on":
+            check(self.engine == "local", "engine", self.engine,
+                  "local with --personal-adapters on (only the local engine serves many adapters in one batch)")
+            check(self.train and self.train_nproc == 1, "train_nproc" if self.train else "train",
+                  self.train_nproc if self.train else self.train,
+                  "the trainer in this process (--train, --train-nproc 1) with --personal-adapters on")
 
 
 def check(ok: bool, name: str, value: Any, want: str) -> None:
@@ -737,7 +750,7 @@ class SimulateConfig:
         "judge": {**SPEC_SETTINGS, "hint_check": "hint_check (--hint-check)",
                   "lessons": "experience (--experience): it learns and serves lessons, or neither"}}
 
-    persona: str = setting("student | teacher | module:ATTR (a Persona of your own: docs/experiments.md)",
+    persona: str = setting("student | teacher | parent | module:ATTR (a Persona of your own: docs/experiments.md)",
                            default="student")
     sessions: int = setting("sessions to play", default=32)
     method: str = setting("binary | opd | combined | topk | stepwise | module:ATTR, or several separated by commas "
@@ -763,6 +776,9 @@ class SimulateConfig:
     parallel: int = setting("users playing at the same time (their requests share decode batches)", default=4)
     eval_every: int = setting("score the held-out set every this many updates (and always before training)",
                               default=1)
+    eval_every_sessions: int = setting("with the experience on: also score the held-out set every this many "
+                                       "sessions while the weights stay the same (training off), since the "
+                                       "experience the answers are served with changes; 0: never", default=8)
     max_updates: int = setting("stop starting sessions after this many policy updates (0: play all sessions)",
                                default=0)
     gate_probes: int = setting("with --gate on: this many more of the persona's problems (neither played nor "
@@ -799,6 +815,7 @@ class SimulateConfig:
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
         check(self.parallel >= 1, "parallel", self.parallel, "at least 1 session at a time")
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
+        check(self.eval_every_sessions >= 0, "eval_every_sessions", self.eval_every_sessions, "0 (never) or more")
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")
         check(self.approve_threshold is None or 0.0 < self.approve_threshold <= 1.0, "approve_threshold",
               self.approve_threshold, "a rubric score in (0, 1]")

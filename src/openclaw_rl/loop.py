@@ -50,9 +50,11 @@ def record_train_steps(server: Server, trainer: Trainer) -> Callable[[dict], Non
 
 
 def show_candidates(server: Server, gate: Gate | None) -> None:
-    """While the gate decides, its candidate is shown (dashboard, Prometheus gauge)."""
+    """While the gate decides, its candidate is shown (dashboard, Prometheus gauge); then its
+    collapse detectors' values (Prometheus gauges)."""
     if gate is not None:
         gate.watch = server.metrics.show_candidate
+        gate.on_decision = server.metrics.record_gate_decision
 
 
 def status_loop(server: Server, interval_s: float) -> Background:

@@ -16,6 +16,28 @@ Message = dict[str, Any]  # an OpenAI chat message, as the client sent it
 
 
 @dataclass(frozen=True)
+class Constraint:
+    """What a response must match, token by token (engine/grammar.py; docs/structured-outputs.md).
+
+    The text is `prefix`, then one JSON value valid under `schema`, then `suffix`, then the
+    end of the response: a JSON schema response format is a bare schema; a forced tool call
+    is `<tool_call>`, a call object under the tools' schemas, `</tool_call>`. Stored with
+    the turn's sampling parameters, so the trainer and the teacher rebuild the same mask.
+    """
+
+    schema: dict[str, Any]
+    prefix: str = ""
+    suffix: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": self.schema, "prefix": self.prefix, "suffix": self.suffix}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Constraint | None:
+        return None if d is None else cls(d["schema"], d.get("prefix", ""), d.get("suffix", ""))
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """How one response is sampled. temperature 0 means greedy decoding."""
 
@@ -28,6 +50,13 @@ class SamplingParams:
     # who may reuse this request's cached prefix (engine/prefixes.py): the authenticated user; not
     # stored with the turn, since it says nothing about how the response was sampled
     cache_scope: str | None = None
+    # whose personal LoRA adapter samples this request (docs/personal-adapters.md); None, or a user
+    # without a loaded adapter: the shared model. Not stored with the turn (yet): the version that
+    # answered is `Started.adapter_version`, sent to the client as X-Adapter-Version.
+    adapter: str | None = None
+
+    # the grammar each token is sampled under (a masked distribution; behaviour log-probs are of it)
+    constraint: Constraint | None = None
 
     @property
     def greedy(self) -> bool:
@@ -56,6 +85,7 @@ class SamplingParams:
             "stop": list(self.stop),
             "seed": self.seed,
             "top_logprobs": self.top_logprobs,
+            "constraint": self.constraint.to_dict() if self.constraint else None,
         }
 
 
@@ -278,6 +308,7 @@ class Sample:
     teacher_top_logprobs: list[list[float]] | None = None  # (T, K)
     hint: str | None = None
     step_advantage: float | None = None  # a long-horizon agent step's standardized advantage (drivers/agent.py)
+    constraint: dict[str, Any] | None = None  # the grammar the response was sampled under (Constraint.to_dict)
     experience: ExperienceTargets | None = None  # served with an experience block: scored without and with it
 
     def to_dict(self) -> dict[str, Any]:

@@ -70,12 +70,14 @@ from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, RubricComparer
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.server import LoopDied, Server
 from openclaw_rl.train.gate import Scorer
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.weights import CallbackChannel
+from openclaw_rl.users import LOCAL
 
 log = logging.getLogger(__name__)
 
@@ -115,17 +117,17 @@ class _SnapshotEvaluator:
     on a memory-bound CPU), else an engine of its own that loads that version's snapshot (built
     on first need). Every answer names the version that produced it: if serving moved on
     before an answer started, the snapshot engine answers them all again."""
-    def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path,
-                 on_score: Callable[[int, float, list[FirstAnswer]], None], serving: Server | None = None):
+    def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path, on_score: Callable[..., None],
+                 serving: Server | None = None, experience: Callable[[], tuple[str, int | None]] | None = None):
         self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0)
         self._config, self._persona, self._heldout, self._on_score = config, persona, heldout, on_score
-        self._serving = serving
+        self._serving, self._experience = serving, experience
         self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store
         self._shared: tuple[ServerThread, openai.OpenAI] | None = None
         if serving is not None:  # the serving engine behind an app of the evaluator's own
             self._shared = self._start(self._server(serving.engine))
         self._own: tuple[Server, ServerThread, openai.OpenAI] | None = None
-        self._queue: queue.Queue[tuple[int, dict | None, threading.Event] | None] = queue.Queue()
+        self._queue: queue.Queue[tuple[int, dict | None, int | None, threading.Event] | None] = queue.Queue()
         self._closing, self._closed = threading.Lock(), False
         self._worker = threading.Thread(target=self._run, name="openclaw-eval", daemon=True)
         self._worker.start()
@@ -143,46 +145,59 @@ class _SnapshotEvaluator:
         http = ServerThread(create_app(server, owns_engine=False), port)
         return http, openai.OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
 
-    def submit(self, version: int, state_dict: Weights | None) -> threading.Event:
+    def submit(self, version: int, state_dict: Weights | None, sessions: int | None = None) -> threading.Event:
         """Score `version` (its weights; None: the base model's, version 0); the event is set once
         it is scored. Waiting for it while serving holds `version` (in the weights channel, so
-        the next version's delivery waits) keeps the answers on serving."""
+        the next version's delivery waits) keeps the answers on serving. `sessions`: the
+        sessions played when scored (default: when `version` was published)."""
         scored = threading.Event()
         with self._closing:
             if self._closed:  # a version published while serving shuts down: nothing scores it now
                 scored.set()
             else:
-                self._queue.put((version, state_dict, scored))
+                self._queue.put((version, state_dict, sessions, scored))
         return scored
 
-    def _answers(self, client: openai.OpenAI, model_name: str) -> list[FirstAnswer]:
-        return first_answers(client, model_name, self._persona, self._heldout,
-                             max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
+    def _answers(self, client: openai.OpenAI, model_name: str,
+                 block: str) -> tuple[list[FirstAnswer], list[FirstAnswer] | None]:
+        """(the answers served with the user's experience `block`, the weights' own answers without
+        it when there is one: the held-out score of the weights alone)."""
+        weights = first_answers(client, model_name, self._persona, self._heldout,
+                                max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
+        if not block:
+            return weights, None
+        served = first_answers(client, model_name, self._persona, self._heldout,
+                               max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout), block=block)
+        return served, weights
 
-    def _snapshot_answers(self, version: int, state_dict: Weights | None) -> list[FirstAnswer]:
+    def _snapshot_answers(self, version: int, state_dict: Weights | None, block: str):
         if self._own is None:
             server = self._server(build_engine(self._serve, resolve_model_dir(self._serve.model or None), threads=1))
             self._own = (server, *self._start(server))
         server, _, client = self._own
         if state_dict is not None and server.engine.policy_version != version:
             asyncio.run(server.engine.load_weights(state_dict, version))
-        return self._answers(client, server.model_name)
+        return self._answers(client, server.model_name, block)
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
-            version, state_dict, scored = item
+            version, state_dict, sessions, scored = item
             try:
-                answers, way = None, "serving"
+                found, way = None, "serving"
+                block, experience_version = self._experience() if self._experience else ("", None)
                 if self._shared is not None and self._serving.engine.policy_version == version:
-                    answers = self._answers(self._shared[1], self._serving.model_name)
-                    if any(a.policy_version != version for a in answers):
+                    found = self._answers(self._shared[1], self._serving.model_name, block)
+                    if any(a.policy_version != version for a in (found[1] or []) + found[0]):
                         log.info("serving moved past v%d during its evaluation: scored on a snapshot", version)
-                        answers = None
-                if answers is None:
-                    answers, way = self._snapshot_answers(version, state_dict), "snapshot"
+                        found = None
+                if found is None:
+                    found, way = self._snapshot_answers(version, state_dict, block), "snapshot"
                 self.answered_by[way] += 1
                 del state_dict  # a full copy of the weights: let it go before the next one arrives
-                self._on_score(version, sum(a.score for a in answers) / len(answers), answers)
+                answers, weights = found
+                self._on_score(version, sum(a.score for a in answers) / len(answers), answers, sessions=sessions,
+                               weights_score=sum(a.score for a in weights) / len(weights) if weights else None,
+                               experience_version=experience_version)
             except BaseException as error:  # reported by close(), never lost in a thread
                 log.exception("evaluation of policy v%d failed", version)
                 self.error = error
@@ -232,11 +247,18 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     played = 0  # sessions finished
     sessions_at: dict[int, int] = {0: 0}  # policy version -> sessions finished when it was published
     points: list[tuple[int, int, float]] = []
+    weights_points: list[tuple[int, int, float]] = []  # the weights alone, when the experience block was served
 
-    def on_score(version: int, score: float, answers: list[FirstAnswer]) -> None:
+    def on_score(version: int, score: float, answers: list[FirstAnswer], sessions: int | None = None,
+                 weights_score: float | None = None, experience_version: int | None = None) -> None:
         with lock:
-            points.append((sessions_at[version], version, score))
-        recorder.write(event="eval", method=method, sessions=sessions_at[version], updates=version, score=score,
+            sessions = sessions_at[version] if sessions is None else sessions
+            points.append((sessions, version, score))
+            if weights_score is not None:
+                weights_points.append((sessions, version, weights_score))
+        # score: as served (with the user's experience, when on); weights_score: the same weights without it
+        recorder.write(event="eval", method=method, sessions=sessions, updates=version, score=score,
+                       weights_score=weights_score, experience_version=experience_version,
                        answers=[{"problem": a.problem_id, "score": round(a.score, 4), "failed": a.failed_checks,
                                  "version": a.policy_version} for a in answers])
         if progress:
@@ -281,7 +303,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         judge=oracle, channels=(CallbackChannel(on_publish),), scorer=scorer, flush=flush, comparer=comparer,
         write_samples=training, training=None if training else "off"))
     server = stack.server
-    evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server)
+    evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server,
+                                   experience=lambda: experience_block(server.store, server.tokenizer, server.config,
+                                                                       LOCAL))  # the keyless server's one user
     thread = ServerThread(stack.app(), port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
@@ -298,6 +322,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             rewards.extend(t.score for t in session.turns)
             count = played
         accepted[index] = bool(session.turns) and session.turns[0].reply_kind == "approve"
+        if not training and judging and config.eval_every_sessions and count % config.eval_every_sessions == 0:
+            evaluator.submit(0, None, sessions=count)  # the weights stay; the experience served moved on
         recorder.write(event="session", method=method, sessions=count, index=index + 1, accepted=accepted[index],
                        session_id=session.session_id,
                        problem=problem.id, turns=len(session.turns), first_score=session.first_score,
@@ -388,6 +414,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "score_after": points[-1][2],
         "score_by_update": {str(u): s for _, u, s in points},
         "curve": [list(p) for p in points],
+        # the held-out score of the same weights without the experience block (served with it: "curve")
+        "weights_curve": [list(p) for p in sorted(weights_points, key=lambda p: p[1])],
         "mean_rubric_of_all_responses": sum(rewards) / len(rewards) if rewards else None,
         "wall_time_s": round(time.monotonic() - started, 1),
         # what became of the judged samples: trained on, dropped as stale, rejected, still waiting

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol, runtime_checkable
 
-from openclaw_rl.types import SamplingParams, Score, TokenStep
+from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
 
 class EngineError(RuntimeError):
@@ -31,6 +31,7 @@ class Started:
 
     policy_version: int
     prompt_token_count: int
+    adapter_version: int | None = None  # the request's personal adapter version; None: the shared model
 
 
 @dataclass(frozen=True)
@@ -115,12 +116,14 @@ class Engine(Protocol):
 
     async def score(
         self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0, top_p: float = 1.0,
-        top_k: int = 0,
+        top_k: int = 0, constraint: Constraint | None = None,
     ) -> Score:
         """Log-probs of `response_ids` after `prompt_ids`, and the top-k at each position, under
-        the distribution `stream` samples from with these parameters: logits / T, then top-p
-        truncation and renormalisation (a token top-p cuts gets -inf). temperature <= 0 is the
-        plain model (T = 1, no top-p), as greedy turns record it."""
+        the distribution `stream` samples from with these parameters: the grammar's mask when
+        the response was sampled under a `constraint` (engine/grammar.py), logits / T, then
+        top-p truncation and renormalisation (a token top-p cuts gets -inf). temperature <= 0
+        is the plain model (T = 1, no top-p), as greedy turns record it. An engine that cannot
+        mask its scoring raises EngineError for a constraint."""
         ...
 
     async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:

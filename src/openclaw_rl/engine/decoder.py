@@ -27,7 +27,7 @@ owns the model's state for the rows in the batch. Both decoders give the same lo
 from __future__ import annotations
 
 import inspect
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -36,20 +36,24 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 from openclaw_rl.engine import kernels
+from openclaw_rl.engine.adapters import LoraPass, PersonalAdapter, lora_pass
 from openclaw_rl.engine.prefixes import ANY, Prefix, PrefixCache
 
 _FUSED_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 _MIN_POSITIONS = 256
 _PACK_TOKENS = 1024  # prompts prefilled as one sequence, up to this many tokens together
+Adapters = list[PersonalAdapter | None] | None  # per prompt or row; None: no row has one
 
 
 class Decoder(Protocol):
     can_join: bool  # rows may join a running batch
     reused_tokens: int  # prompt positions copied from kept prefixes instead of computed
 
-    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None,
+                adapters: Adapters = None) -> torch.Tensor:
         """Append one row per prompt to the batch; the logits of each prompt's last token (n, V).
-        `scopes`: each prompt's prefix-cache scope (prefixes.py); None: no scope."""
+        `scopes`: each prompt's prefix-cache scope (prefixes.py); None: no scope. `adapters`:
+        each prompt's personal adapter (adapters.py), None for the shared model."""
 
     def park(self, row: int, tokens: list[int], scope: str | None) -> None:
         """Keep the cache of a finished row (whose fed tokens are `tokens`) for later prompts of `scope`."""
@@ -57,11 +61,11 @@ class Decoder(Protocol):
     def forget(self) -> None:
         """Drop every kept prefix: the weights changed."""
 
-    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+    def score_logits(self, ids: list[int], last: int, adapter: PersonalAdapter | None = None) -> torch.Tensor:
         """The logits (last, V) of the last `last` positions of `ids`, outside the batch (a scoring pass)."""
 
-    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
-        """Feed each row its next token at its position; the logits (B, V)."""
+    def step(self, tokens: list[int], positions: list[int], adapters: Adapters = None) -> torch.Tensor:
+        """Feed each row its next token at its position; the logits (B, V). `adapters`: each row's."""
 
     def keep(self, rows: list[int]) -> None:
         """Keep these rows (ascending), in this order; drop the rest."""
@@ -122,7 +126,9 @@ class FusedDecoder:
         use_kernels = (self.embed.device.type == "cpu" and self.embed.dtype == torch.float32
                        and kernels.available())
         self.kernels = use_kernels
-        self.layers = [_Layer(layer, use_kernels) for layer in inner.layers]
+        self.layers = [_Layer(i, layer, use_kernels) for i, layer in enumerate(inner.layers)]
+        self._step_lora: tuple[tuple, LoraPass | None] = ((), None)  # the batch's adapters, rebuilt when they change
+        self._adapted = False  # a kept prefix may hold keys computed under an adapter
         # the norm that follows each layer's MLP: the next layer's input norm, the final one last
         self._next_norms = [layer.input_norm for layer in self.layers[1:]] + [self.norm]
         self._linear = _kernel_linear if use_kernels else _torch_linear
@@ -193,42 +199,49 @@ class FusedDecoder:
 
     def forget(self) -> None:
         self.prefixes.clear()
+        self._adapted = False
 
     # -- the passes -------------------------------------------------------------------
 
-    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None,
+                adapters: Adapters = None) -> torch.Tensor:
         """Prompts that share a kept prefix of their scope copy its cache and run the model over
-        the rest (`_prefill_suffix`); the others are packed (`_prefill_pack`)."""
+        the rest (`_prefill_suffix`); the others are packed (`_prefill_pack`). A prompt under an
+        adapter is scoped to that adapter version too: keys computed under it serve no one else."""
         self._reserve(self.rows + len(prompts), max(len(p) for p in prompts) + 1)
         before = self.rows
-        scopes = scopes or [None] * len(prompts)
+        adapters = adapters or [None] * len(prompts)
+        scopes = [_scoped(scope, adapter) for scope, adapter in zip(scopes or [None] * len(prompts), adapters)]
+        self._adapted = self._adapted or any(a is not None for a in adapters)
         matches = [self.prefixes.match(scope, prompt) for scope, prompt in zip(scopes, prompts)]
         out: list[torch.Tensor | None] = [None] * len(prompts)
         fresh = [i for i, found in enumerate(matches) if found is None]
         for i, found in enumerate(matches):
             if found is not None:
-                out[i] = self._prefill_suffix(prompts[i], before + i, *found)
+                out[i] = self._prefill_suffix(prompts[i], before + i, *found, adapter=adapters[i])
                 self.reused_tokens += found[1]
         for pack in _packs(fresh, _PACK_TOKENS, [len(p) for p in prompts]):
-            for i, logits in zip(pack, self._prefill_pack([prompts[i] for i in pack], [before + i for i in pack])):
+            for i, logits in zip(pack, self._prefill_pack([prompts[i] for i in pack], [before + i for i in pack],
+                                                          [adapters[i] for i in pack])):
                 out[i] = logits
         # rows are written only now: a failed prefill adds none (the engine retries the prompts one by one)
         self.rows += len(prompts)
         self._lengths.extend(len(p) for p in prompts)
         return torch.stack(out)  # type: ignore[arg-type]
 
-    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+    def score_logits(self, ids: list[int], last: int, adapter: PersonalAdapter | None = None) -> torch.Tensor:
         """The logits (last, V) of the last `last` positions of `ids`, from a kept prefix of any
         scope where one matches: a scoring pass (the judge's teacher) in a spare row, outside
-        the batch, whose rows it leaves as they were."""
+        the batch, whose rows it leaves as they were. Once adapters served, kept prefixes may
+        belong to other weights, so the pass computes every position (under `adapter`)."""
         self._reserve(self.rows + 1, len(ids) + 1)
-        found = self.prefixes.match(ANY, ids, keep_last=last)
+        found = None if self._adapted or adapter is not None else self.prefixes.match(ANY, ids, keep_last=last)
         if found is not None:
             self.reused_tokens += found[1]
-        return self._prefill_suffix(ids, self.rows, *(found or (None, 0)), last=last)
+        return self._prefill_suffix(ids, self.rows, *(found or (None, 0)), last=last, adapter=adapter)
 
     def _prefill_suffix(self, prompt: list[int], row: int, prefix: Prefix | None, shared: int,
-                        last: int = 1) -> torch.Tensor:
+                        last: int = 1, adapter: PersonalAdapter | None = None) -> torch.Tensor:
         """`prompt` into `row` from a kept prefix: its first `shared` positions' keys and values
         copied, the model run over the rest, each new position attending to the whole row. The
         logits of the last position, or (last, V) of the last `last` ones when `last` > 1."""
@@ -240,23 +253,26 @@ class FusedDecoder:
         x = F.embedding(torch.tensor(prompt[shared:], device=device), self.embed)[None]  # (1, S, hidden)
         cos, sin = self._cos[positions][None], self._sin[positions][None]  # (1, S, D)
         mask = positions[:, None] >= torch.arange(n, device=device)[None]  # (S, n) causal over the row
+        lora = lora_pass([adapter], [n - shared])
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (1, H, S, D)
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim, lora)  # (1, H, S, D)
             self._keys[i, row, :, shared:n] = k[0]
             self._values[i, row, :, shared:n] = v[0]
             attn = F.scaled_dot_product_attention(q, self._keys[i, row : row + 1, :, :n],
                                                   self._values[i, row : row + 1, :, :n], attn_mask=mask,
                                                   scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
-            x = layer.finish(x, attn.transpose(1, 2).reshape(1, n - shared, -1))
+            x = layer.finish(x, attn.transpose(1, 2).reshape(1, n - shared, -1), lora)
         hidden = x[0, -1] if last == 1 else x[0, -last:]
         return self._linear(_norm(self.norm, hidden), self.lm_head, None)  # (V,) or (last, V)
 
-    def _prefill_pack(self, prompts: list[list[int]], rows: list[int]) -> torch.Tensor:
+    def _prefill_pack(self, prompts: list[list[int]], rows: list[int],
+                      adapters: list[PersonalAdapter | None]) -> torch.Tensor:
         """Several prompts as one sequence (one pass over the weights), each attending only to
-        itself (a block-diagonal causal mask) at its own positions 0..n-1; each prompt's
-        keys and values go to its own row of the cache (`rows`)."""
+        itself (a block-diagonal causal mask) at its own positions 0..n-1, under its own adapter;
+        each prompt's keys and values go to its own row of the cache (`rows`)."""
         device = self.embed.device
         lengths = [len(p) for p in prompts]
+        lora = lora_pass(adapters, lengths)
         ends = torch.tensor(lengths, device=device).cumsum(0)
         starts = [int(e) - n for e, n in zip(ends, lengths)]
         positions = torch.cat([torch.arange(n, device=device) for n in lengths])
@@ -268,20 +284,21 @@ class FusedDecoder:
             mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
         total = x.shape[1]
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (1, H, T, D)
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim, lora)  # (1, H, T, D)
             for row, start, n in zip(rows, starts, lengths):
                 self._keys[i, row, :, :n] = k[0, :, start : start + n]
                 self._values[i, row, :, :n] = v[0, :, start : start + n]
             attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=self.scale,
                                                   enable_gqa=self.n_kv != self.n_heads)
-            x = layer.finish(x, attn.transpose(1, 2).reshape(1, total, -1))
+            x = layer.finish(x, attn.transpose(1, 2).reshape(1, total, -1), lora)
         return self._linear(_norm(self.norm, x[0, ends - 1]), self.lm_head, None)  # (n, V)
 
-    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int], positions: list[int], adapters: Adapters = None) -> torch.Tensor:
         b = self.rows
         self._reserve(b, max(positions) + 1)
+        lora = self._batch_lora(adapters)
         if self.kernels and b <= kernels.MAX_ROWS:
-            logits = self._step_kernels(tokens, positions)
+            logits = self._step_kernels(tokens, positions, lora)
             self._lengths = [p + 1 for p in positions]
             return logits
         device = self.embed.device
@@ -293,35 +310,39 @@ class FusedDecoder:
         # keys beyond a row's own length are another row's padding: masked out
         mask = (torch.arange(length, device=device)[None] <= pos[:, None])[:, None, None]  # (B, 1, 1, S)
         for i, layer in enumerate(self.layers):
-            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim)  # (B, H, 1, D)
+            q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim, lora)  # (B, H, 1, D)
             keys, values = self._keys[i], self._values[i]
             keys[rows, :, pos] = k[:, :, 0]
             values[rows, :, pos] = v[:, :, 0]
             attn = F.scaled_dot_product_attention(q, keys[:b, :, :length], values[:b, :, :length], attn_mask=mask,
                                                   scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
-            x = layer.finish(x, attn.reshape(b, 1, -1))
+            x = layer.finish(x, attn.reshape(b, 1, -1), lora)
         self._lengths = [p + 1 for p in positions]
         return self._linear(_norm(self.norm, x[:, 0]), self.lm_head, None)
 
+    def _batch_lora(self, adapters: Adapters) -> LoraPass | None:
+        """The rows' adapters stacked (adapters.py), rebuilt only when a row's adapter changed."""
+        key = tuple(adapters or ())
+        if key != self._step_lora[0]:  # identity: adapters compare as objects
+            self._step_lora = (key, lora_pass(key, [1] * len(key)) if key else None)
+        return self._step_lora[1]
 
-    def _step_kernels(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def _step_kernels(self, tokens: list[int], positions: list[int], lora: LoraPass | None = None) -> torch.Tensor:
         """The same step, each layer as eight calls into the compiled kernels (kernels.py)."""
         ops, device = kernels.ops(), self.embed.device
         pos = torch.tensor(positions, device=device)
         x = F.embedding(torch.tensor(tokens, device=device), self.embed)  # (B, hidden), the residual stream
         h = ops.rms_norm(x, self.layers[0].input_norm.weight, self.layers[0].input_norm.variance_epsilon)
         for i, (layer, next_norm) in enumerate(zip(self.layers, self._next_norms)):
-            q, k, v = (_biased(ops.gemv(h, proj.weight), proj.bias) for proj in (layer.q, layer.k, layer.v))
+            proj = layer.kernel_proj(lora)
+            q, k, v = (proj(h, target) for target in ("q_proj", "k_proj", "v_proj"))
             if layer.q_norm is not None:
                 q = _norm(layer.q_norm, q.view(q.shape[0], -1, self.head_dim)).reshape(q.shape)
                 k = _norm(layer.k_norm, k.view(k.shape[0], -1, self.head_dim)).reshape(k.shape)
             attn = ops.decode_attention(q, k, v, self._cos, self._sin, self._keys[i], self._values[i], pos, self.scale)
-            h = ops.add_rms_norm(x, _biased(ops.gemv(attn, layer.o.weight), layer.o.bias),
-                                 layer.post_norm.weight, layer.post_norm.variance_epsilon)
-            up = ops.silu_mul(_biased(ops.gemv(h, layer.gate.weight), layer.gate.bias),
-                              _biased(ops.gemv(h, layer.up.weight), layer.up.bias))
-            h = ops.add_rms_norm(x, _biased(ops.gemv(up, layer.down.weight), layer.down.bias),
-                                 next_norm.weight, next_norm.variance_epsilon)
+            h = ops.add_rms_norm(x, proj(attn, "o_proj"), layer.post_norm.weight, layer.post_norm.variance_epsilon)
+            up = ops.silu_mul(proj(h, "gate_proj"), proj(h, "up_proj"))
+            h = ops.add_rms_norm(x, proj(up, "down_proj"), next_norm.weight, next_norm.variance_epsilon)
         return ops.gemv(h, self.lm_head)
 
 
@@ -347,32 +368,55 @@ def _biased(y: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
 class _Layer:
     """One decoder layer's parameters, read in place (a weight swap copies into them)."""
 
-    def __init__(self, layer, use_kernels: bool):
+    def __init__(self, index: int, layer, use_kernels: bool):
         attn, mlp = layer.self_attn, layer.mlp
+        self.index = index
         self.linear = _kernel_linear if use_kernels else _torch_linear
         self.input_norm, self.post_norm = layer.input_layernorm, layer.post_attention_layernorm
         self.q, self.k, self.v, self.o = attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj
         self.q_norm, self.k_norm = getattr(attn, "q_norm", None), getattr(attn, "k_norm", None)  # Qwen3
         self.gate, self.up, self.down = mlp.gate_proj, mlp.up_proj, mlp.down_proj
+        self.by_target = {"q_proj": self.q, "k_proj": self.k, "v_proj": self.v, "o_proj": self.o,
+                          "gate_proj": self.gate, "up_proj": self.up, "down_proj": self.down}
 
-    def qkv(self, x, cos, sin, n_heads, n_kv, head_dim):
+    def proj(self, target: str, h: torch.Tensor, lora: LoraPass | None) -> torch.Tensor:
+        """The projection `target` of `h`, plus each position's adapter delta."""
+        module = self.by_target[target]
+        y = self.linear(h, module.weight, module.bias)
+        return y if lora is None else lora.add(self.index, target, h, y)
+
+    def kernel_proj(self, lora: LoraPass | None) -> Callable[[torch.Tensor, str], torch.Tensor]:
+        """`proj` for the kernel step: (B, in) rows through the compiled gemv."""
+        ops = kernels.ops()
+
+        def proj(h: torch.Tensor, target: str) -> torch.Tensor:
+            module = self.by_target[target]
+            y = _biased(ops.gemv(h, module.weight), module.bias)
+            return y if lora is None else lora.add(self.index, target, h, y)
+
+        return proj
+
+    def qkv(self, x, cos, sin, n_heads, n_kv, head_dim, lora: LoraPass | None = None):
         b, t, _ = x.shape
         h = _norm(self.input_norm, x)
-        q = self.linear(h, self.q.weight, self.q.bias).view(b, t, n_heads, head_dim)
-        k = self.linear(h, self.k.weight, self.k.bias).view(b, t, n_kv, head_dim)
-        v = self.linear(h, self.v.weight, self.v.bias).view(b, t, n_kv, head_dim)
+        q = self.proj("q_proj", h, lora).view(b, t, n_heads, head_dim)
+        k = self.proj("k_proj", h, lora).view(b, t, n_kv, head_dim)
+        v = self.proj("v_proj", h, lora).view(b, t, n_kv, head_dim)
         if self.q_norm is not None:
             q, k = _norm(self.q_norm, q), _norm(self.k_norm, k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)  # (B, H, T, D)
         cos, sin = cos[:, None], sin[:, None]
         return q * cos + _rotate_half(q) * sin, k * cos + _rotate_half(k) * sin, v
 
-    def finish(self, x, attn):
-        linear = self.linear
-        x = x + linear(attn, self.o.weight, self.o.bias)
+    def finish(self, x, attn, lora: LoraPass | None = None):
+        x = x + self.proj("o_proj", attn, lora)
         h = _norm(self.post_norm, x)
-        return x + linear(F.silu(linear(h, self.gate.weight, self.gate.bias)) * linear(h, self.up.weight, self.up.bias),
-                          self.down.weight, self.down.bias)
+        return x + self.proj("down_proj", F.silu(self.proj("gate_proj", h, lora)) * self.proj("up_proj", h, lora), lora)
+
+
+def _scoped(scope: str | None, adapter: PersonalAdapter | None) -> str | None:
+    """A prefix-cache scope that also names the adapter version its keys were computed under."""
+    return scope if adapter is None else f"{scope}\x00adapter:{adapter.user}@{adapter.version}:{id(adapter)}"
 
 
 def _torch_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -427,12 +471,15 @@ class HFDecoder:
     def forget(self) -> None:
         pass
 
-    def score_logits(self, ids: list[int], last: int) -> torch.Tensor:
+    def score_logits(self, ids: list[int], last: int, adapter: PersonalAdapter | None = None) -> torch.Tensor:
         """A plain forward, the head over the last `last` positions only where the model allows."""
+        _no_adapters([adapter])
         keep = {"logits_to_keep": last} if self._accepts_logits_to_keep else {}
         return self.model(input_ids=torch.tensor([ids], device=self.model.device), **keep).logits[0, -last:]
 
-    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None) -> torch.Tensor:
+    def prefill(self, prompts: list[list[int]], scopes: list[str | None] | None = None,
+                adapters: Adapters = None) -> torch.Tensor:
+        _no_adapters(adapters or [])
         width = max(len(p) for p in prompts)
         ids = torch.full((len(prompts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(prompts), width), dtype=torch.long)
@@ -449,7 +496,8 @@ class HFDecoder:
             self.can_join = _is_plain_cache(cache)
         return logits
 
-    def step(self, tokens: list[int], positions: list[int]) -> torch.Tensor:
+    def step(self, tokens: list[int], positions: list[int], adapters: Adapters = None) -> torch.Tensor:
+        _no_adapters(adapters or [])
         ids = torch.tensor([[t] for t in tokens], dtype=torch.long)
         self._mask = torch.cat([self._mask, torch.ones((len(tokens), 1), dtype=torch.long)], dim=-1)
         return self._forward(ids, self._mask, torch.tensor([[p] for p in positions]), self._cache)
@@ -478,6 +526,12 @@ class HFDecoder:
         if self._accepts_logits_to_keep:
             kwargs["logits_to_keep"] = 1
         return self.model(**kwargs).logits[:, -1, :]  # (B, V)
+
+
+def _no_adapters(adapters: list[PersonalAdapter | None]) -> None:
+    if any(adapter is not None for adapter in adapters):
+        raise ValueError("personal adapters need the fused decoder (a Llama-family model, decoder = auto or fused); "
+                         "this model runs on transformers' forward")
 
 
 def _is_plain_cache(cache) -> bool:

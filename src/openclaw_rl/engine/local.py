@@ -18,6 +18,11 @@ swaps: every response comes from exactly one policy version and no request is re
 A finished row's cache is kept for the request's user (`SamplingParams.cache_scope`) until
 the next swap, up to `prefix_cache_mb` (engine/prefixes.py).
 
+Personal adapters (`load_adapter`, docs/personal-adapters.md) need no pause at all: a
+request of a user with an adapter is admitted under that user's current adapter version
+and keeps it to its last token, in the same batch as everyone else (engine/adapters.py);
+a new version is one dict assignment between steps, seen by the next admitted request.
+
 (Over 400 lines: decoding, scoring and weight swaps run on one thread over one batch's
 state, so they are one class.)
 """
@@ -38,13 +43,15 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.adapters import PersonalAdapter, model_shapes, prepare
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
 )
-from openclaw_rl.engine.decoder import make_decoder
+from openclaw_rl.engine.decoder import FusedDecoder, make_decoder
+from openclaw_rl.engine.grammar import Grammars
 from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
-from openclaw_rl.types import SamplingParams, Score, TokenStep
+from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +66,7 @@ class _Request:
     emit: Callable[[StreamEvent | BaseException], None]
     cancelled: bool = False
     generator: torch.Generator | None = None  # set at admission
+    grammar: Any = None  # the constraint's matcher (engine/grammar.py), set at admission; None: unconstrained
 
 
 @dataclass(eq=False)
@@ -70,6 +78,7 @@ class _Row:
     generated: int = 0
     done: bool = False
     fed: list[int] = field(default_factory=list)  # the tokens whose keys the cache holds: what a parked row covers
+    adapter: PersonalAdapter | None = None  # the user's adapter version at admission, kept to the last token
 
 
 @dataclass(eq=False)
@@ -117,11 +126,13 @@ class LocalEngine:
         self._decoder = make_decoder(self.model, self.pad_token_id, decoder,  # auto | fused | hf
                                      prefix_cache_bytes=prefix_cache_mb << 20)
         self.decoder = type(self._decoder).__name__
+        self._grammars = Grammars(self.tokenizer, int(config.vocab_size), sorted(self.eos_token_ids))
 
         self._lock = threading.Condition()
         self._waiting: collections.deque[_Request] = collections.deque()
         self._jobs: collections.deque[_Job] = collections.deque()
         self._rows: list[_Row] = []
+        self._adapters: dict[str, PersonalAdapter] = {}  # user -> adapter; changed on the model thread only
         self._stopping = False
         self._last_work = time.monotonic()
         self._counters = {"tokens_generated": 0, "decode_steps": 0, "prefills": 0, "max_batch_seen": 0,
@@ -172,10 +183,15 @@ class LocalEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        adapter: str | None = None,
+        constraint: Constraint | None = None,
     ) -> Score:
+        """`adapter`: score under this user's current personal adapter (None, or none loaded: the shared model).
+        `constraint`: the grammar the response was sampled under; its mask is replayed (engine/grammar.py)."""
         if not prompt_ids or not response_ids:
             raise EngineError("score needs a non-empty prompt and response")
-        return await self._call(lambda: self._score(prompt_ids, response_ids, temperature, top_p, top_k))
+        return await self._call(lambda: self._score(prompt_ids, response_ids, temperature, top_p, top_k,
+                                                    self._adapters.get(adapter) if adapter else None, constraint))
 
     async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         """Swap in new weights once the rows in flight finish; admit nothing meanwhile."""
@@ -186,6 +202,33 @@ class LocalEngine:
                               "False): publish the trainer's merged policy_state_dict()")
         state_dict = weights
         await self._call(lambda: self._load(state_dict, policy_version), needs_idle=True)
+
+    async def load_adapter(self, user: str, adapter: LoraAdapter | StoredWeights, version: int) -> None:
+        """Serve `user`'s requests admitted from now on under `adapter` (peft's format) as its
+        `version`; requests in flight, theirs and everyone else's, go on unpaused."""
+        if not isinstance(self._decoder, FusedDecoder):
+            raise EngineError(f"personal adapters need the fused decoder; this engine runs {self.decoder} "
+                              "(a model outside the Llama family, or decoder = hf)")
+        if isinstance(adapter, StoredWeights):
+            adapter = await asyncio.to_thread(weight_files.read, adapter)
+        if not isinstance(adapter, LoraAdapter):
+            raise EngineError(f"load_adapter takes a LoRA adapter, not {type(adapter).__name__} (full weights go "
+                              "to load_weights)")
+        try:
+            ready = await asyncio.to_thread(prepare, adapter, user, version, model_shapes(self.model),
+                                            dtype=self.dtype, device=self.device)
+        except ValueError as error:
+            raise EngineError(str(error)) from error
+        await self._call(lambda: self._adapters.__setitem__(user, ready))
+
+    async def drop_adapter(self, user: str) -> None:
+        """Serve `user` the shared model from the next admitted request on (an admin's off or
+        reset, a deleted user); their requests in flight finish under the adapter they started with."""
+        await self._call(lambda: self._adapters.pop(user, None))
+
+    def adapter_versions(self) -> dict[str, int]:
+        """The adapter version each user with one is served now."""
+        return {user: adapter.version for user, adapter in dict(self._adapters).items()}
 
     @property
     def idle_s(self) -> float:
@@ -202,8 +245,11 @@ class LocalEngine:
                 "policy_version": self.policy_version,
                 "active_rows": len(self._rows),
                 "waiting_requests": len(self._waiting),
+                "jobs_waiting": len(self._jobs),  # scoring passes, weight and adapter loads not yet run
                 **self._counters,
                 "prefix_tokens_reused": self._decoder.reused_tokens,
+                "personal_adapters": len(self._adapters),
+                "personal_adapter_bytes": sum(a.nbytes for a in self._adapters.values()),
             }
 
     async def aclose(self) -> None:
@@ -300,6 +346,8 @@ class LocalEngine:
         for request in requests:
             try:
                 request.generator = self._generator(request.params)
+                constraint = request.params.constraint
+                request.grammar = self._grammars.matcher(constraint) if constraint else None
                 ready.append(request)
             except Exception as error:
                 request.emit(EngineError(f"the request's sampling parameters are invalid: {error}"))
@@ -323,22 +371,26 @@ class LocalEngine:
         return generator
 
     def _admit(self, requests: list[_Request]) -> None:
+        adapters = [self._adapters.get(request.params.adapter) if request.params.adapter else None
+                    for request in requests]
         logits = self._decoder.prefill([request.prompt_ids for request in requests],
-                                       [request.params.cache_scope for request in requests])
+                                       [request.params.cache_scope for request in requests], adapters)
         self._counters["prefills"] += 1
         self._counters["prompt_tokens"] += sum(len(request.prompt_ids) for request in requests)
         rows = []
-        for request in requests:
+        for request, adapter in zip(requests, adapters):
             rows.append(_Row(request, position=len(request.prompt_ids), generator=request.generator,
-                             fed=list(request.prompt_ids)))
-            request.emit(Started(self.policy_version, len(request.prompt_ids)))
+                             fed=list(request.prompt_ids), adapter=adapter))
+            request.emit(Started(self.policy_version, len(request.prompt_ids),
+                                 None if adapter is None else adapter.version))
         self._rows.extend(rows)
         self._sample(rows, logits)
         self._counters["max_batch_seen"] = max(self._counters["max_batch_seen"], len(self._rows))
         self._prune()
 
     def _decode_step(self) -> None:
-        logits = self._decoder.step([row.pending_token for row in self._rows], [row.position for row in self._rows])
+        logits = self._decoder.step([row.pending_token for row in self._rows], [row.position for row in self._rows],
+                                    [row.adapter for row in self._rows])
         for row in self._rows:
             row.position += 1
             row.fed.append(row.pending_token)
@@ -350,8 +402,11 @@ class LocalEngine:
         params = [row.request.params for row in rows]
         temperature = torch.tensor([p.temperature for p in params], device=logits.device)
         top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        grammars = [row.request.grammar for row in rows]
+        logits = self._grammars.mask_logits(logits, grammars)  # a constrained row samples from its grammar's tokens
         logprobs = sampling_logprobs(logits, temperature, top_p)  # (B, V)
         tokens = sample_tokens(logprobs, temperature <= 0, [row.generator for row in rows])
+        self._grammars.advance(grammars, tokens.tolist())
         chosen = logprobs.gather(-1, tokens[:, None])[:, 0]
         n_top = max(p.top_logprobs for p in params)
         top_ids = top_lps = None
@@ -389,14 +444,16 @@ class LocalEngine:
         self._rows = []
         self._decoder.reset()
 
-    def _score(self, prompt_ids, response_ids, temperature, top_p, top_k) -> Score:
+    def _score(self, prompt_ids, response_ids, temperature, top_p, top_k, adapter=None, constraint=None) -> Score:
         ids = list(prompt_ids) + list(response_ids)
         t = len(response_ids)
         self._counters["scored_tokens"] += len(ids)
         # the head only where it predicts a response token: a teacher pass's prompt (the hinted
         # request) is most of its positions, and the head is a fifth of a small model's work; the
         # fused decoder also copies the prompt's start from the turn's own kept cache
-        logits = self._decoder.score_logits(ids, t + 1)[:-1]  # (T, V)
+        logits = self._decoder.score_logits(ids, t + 1, adapter)[:-1]  # (T, V)
+        if constraint is not None:
+            logits = logits.masked_fill(~self._grammars.replay_masks(constraint, list(response_ids)), float("-inf"))
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
         chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
         top_ids: list[list[int]] = [[] for _ in range(t)]

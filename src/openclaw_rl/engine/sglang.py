@@ -28,6 +28,7 @@ and refuses other temperatures rather than return numbers of unknown meaning.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import tempfile
 from collections.abc import AsyncIterator
@@ -40,8 +41,10 @@ from transformers import AutoConfig, AutoTokenizer
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, Started, StoredWeights, StreamEvent, Weights,
 )
+from openclaw_rl.engine.grammar import closed_objects, grammar_text
 from openclaw_rl.engine.remote import RemoteWeights, UpdateGate, sse_chunks
-from openclaw_rl.types import SamplingParams, Score, TokenStep
+from openclaw_rl.engine.vllm import UNMASKED_SCORING
+from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +94,8 @@ class SGLangEngine:
             }
             if self.adapter:
                 body["lora_path"] = self.adapter
+            if params.constraint is not None:
+                body["sampling_params"].update(structured_fields(params.constraint))
             try:
                 async with client.stream("POST", f"{self.url}/generate", json=body) as response:
                     if response.status_code != 200:
@@ -111,7 +116,9 @@ class SGLangEngine:
             raise EngineError(f"SGLang at {self.url} ended the stream without a finish reason")
 
     async def score(self, prompt_ids: list[int], response_ids: list[int], *, temperature: float = 1.0,
-                    top_p: float = 1.0, top_k: int = 0) -> Score:
+                    top_p: float = 1.0, top_k: int = 0, constraint: Constraint | None = None) -> Score:
+        if constraint is not None:
+            raise EngineError(UNMASKED_SCORING.format(engine="SGLang"))
         if temperature > 0 and (temperature != 1.0 or top_p < 1.0):
             raise EngineError(f"the SGLang engine scores at T = 1 only (asked T = {temperature}, top-p {top_p}): "
                               "whether SGLang tempers prompt log-probs is not verified (docs/deployment.md)")
@@ -178,6 +185,16 @@ class SGLangEngine:
         data = response.json() if response.headers.get("content-type", "").startswith("application/json") else {}
         if isinstance(data, dict) and data.get("success") is False:
             raise EngineError(f"SGLang at {self.url} failed {path}: {data.get('message')}")
+
+
+def structured_fields(constraint: Constraint) -> dict[str, Any]:
+    """SGLang's own structured-output sampling parameters for `constraint` (engine/grammar.py): a
+    bare schema as `json_schema` (objects closed, as the local engine closes them); a forced
+    tool call as `ebnf` holding the local engine's Lark grammar, which SGLang's llguidance
+    backend reads (`--grammar-backend llguidance`; xgrammar's EBNF cannot embed a schema)."""
+    if not constraint.prefix and not constraint.suffix:
+        return {"json_schema": json.dumps(closed_objects(constraint.schema))}
+    return {"ebnf": grammar_text(constraint)}
 
 
 def parse_generate_chunk(chunk: dict, emitted: int, top_logprobs: int) -> tuple[list[TokenStep], str | None]:

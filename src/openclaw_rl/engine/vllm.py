@@ -65,9 +65,10 @@ from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
 )
+from openclaw_rl.engine.grammar import closed_objects, grammar_text
 from openclaw_rl.engine.remote import RemoteWeights, UpdateGate, sse_chunks
 from openclaw_rl.engine.vllm_server import VLLMServer, ties_embeddings
-from openclaw_rl.types import SamplingParams, Score, TokenStep
+from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +147,8 @@ class VLLMEngine:
             }
             if params.cache_scope is not None:
                 body["cache_salt"] = self.cache_salt(params.cache_scope)
+            if params.constraint is not None:
+                body["structured_outputs"] = structured_outputs(params.constraint)
             self._counters["requests"] += 1
             try:
                 async with client.stream("POST", f"{self.url}/v1/completions", json=body,
@@ -173,9 +176,12 @@ class VLLMEngine:
         temperature: float = 1.0,
         top_p: float = 1.0,
         top_k: int = 0,
+        constraint: Constraint | None = None,
     ) -> Score:
         if not prompt_ids or not response_ids:
             raise EngineError("score needs a non-empty prompt and response")
+        if constraint is not None:
+            raise EngineError(UNMASKED_SCORING.format(engine="vLLM"))
         _, gate = self._bound()
         async with gate.exclusive() if self.score_alone else gate.request():
             self._counters["scores"] += 1
@@ -353,6 +359,20 @@ def _sampling_fields(temperature: float, top_p: float) -> dict[str, Any]:
     """Every sampling knob stated, so no server-side default (generation_config) applies."""
     return {"temperature": max(temperature, 0.0), "top_p": top_p if temperature > 0 else 1.0, "top_k": -1,
             "min_p": 0.0, "repetition_penalty": 1.0, "frequency_penalty": 0.0, "presence_penalty": 0.0}
+
+
+UNMASKED_SCORING = ("the {engine} engine cannot score under a grammar's mask (its prompt log-probs are of the "
+                    "plain model); serve with --engine local to train with a teacher on constrained turns")
+
+
+def structured_outputs(constraint: Constraint) -> dict[str, Any]:
+    """vLLM's own structured-output option for `constraint` (engine/grammar.py): a bare schema as
+    `json` (objects closed, as the local engine closes them); a schema between a prefix and a
+    suffix (a forced tool call) as the same Lark grammar the local engine compiles, which
+    vLLM's llguidance backend reads (`--structured-outputs-config.backend guidance`)."""
+    if not constraint.prefix and not constraint.suffix:
+        return {"json": closed_objects(constraint.schema)}
+    return {"grammar": grammar_text(constraint)}
 
 
 def token_id_of(key: str) -> int:

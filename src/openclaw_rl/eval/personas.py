@@ -1,7 +1,8 @@
 """Simulated users with a hidden preference: what a persona is, how it scores and replies.
 
 The two personas of docs/method.md §5 live next door: `student.py` (GSM8K homework that
-must not look AI-written) and `teacher.py` (specific, friendly grading comments).
+must not look AI-written) and `teacher.py` (specific, friendly grading comments), and a
+third written for the experience study, `parent.py` (only the result, in one sentence).
 
 A persona opens a session about one problem, scores every response with its rubric (a
 pure function, 0 to 1) and replies the way a person would: it approves and moves on when
@@ -234,7 +235,7 @@ def mentions(text: str, value: float) -> bool:
 
 # -- the personas, by name ---------------------------------------------------------------
 
-PERSONA_NAMES = ("student", "teacher")
+PERSONA_NAMES = ("student", "teacher", "parent")
 
 
 def get_persona(name: str) -> Persona:
@@ -256,5 +257,9 @@ def get_persona(name: str) -> Persona:
         from openclaw_rl.eval.teacher import TEACHER  # here, not at the top: teacher.py imports this module
 
         return TEACHER
+    if name == "parent":
+        from openclaw_rl.eval.parent import PARENT  # here, not at the top: parent.py imports this module
+
+        return PARENT
     raise ValueError(f"unknown persona {name!r}; choose one of {', '.join(PERSONA_NAMES)}")
 

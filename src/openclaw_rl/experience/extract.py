@@ -14,8 +14,11 @@ Decisions and why:
   here. So a clause that states or fixes a fact is rejected: an arithmetic expression
   ("3 × 4 = 13"), "the answer is/should be ..." (unless followed by a style word:
   "should be shorter"), "... is wrong/right", a reference to the previous action, and
-  "fix/redo/recalculate the ..." (fixing *this* answer), and a rule that only points back
-  at such a fact ("please say that in the comment").
+  "fix/redo/recalculate the ..." and "check your math/answer ..." (fixing *this* answer,
+  which a standing "check your math" in every later prompt does not make right: on the
+  student persona such a lesson had the most support of all and no effect), "... looks
+  wrong", a bare re-ask ("Try again."), and a rule that only points back at such a fact
+  ("please say that in the comment").
 - **One rule per lesson.** The lesson starts at the first clause that is a rule (an
   imperative, "don't ...", "no ..."), after the lead-in that people put in front of it
   ("Hmm, not quite.", "you forgot to show how you got 42,", "please", "you should",
@@ -81,6 +84,10 @@ _FACT = re.compile(
     r"|\bshould be\s+-?\d|\b(?:is|was|are|were)\s+(?:wrong|incorrect|right|correct|not right)\b"
     r"|\bthe previous action\b|\b(?:this|that) error\b"
     r"|^(?:fix|correct|redo|re-do|recalculate|recompute|recheck)\s+(?:the|this|that|it|your)\b"
+    r"|\b(?:looks?|seems?|is probably|might be)\s+(?:wrong|off|incorrect|right|correct)\b"  # about this answer
+    r"|^(?:check|double-check|recheck|re-check|verify)\s+(?:your |the |my )?(?:math|maths|arithmetic|calculations?|"
+    r"numbers|sums?|working|answer|result)\b"  # "check your math again": fix this answer, no standing rule
+    r"|^(?:try|do|say|write|answer)\s+(?:it\s+|that\s+)?(?:again|once more|one more time|over)$"  # a re-ask
     r"|\b(?:like|e\.g\.|for example|such as)\s+-?\d"
     r"|^\w+ (?:that|this)(?:\s+(?:in|to|on|at|for|too|again|instead|first)\b|$)", re.IGNORECASE)  # "say that in ..."
 _ANSWER_IS = re.compile(r"\b(?:the )?(?:final |correct |right )?answer (?:is|was|should be)\s+(?P<next>\S+)",

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.experience import Experience, Lesson, merge_system, render
-from openclaw_rl.judge.teacher import at_one_version, logprob_temperature, logprob_top_p, student_prompt_ids
+from openclaw_rl.judge.teacher import (
+    at_one_version, grammar_mask, logprob_temperature, logprob_top_p, student_prompt_ids,
+)
 from openclaw_rl.types import Turn
 
 ABSORBED_GAP = 0.05  # nats per token; a placeholder (module docstring)
@@ -58,7 +60,7 @@ async def lesson_absorption(engine, tokenizer, lesson: Lesson, turns: Sequence[T
         for turn in turns:
             tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
             with_lesson = render_prompt(tokenizer, merge_system(turn.prompt_messages, block), tools, tool_choice)
-            params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn))
+            params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn))
             taught = await engine.score(with_lesson, turn.response_token_ids, **params)
             plain = await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids, **params)
             gaps.append(sum(t - s for t, s in zip(taught.logprobs, plain.logprobs)) / len(plain.logprobs))

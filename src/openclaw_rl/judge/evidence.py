@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_rl.chat import call_parts, content_text
+from openclaw_rl.judge.agent_state import gui_problem, neutral_notice, parameter_mismatch, short_doubt
 from openclaw_rl.types import Turn
 
 __all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features",
@@ -187,7 +188,13 @@ def rule_verdict(m: Material) -> tuple[int, str] | None:
         return 0, "nothing to read (empty, or only words addressed to the judge)"
     if not m.machine and _BARE_NO.match(m.next_state):
         return -1, "a bare no"
-    return rating_verdict(m) or machine_verdict(m)
+    doubt = short_doubt(m)
+    if doubt:
+        return -1, doubt
+    ruled = rating_verdict(m) or machine_verdict(m)
+    if ruled is None and (noise := neutral_notice(m)):
+        return 0, noise
+    return ruled
 
 
 def machine_verdict(m: Material) -> tuple[int, str] | None:
@@ -196,7 +203,7 @@ def machine_verdict(m: Material) -> tuple[int, str] | None:
         return None
     if _ERROR.search(m.next_state) and not _only_negated_errors(m.next_state):
         return -1, "the output reports an error"
-    missed = target_mismatch(m)
+    missed = target_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
     if missed:
         return -1, missed
     for call in m.calls:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import re
 
+from openclaw_rl.judge.agent_state import doubt_fix, validation_messages
 from openclaw_rl.judge.votes import MIN_HINT_CHARS, dedupe_hints
 
 __all__ = ["MAX_HINTS", "correction_hints", "extract_hints"]
@@ -268,16 +269,17 @@ _REQUIREMENT = re.compile(r"\b(?:must|required|please|should|at least|at most|on
 def correction_hints(next_state_text: str, role: str) -> list[str]:
     """Up to 3 hints from a next state already read as a correction (see the module docstring)."""
     text = next_state_text.replace("\u2019", "'").replace("\r\n", "\n")
+    alerts = [_sentence_hint(a) for a in validation_messages(text)] if role == "environment" else []
     if role == "environment":
         text = _page_text(text)
-    hints = extract_hints(text, role)
+    hints = alerts + extract_hints(text, role)
     if role in _MACHINE_ROLES:
         hints += [_error_hint(line.strip()) for line in text.splitlines()
                   if _SHELL_ERROR.search(line) and not _STATUS_LINE.match(line.strip())]
         if role == "environment":
             hints += [_sentence_hint(line) for line in text.splitlines() if _REQUIREMENT.search(line)]
     elif not hints:
-        hints = _joined([_stated_fix(sentence) for sentence in _sentences(text)])
+        hints = _joined([doubt_fix(sentence) or _stated_fix(sentence) for sentence in _sentences(text)])
     return dedupe_hints([h for h in hints if len(h) > MIN_HINT_CHARS], MAX_HINTS)
 
 

@@ -42,7 +42,7 @@ from dataclasses import dataclass, replace
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.experience import merge_system
 from openclaw_rl.judge.overlap import HintSelection, select_hint
-from openclaw_rl.types import ExperienceTargets, Message, SamplingParams, Score, Turn
+from openclaw_rl.types import Constraint, ExperienceTargets, Message, SamplingParams, Score, Turn
 
 HINT_PREFIX = "[Hint, written in hindsight for this request:"
 VERSION_ATTEMPTS = 3  # scorings of one turn before weight updates landing mid-way are an error
@@ -83,6 +83,13 @@ def logprob_temperature(turn: Turn) -> float:
 
 def logprob_top_p(turn: Turn) -> float:
     return _sampling(turn).logprob_top_p
+
+
+def grammar_mask(turn: Turn) -> dict[str, Constraint]:
+    """`constraint=` for `engine.score` when the turn was sampled under a grammar: scored under the
+    same mask, as the trainer measures it (engine/grammar.py); nothing for a free turn."""
+    constraint = Constraint.from_dict(turn.sampling.get("constraint"))
+    return {"constraint": constraint} if constraint else {}
 
 
 @dataclass(frozen=True)
@@ -131,9 +138,10 @@ async def score_experience(engine, tokenizer, turn: Turn) -> ExperienceTargets |
     temperature, top_p = logprob_temperature(turn), logprob_top_p(turn)
 
     async def once() -> tuple[Score, Score]:
-        student = await engine.score(student_ids, turn.response_token_ids, temperature=temperature, top_p=top_p)
+        student = await engine.score(student_ids, turn.response_token_ids, temperature=temperature, top_p=top_p,
+                                     **grammar_mask(turn))
         teacher = await engine.score(turn.prompt_token_ids, turn.response_token_ids, temperature=temperature,
-                                     top_p=top_p)
+                                     top_p=top_p, **grammar_mask(turn))
         return student, teacher
 
     (student, teacher), version = await at_one_version(engine, f"turn {turn.id}", once)
@@ -165,12 +173,12 @@ async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, 
     for hint in hints:
         prompt = render_prompt(tokenizer, hinted_messages(served_messages(turn), hint), tools, tool_choice)
         teachers.append(await engine.score(prompt, response, temperature=temperature, top_p=top_p,
-                                           top_k=max(select_k, teacher_k)))
+                                           top_k=max(select_k, teacher_k), **grammar_mask(turn)))
     if len(hints) == 1:  # nothing to choose between: skip the student's forward pass (a second prefill)
         selection = HintSelection(strategy, 0, None, [])
     else:
         student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_p=top_p,
-                                     top_k=select_k)
+                                     top_k=select_k, **grammar_mask(turn))
         selection = select_hint(
             strategy, hints, student_top=student.top_ids,
             teachers=[[row[:select_k] for row in t.top_ids] for t in teachers], rng=rng, k=select_k,

@@ -60,7 +60,8 @@ from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Flag, Real, TopP, UserId, Whole, _Lenient, check_stops
 from openclaw_rl.serve.server import Server
-from openclaw_rl.types import Message, SamplingParams
+from openclaw_rl.serve.structured import request_constraint, response_format_constraint, tool_constraint
+from openclaw_rl.types import Constraint, Message, SamplingParams
 from openclaw_rl.users import User
 
 # -- the request ------------------------------------------------------------------------
@@ -201,6 +202,7 @@ class CountTokensRequest(_Lenient):
         choice, names = self.tool_choice, [t.name for t in self.tools or ()]
         if choice is not None and choice.type == "tool" and choice.name not in names:
             raise ValueError(f"tool_choice names the tool {choice.name!r}, which is not in tools {names}")
+        tool_constraint(*chat_tools(self))  # a forced call the server cannot enforce is a 400 here
         return self
 
 
@@ -226,11 +228,14 @@ class MessagesRequest(CountTokensRequest):
 
     @field_validator("output_config")
     @classmethod
-    def _no_output_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        if (value or {}).get("format") is not None:
-            raise ValueError("output_config.format is not supported: this server does not constrain output to a "
-                             "schema; leave it unset and ask for JSON in the prompt")
+    def _output_format(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        response_format_constraint((value or {}).get("format"), "output_config.format")  # json_schema: {schema}
         return value
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """A forced tool call (tool_choice any or tool), else output_config.format (serve/structured.py)."""
+        return request_constraint((self.output_config or {}).get("format"), *chat_tools(self))
 
 
 # -- translation to the chat form every turn is stored in -------------------------------
@@ -280,7 +285,7 @@ def chat_tools(body: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, s
 
 def messages_spec(body: MessagesRequest, caller: Caller) -> TurnSpec:
     params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                            stop=tuple(body.stop_sequences or ()))
+                            stop=tuple(body.stop_sequences or ()), constraint=body.constraint)
     tools, tool_choice = chat_tools(body)
     return TurnSpec(api="messages", messages=chat_messages(body), params=params, tools=tools, tool_choice=tool_choice,
                     kind=caller.kind, done=caller.done, session_header=caller.session_header,

@@ -52,6 +52,7 @@ from openclaw_rl.serve.schema import (
     validation_message,
 )
 from openclaw_rl.serve.completion import Caller
+from openclaw_rl.serve.adapters import adapter_routes
 from openclaw_rl.serve.dashboard import dashboard_routes, keyless
 from openclaw_rl.serve.experience import LessonEdit, UndoRequest, experience_routes
 from openclaw_rl.serve.server import Background, Server, caller_of, exposure_problem
@@ -76,6 +77,7 @@ def create_app(server: Server, background: Sequence[Background] = (), owns_engin
     _policy_routes(app, server)
     _generation_routes(app, server)
     experience_routes(app, server, parse_body)
+    adapter_routes(app, server, parse_body)
     dashboard_routes(app, server, _GENERATION)
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
                                 ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest, LessonEdit,
@@ -240,11 +242,14 @@ def _session_routes(app: FastAPI, server: Server) -> None:
 
     @app.delete("/v1/users/{name}/data")
     async def delete_user_data(request: Request, name: str) -> dict[str, Any]:
-        """Forget every session of a user (their own, or anyone's for an admin), and their experience."""
+        """Forget every session of a user (their own, or anyone's for an admin), their experience and
+        their personal adapter."""
         user = caller_of(request)
         if not (user.admin or user.name == name):
             raise ApiError(404, f"no user {name!r}", param="name", code="user_not_found")
         deleted = await run_in_threadpool(lambda: server.store.delete_sessions(owner=name))
+        if server.personal is not None:  # their personal adapter's weights (its history went with the store rows)
+            await server.personal.reset(name)
         return {"user": name, "object": "user_data.deleted", "deleted": True, **deleted}
 
 

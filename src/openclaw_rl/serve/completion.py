@@ -124,6 +124,8 @@ class TurnInProgress:
         spec, store = self.spec, self.server.store
         sampling = {**self.params.to_dict(), "tools": spec.tools, "tool_choice": spec.tool_choice, "api": spec.api,
                     "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.end_user}
+        if self.started.adapter_version is not None:  # the owner's personal adapter answered (absent: no adapter)
+            sampling["adapter_version"] = self.started.adapter_version
         hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.end_user or "")
                   if spec.kind == "main" else None)
         record = TurnRecord(

@@ -142,7 +142,8 @@ def reward_curves(judged: list[dict[str, Any]]) -> dict[str, Any]:
 def version_curves(versions: list[dict[str, Any]]) -> dict[str, Any]:
     """From the version history (newest first, Store.versions): per version made by a training
     step, oldest first, its KL, the gate's decision, the cumulative count of rejections and
-    the probe score's change (candidate minus served, where a scorer exists; else None)."""
+    the probe score's change (candidate minus served, where a scorer exists; else None) and
+    the collapse detectors' values and alarms (train/collapse.py; None before they existed)."""
     made = sorted((v for v in versions if v["train_step"] and v["gate"] not in ("base", "rollback")),
                   key=lambda v: v["version"])
     rejected, cumulative = 0, []
@@ -151,7 +152,8 @@ def version_curves(versions: list[dict[str, Any]]) -> dict[str, Any]:
         cumulative.append(rejected)
     return {"version": [v["version"] for v in made], "train_step": [v["train_step"] for v in made],
             "kl": [(v["stats"] or {}).get("kl") for v in made], "gate": [v["gate"] for v in made],
-            "rejections": cumulative, "score_delta": [(v["checks"] or {}).get("score_delta") for v in made]}
+            "rejections": cumulative, "score_delta": [(v["checks"] or {}).get("score_delta") for v in made],
+            "collapse": [(v["checks"] or {}).get("collapse") for v in made]}
 
 
 def _rolling(values: list[float], window: int = ROLLING) -> list[float]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
@@ -49,6 +50,18 @@ class Metrics:
         self.gate_candidate = Gauge("openclaw_gate_candidate_version",
                                     "Version the update gate is deciding on now (-1: none)", registry=self.registry)
         self.gate_candidate.set(-1)
+        self.collapse = {  # the collapse detectors on the gate's last decision (train/collapse.py); NaN: none yet
+            name: Gauge(f"openclaw_gate_{name}", text, registry=self.registry)
+            for name, text in {
+                "entropy_ratio": "Entropy of the last candidate's probe answers over the base's (alarm below 0.6)",
+                "self_rouge_l": "Mean pairwise ROUGE-L of the last candidate's probe answers (alarm above 0.85)",
+                "logprob_drift_nats": "Log-prob per token the served answers lose under the last candidate "
+                                      "(alarm above 2)",
+                "collapse_alarms": "Collapse alarms the last candidate raised",
+            }.items()
+        }
+        for gauge in self.collapse.values():
+            gauge.set(float("nan"))
         self.candidate: int | None = None  # the version the gate is deciding on now, if any
         self.last_train: dict[str, float] = {}
         self.train_history: collections.deque[dict[str, float]] = collections.deque(maxlen=10_000)
@@ -56,6 +69,13 @@ class Metrics:
     def show_candidate(self, version: int | None) -> None:
         self.candidate = version
         self.gate_candidate.set(-1 if version is None else version)
+
+    def record_gate_decision(self, decision: Any) -> None:
+        """The collapse detectors' values of a gate decision (`Decision.checks["collapse"]`)."""
+        collapse = decision.checks.get("collapse") or {}
+        for name, gauge in self.collapse.items():
+            value = len(collapse.get("alarms", [])) if name == "collapse_alarms" else collapse.get(name)
+            gauge.set(float("nan") if value is None or not collapse else float(value))
 
     def totals(self, endpoints: frozenset[str]) -> dict[str, float]:
         """Requests answered and their summed latency over `endpoints`, since the start (a

@@ -21,7 +21,7 @@ def chat_spec(server: Server, body: ChatCompletionRequest, caller: Caller) -> Tu
     params = SamplingParams(
         max_new_tokens=body.max_completion_tokens or body.max_tokens or server.config.default_max_tokens,
         temperature=body.temperature, top_p=body.top_p, stop=body.stop_sequences, seed=body.seed,
-        top_logprobs=(body.top_logprobs or 0) if body.logprobs else 0,
+        top_logprobs=(body.top_logprobs or 0) if body.logprobs else 0, constraint=body.constraint,
     )
     return TurnSpec(
         api="chat", messages=[m.model_dump(exclude_none=True) for m in body.messages], params=params,

@@ -40,10 +40,12 @@ from openclaw_rl.serve.schema import (
     UserId,
     Whole,
     _Lenient,
+    check_response_format,
     check_stops,
     stop_tuple,
 )
 from openclaw_rl.serve.server import Server
+from openclaw_rl.serve.structured import response_format_constraint
 from openclaw_rl.types import SamplingParams, TokenStep
 
 MAX_LOGPROBS = 5  # the legacy API's bound on `logprobs`
@@ -68,8 +70,11 @@ class CompletionRequest(_Lenient):
     seed: Whole | None = Seed
     user: str | None = UserId
     suffix: str | None = None
+    # not in OpenAI's completions API; vLLM and SGLang accept it there too (serve/structured.py)
+    response_format: dict[str, Any] | None = None
 
     _stops = field_validator("stop")(classmethod(lambda cls, v: check_stops(v)))
+    _format = field_validator("response_format")(classmethod(lambda cls, v: check_response_format(v)))
 
     @field_validator("prompt")
     @classmethod
@@ -90,7 +95,8 @@ async def completion(server: Server, body: CompletionRequest, caller: Caller) ->
     prompt_ids = await run_in_threadpool(_prompt_ids, server, body.prompt)
     text = body.prompt if isinstance(body.prompt, str) else server.tokenizer.decode(prompt_ids)
     params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
-                            stop=stop_tuple(body.stop), seed=body.seed, top_logprobs=body.logprobs or 0)
+                            stop=stop_tuple(body.stop), seed=body.seed, top_logprobs=body.logprobs or 0,
+                            constraint=response_format_constraint(body.response_format))
     spec = TurnSpec(api="completions", messages=[{"role": "user", "content": text}], params=params, n=body.n,
                     kind=caller.kind, done=caller.done, session_header=caller.session_header, end_user=body.user,
                     caller=caller.user, prompt_ids=prompt_ids)

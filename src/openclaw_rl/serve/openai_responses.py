@@ -47,7 +47,9 @@ from typing import Annotated, Any, AsyncIterator, Callable, Literal, Union
 
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    Discriminator, Field, Tag, TypeAdapter, ValidationError, ValidationInfo, field_validator, model_validator,
+)
 
 from openclaw_rl.engine.base import EngineError
 from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
@@ -55,7 +57,8 @@ from openclaw_rl.serve.pipeline import Opened, open_turns
 from openclaw_rl.serve.schema import MAX_ID_CHARS, ApiError, Flag, Real, Temperature, TopP, UserId, Whole, _Lenient
 from openclaw_rl.serve.server import Server
 from openclaw_rl.serve.sessions import SessionRef, shown_session_id
-from openclaw_rl.types import Message, SamplingParams
+from openclaw_rl.serve.structured import request_constraint, response_format_constraint
+from openclaw_rl.types import Constraint, Message, SamplingParams
 from openclaw_rl.users import User
 
 TEXT_PARTS = ("input_text", "output_text")
@@ -138,10 +141,7 @@ class TextConfig(_Lenient):
     @field_validator("format")
     @classmethod
     def _text_only(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
-        kind = (value or {}).get("type", "text")
-        if kind != "text":
-            raise ValueError(f"text.format type {kind!r} is not supported: this server does not constrain output "
-                             "to JSON; leave text.format unset (or 'text') and ask for JSON in the prompt")
+        response_format_constraint(value, "text.format")  # text, json_object or json_schema (serve/structured.py)
         return value
 
 
@@ -225,6 +225,17 @@ class ResponsesRequest(_Lenient):
         if isinstance(self.tool_choice, dict):
             return {"type": "function", "function": {"name": self.tool_choice["name"]}}
         return self.tool_choice
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """A forced function call, else `text.format` (serve/structured.py)."""
+        tools = [t.chat_tool() for t in self.tools] if self.tools else None
+        return request_constraint(self.text.format if self.text else None, tools, self.chat_tool_choice)
+
+    @model_validator(mode="after")
+    def _enforceable(self) -> ResponsesRequest:
+        self.constraint  # a forced call the server cannot enforce is a 400 here, not a failed decode
+        return self
 
 
 def _checked_item(i: int, item: Any) -> MessageItem | FunctionCallItem | FunctionCallOutputItem:
@@ -314,7 +325,7 @@ async def responses_spec(server: Server, body: ResponsesRequest, caller: Caller)
     previous, history = await _continued(server, body, caller)
     lead = [{"role": "system", "content": body.instructions}] if body.instructions else []
     params = SamplingParams(max_new_tokens=body.max_output_tokens or server.config.default_max_tokens,
-                            temperature=body.temperature, top_p=body.top_p)
+                            temperature=body.temperature, top_p=body.top_p, constraint=body.constraint)
     return TurnSpec(
         api="responses", messages=[*lead, *history, *_input_messages(body)], params=params,
         tools=[t.chat_tool() for t in body.tools] if body.tools else None, tool_choice=body.chat_tool_choice,
@@ -380,7 +391,8 @@ class _ResponseView:
             "max_output_tokens": body.max_output_tokens, "model": self.server.model_name, "output": output,
             "parallel_tool_calls": body.parallel_tool_calls, "previous_response_id": body.previous_response_id,
             "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature,
-            "text": {"format": {"type": "text"}}, "tool_choice": body.tool_choice or "auto",
+            "text": {"format": (body.text and body.text.format) or {"type": "text"}},
+            "tool_choice": body.tool_choice or "auto",
             "tools": [t.model_dump() for t in body.tools or []], "top_p": body.top_p, "truncation": "disabled",
             "usage": None, "user": body.user, "metadata": body.metadata or {},
             "session_id": self.opened.ref.shown_id, "policy_version": self.turn.started.policy_version, **extra,

@@ -111,7 +111,11 @@ class Opened:
 
     @property
     def headers(self) -> dict[str, str]:
-        return {"X-Policy-Version": str(self.turns[0].started.policy_version), "X-Session-Id": self.ref.shown_id}
+        started = self.turns[0].started
+        headers = {"X-Policy-Version": str(started.policy_version), "X-Session-Id": self.ref.shown_id}
+        if started.adapter_version is not None:  # served under the caller's personal adapter (docs/personal-adapters.md)
+            headers["X-Adapter-Version"] = str(started.adapter_version)
+        return headers
 
     def usage(self) -> dict[str, int]:
         """OpenAI usage over every choice: the prompt once, the completions summed."""
@@ -219,7 +223,8 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
         raise ApiError(400, f"max_tokens is {spec.params.max_new_tokens} but the model's context is {context} "
                        "tokens; ask for at most that many", param="max_tokens")
     params = replace(spec.params, max_new_tokens=min(spec.params.max_new_tokens, context - len(prompt_ids)),
-                     cache_scope=spec.caller.name)  # a user's prefixes serve only that user's requests
+                     cache_scope=spec.caller.name,  # a user's prefixes serve only that user's requests
+                     adapter=spec.caller.name)  # their personal adapter where one is loaded (else the shared model)
     store = server.store
     ref = spec.previous or await run_in_threadpool(
         resolve_session, store, spec.messages, spec.session_header, spec.end_user, spec.caller.name)

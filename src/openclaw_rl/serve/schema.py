@@ -7,6 +7,9 @@ from typing import Annotated, Any, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, field_validator, model_validator
 
+from openclaw_rl.serve.structured import request_constraint, response_format_constraint
+from openclaw_rl.types import Constraint
+
 
 class ApiError(Exception):
     """An error a client caused or must know about, in the OpenAI error format."""
@@ -158,10 +161,8 @@ def check_stops(stop: str | list[str] | None) -> str | list[str] | None:
 
 
 def check_response_format(value: dict[str, Any] | None) -> dict[str, Any] | None:
-    kind = (value or {}).get("type", "text")
-    if kind != "text":
-        raise ValueError(f"response_format type {kind!r} is not supported: this server does not constrain output "
-                         "to JSON; leave response_format unset (or 'text') and ask for JSON in the prompt")
+    """text, json_object or json_schema, whose schema the server can enforce (serve/structured.py)."""
+    response_format_constraint(value)
     return value
 
 
@@ -197,11 +198,19 @@ class ChatCompletionRequest(_Lenient):
     def _consistent(self) -> ChatCompletionRequest:
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs needs logprobs: true")
+        self.constraint  # a forced tool call the server cannot enforce is a 400 here, not a failed decode
         return self
 
     @property
     def stop_sequences(self) -> tuple[str, ...]:
         return stop_tuple(self.stop)
+
+    @property
+    def constraint(self) -> Constraint | None:
+        """What the output must match: a forced tool call, else the response format (serve/structured.py)."""
+        tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools else None
+        choice = self.tool_choice.model_dump() if isinstance(self.tool_choice, BaseModel) else self.tool_choice
+        return request_constraint(self.response_format, tools, choice)
 
 
 class FeedbackRequest(_Lenient):

@@ -13,7 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.requests import Request
 
@@ -32,6 +32,18 @@ class LoopDied(RuntimeError):
     """A background loop of the server (a judge's, the trainer's) stopped on an error."""
 
 
+class PersonalAdmin(Protocol):
+    """What the API reaches of the users' personal adapters (train/personal.py's `PersonalAdapters`)."""
+
+    def versions(self, user: str) -> list[int]: ...  # the versions whose weights are kept
+
+    def current(self, user: str) -> int | None: ...  # the version the user is served; None: the base model
+
+    async def rollback(self, user: str, version: int) -> int: ...  # the new version serving `version`'s weights
+
+    async def reset(self, user: str) -> None: ...  # the adapter and its history deleted
+
+
 @dataclass
 class Server:
     engine: Engine
@@ -44,6 +56,7 @@ class Server:
     limits: UserLimits = None  # type: ignore[assignment]  # default: the config's per-user limits
     # background loops (judge, trainer) that stopped on an error while serving went on: name -> the error
     failed_loops: dict[str, str] = field(default_factory=dict)
+    personal: PersonalAdmin | None = None  # with --personal-adapters on (compose.py)
 
     def check_loops(self) -> None:
         """Raise LoopDied, naming each stopped loop and its error, if any background loop died:

@@ -22,9 +22,10 @@ PostgreSQL: the session row while a turn index is chosen, `FOR UPDATE SKIP LOCKE
 samples a trainer claims, and the claim's primary key (turn, method) settles the rest, so
 two trainers of one method never claim the same sample.
 
-`Store` is one class over thirteen tables (sessions, turns, verdicts, samples, claims,
+`Store` is one class over fourteen tables (sessions, turns, verdicts, samples, claims,
 policy, responses; versions, policy_requests and quarantine for safe updates;
-experience and experience_changes for each user's lessons), because
+experience and experience_changes for each user's lessons; adapter_versions for each
+user's personal adapter), because
 it is the whole contract between the processes: one object that each process opens.
 Its methods are written by topic, one module each, every query beside the others of
 its tables:
@@ -36,10 +37,11 @@ its tables:
     signals.py        verdicts, quarantined hints, samples and each method's claims
     versions.py       the published policy version, the version history, rollback requests
     experience.py     each user's lessons and the log of their changes (experience/)
+    adapters.py       each user's personal adapter versions (train/personal.py)
 
 Each topic class builds on the ones it calls (conversations write their log lines,
 signals read turns), so every `self.` name a module uses is defined in it or in a base
-it imports; `Store` joins the three lines of descent.
+it imports; `Store` joins the four lines of descent.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from openclaw_rl.privacy import KINDS
+from openclaw_rl.store.adapters import AdaptersMixin
 from openclaw_rl.store.connection import LogText, StoreError, StoreUnavailable, redact_url
 from openclaw_rl.store.experience import ExperienceConflict, ExperienceMixin
 from openclaw_rl.store.schema import add_missing_columns
@@ -57,7 +60,7 @@ from openclaw_rl.store.versions import VersionsMixin
 __all__ = ["ExperienceConflict", "LogText", "Store", "StoreError", "StoreUnavailable", "add_missing_columns", "make_store", "redact_url"]
 
 
-class Store(SignalsMixin, VersionsMixin, ExperienceMixin):
+class Store(SignalsMixin, VersionsMixin, ExperienceMixin, AdaptersMixin):
     """The store the serve, judge and train processes share: see the module docstring.
 
     `Store(data_dir)` opens the SQLite file in `data_dir`; `Store(data_dir, url=...)` the

@@ -142,6 +142,18 @@ CREATE TABLE IF NOT EXISTS experience (
     lessons     TEXT NOT NULL,
     updated_at  {real} NOT NULL
 );
+CREATE TABLE IF NOT EXISTS adapter_versions (
+    owner       TEXT NOT NULL,
+    version     INTEGER NOT NULL,
+    parent      INTEGER,
+    gate        TEXT NOT NULL,
+    reason      TEXT,
+    checks      TEXT,
+    samples     TEXT,
+    created_at  {real} NOT NULL,
+    pinned      INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (owner, version)
+);
 CREATE TABLE IF NOT EXISTS experience_changes (
     owner       TEXT NOT NULL,
     version     INTEGER NOT NULL,

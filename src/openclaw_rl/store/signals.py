@@ -243,9 +243,9 @@ class SignalsMixin(ConversationsMixin):
         return True
 
     def claim_samples(self, method: str, batch_size: int, current_version: int, max_staleness: int,
-                      train_step: int, min_size: int | None = None,
+                      train_step: int | None, min_size: int | None = None,
                       assemble: Callable[[Sample], Sample | str] | None = None,
-                      max_owner_share: float | None = None,
+                      max_owner_share: float | None = None, owner: str | None = None,
                       ) -> tuple[list[Sample], list[tuple[int, str]]]:
         """Take, for `method`, the oldest `batch_size` samples it has not seen yet, if at least
         `min_size` (default: `batch_size`) are fresh enough and usable; a smaller `min_size` lets
@@ -257,7 +257,9 @@ class SignalsMixin(ConversationsMixin):
         `max_staleness` versions behind the current policy are dropped for `method`, each with
         its reason. No user's samples fill more than `max_owner_share` of what `method` trains
         (`OwnerShare`: the rest wait for later batches), so no single user's feedback steers a
-        step. Returns (claimed samples, dropped (turn id, reason)). Atomic across processes: no
+        step. With `owner`, only that user's samples (a personal adapter's step: train/personal.py,
+        which passes `train_step` None: its claims name no step of the shared trainer).
+        Returns (claimed samples, dropped (turn id, reason)). Atomic across processes: no
         two claims of one method ever take the same turn.
         """
         need = batch_size if min_size is None else max(1, min_size)
@@ -267,8 +269,8 @@ class SignalsMixin(ConversationsMixin):
             share = None if max_owner_share is None else OwnerShare(
                 max_owner_share, batch_size,
                 self._trained_owners(method, OwnerShare.earlier(max_owner_share, batch_size)))
-            for turn_id, version, payload, owner in self._unclaimed(method, batch_size):
-                if share is not None and not share.admits(owner):
+            for turn_id, version, payload, whose in self._unclaimed(method, batch_size, owner):
+                if share is not None and not share.admits(whose):
                     continue  # stays ready for a later batch
                 if version < current_version - max_staleness:
                     outcomes.append((turn_id, "dropped", f"stale: sampled by policy v{version}, current "
@@ -281,7 +283,7 @@ class SignalsMixin(ConversationsMixin):
                     continue
                 taken.append(sample)
                 if share is not None:
-                    share.add(owner)
+                    share.add(whose)
                 if len(taken) == batch_size:
                     break
             if len(taken) < need:
@@ -316,9 +318,22 @@ class SignalsMixin(ConversationsMixin):
             "ORDER BY c.train_step DESC, c.created_at DESC, c.turn_id DESC LIMIT ?", (method, count)).fetchall()
         return [owner for (owner,) in rows]
 
-    def _unclaimed(self, method: str, batch_size: int) -> Iterator[tuple[int, int, str, str | None]]:
-        """(turn id, policy version, payload, owner) of the ready samples `method` has no claim on,
-        oldest first, a page at a time (a method may reject many before it has a batch)."""
+    def ready_owners(self, method: str) -> dict[str, int]:
+        """How many ready samples `method` has no claim on, per owner (who has enough for a
+        personal adapter's step: train/personal.py); samples without an owner are not counted."""
+        with self._lock:
+            rows = self._execute(
+                "SELECT s.owner, COUNT(*) FROM samples s WHERE s.status = 'ready' AND s.method IN (?, ?) "
+                "AND s.owner IS NOT NULL AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.turn_id = s.turn_id "
+                "AND c.method = ?) GROUP BY s.owner", (PER_TURN, method, method)).fetchall()
+        return {owner: int(count) for owner, count in rows}
+
+    def _unclaimed(self, method: str, batch_size: int,
+                   owner: str | None = None) -> Iterator[tuple[int, int, str, str | None]]:
+        """(turn id, policy version, payload, owner) of the ready samples `method` has no claim on
+        (only `owner`'s, when given), oldest first, a page at a time (a method may reject many
+        before it has a batch)."""
+        whose, mine = ("AND s.owner = ? ", (owner,)) if owner is not None else ("", ())
         page = max(batch_size, 64)
         after: tuple[float, int] = (-1.0, -1)
         seen: set[int] = set()  # a database of the per-method era may hold a turn twice
@@ -326,9 +341,9 @@ class SignalsMixin(ConversationsMixin):
             rows = self._execute(
                 "SELECT s.turn_id, s.policy_version, s.payload, s.created_at, s.owner FROM samples s "
                 "WHERE s.status = 'ready' AND s.method IN (?, ?) AND (s.created_at, s.turn_id) > (?, ?) "
-                "AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.turn_id = s.turn_id AND c.method = ?) "
+                f"AND NOT EXISTS (SELECT 1 FROM claims c WHERE c.turn_id = s.turn_id AND c.method = ?) {whose}"
                 f"ORDER BY s.created_at, s.turn_id LIMIT ?{self._sql.skip_locked}",
-                (PER_TURN, method, *after, method, page),
+                (PER_TURN, method, *after, method, *mine, page),
             ).fetchall()
             for turn_id, version, payload, created_at, owner in rows:
                 after = (created_at, turn_id)

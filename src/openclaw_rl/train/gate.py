@@ -76,6 +76,13 @@ from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine import kernels
 from openclaw_rl.engine.decoder import FusedDecoder, fused_unsupported
 from openclaw_rl.judge.screen import brought_in
+from openclaw_rl.train.collapse import (
+    CollapseThresholds,
+    collapse_alarms,
+    logprob_drift,
+    mean_entropy,
+    self_rouge_l,
+)
 
 if TYPE_CHECKING:
     from openclaw_rl.config import TrainConfig
@@ -282,6 +289,9 @@ class Gate:
         self.trainer, self.config, self.tokenizer = trainer, config, tokenizer
         self.probes, self.scorer = probes, scorer
         self.watch: Callable[[int | None], None] | None = None  # told the candidate's number, then None when decided
+        self.on_decision: Callable[[Decision], None] | None = None  # told each decision (e.g. /metrics)
+        self.collapse_thresholds = CollapseThresholds()
+        self._base: dict[str, float | None] | None = None  # served answers' entropy, self-ROUGE-L at the first decision
         self.snapshot = self._take()
         # the anchors (config.gate_anchors of them), kept in `anchor_path` across restarts; until
         # there are enough, new probes join them answered by the first snapshot's weights
@@ -305,13 +315,16 @@ class Gate:
 
     def decide(self) -> Decision:
         """The trainer's weights now, against the snapshot's, on the probes."""
-        if self.watch is None:
-            return self._decide()
-        self.watch(self.trainer.policy_version)
+        if self.watch is not None:
+            self.watch(self.trainer.policy_version)
         try:
-            return self._decide()
+            decision = self._decide()
         finally:
-            self.watch(None)
+            if self.watch is not None:
+                self.watch(None)
+        if self.on_decision is not None:
+            self.on_decision(decision)
+        return decision
 
     def _decide(self) -> Decision:
         prompts = self.probes()
@@ -320,7 +333,7 @@ class Gate:
         self._extend_anchors(prompts)
         served = self._served_answers(prompts)
         candidate = self._answer(prompts, keep_top=True)  # its top-k too: served next, if accepted
-        kl = self._kl(prompts, served)
+        kl, drift_nats = self._kl(prompts, served)
         delta = drift = None
         if self.scorer is not None:
             delta = _mean_delta(self.scorer(prompts, candidate.texts), self.scorer(prompts, served.texts))
@@ -329,6 +342,7 @@ class Gate:
         self._candidate = (self.trainer.policy_version, prompts, candidate, drift)
         decision = compare(served.summary(), candidate.summary(), kl, self.config, delta, drift)
         decision.checks["probes"] = len(prompts)
+        decision.checks["collapse"] = self._collapse(served, candidate, drift_nats)
         if self.anchors is None or not self.anchors.prompts:
             return decision
         held = self._against_anchors(prompts, candidate)
@@ -518,15 +532,33 @@ class Gate:
         return torch.log_softmax(logits[0, len(prompt) - 1:-1].float(), dim=-1)  # (T, V)
 
     @torch.no_grad()
-    def _kl(self, prompts: list[list[int]], served: Answers) -> float:
+    def _kl(self, prompts: list[list[int]], served: Answers) -> tuple[float, float | None]:
+        """KL(served || candidate) per token on the served answers, and the log-prob those answers
+        lose under the candidate per token (the collapse detectors' drift), from one pass each."""
         total, tokens = 0.0, 0
+        served_tops, chosen = [], []
         for prompt, answer, top, ids in zip(prompts, served.ids, served.top_logprobs, served.top_ids):
             if not answer:
                 continue
             candidate = self._answer_logprobs(prompt, answer).cpu()
             total += float(grouped_kl(top, ids, candidate).sum())
             tokens += len(answer)
-        return total / tokens if tokens else 0.0
+            served_tops.append(top)
+            chosen.append(candidate.gather(1, torch.tensor(answer)[:, None])[:, 0])
+        return (total / tokens if tokens else 0.0), logprob_drift(served_tops, chosen)
+
+    def _collapse(self, served: Answers, candidate: Answers, drift_nats: float | None) -> dict[str, Any]:
+        """The collapse detectors' values on these answers and the alarms they raise (train/collapse.py)."""
+        if self._base is None:
+            self._base = {"base_entropy": mean_entropy(served.top_logprobs), "base_self_rouge_l": self_rouge_l(served.ids)}
+        entropy, base = mean_entropy(candidate.top_logprobs), self._base["base_entropy"]
+        values = {"entropy": entropy, **self._base,
+                  "entropy_ratio": entropy / base if entropy is not None and base else None,
+                  "self_rouge_l": self_rouge_l(candidate.ids), "logprob_drift_nats": drift_nats}
+        alarms = collapse_alarms(values, self.collapse_thresholds)
+        if alarms:
+            log.warning("update gate: collapse alarm for v%d: %s", self.trainer.policy_version, "; ".join(alarms))
+        return {**values, "alarms": alarms}
 
     def trainer_eos(self) -> list[int]:
         ids = self.trainer.model.generation_config.eos_token_id

@@ -58,6 +58,7 @@ share the model's state, and the sharded trainer overrides pieces of each.)
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 import json
 import math
@@ -68,11 +69,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 from torch.distributed.tensor import DTensor
-from transformers import AutoModelForCausalLM, BitsAndBytesConfig
+from transformers import AutoModelForCausalLM, AutoTokenizer, BitsAndBytesConfig
 from transformers.modeling_layers import GradientCheckpointingLayer
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.engine.grammar import Grammars, model_eos_ids
 from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.train import checkpoint
@@ -226,7 +228,17 @@ class Trainer:
 
     def _collate(self, samples: Sequence[Sample]) -> dict[str, Tensor]:
         top_k = self.config.topk_k if self.method.topk_kl else 0
-        return {k: v.to(self.device) for k, v in collate(samples, top_k=top_k).items()}
+        batch = collate(samples, top_k=top_k)
+        if any(s.constraint for s in samples):  # sampled under a grammar: the same mask, replayed (engine/grammar.py)
+            batch["allowed"] = self._grammars.batch_masks(list(samples), batch["response_ids"].shape[1])
+        return {k: v.to(self.device) for k, v in batch.items()}
+
+    @functools.cached_property
+    def _grammars(self) -> Grammars:
+        """The tokenizer's vocabulary for constrained turns' masks, built on the first such turn."""
+        tokenizer = AutoTokenizer.from_pretrained(self.model_dir)
+        config = self.model.config
+        return Grammars(tokenizer, int(config.vocab_size), model_eos_ids(self.model.generation_config, tokenizer))
 
     def _accumulate(self, micro_batches: list[dict[str, Tensor]], *, first_pass: bool = True,
                     padding: Sequence[bool] = ()) -> dict[str, float]:
@@ -489,6 +501,8 @@ def _measure(logits: Tensor, batch: dict[str, Tensor], *, with_vocab: bool = Fal
     """Log-probs (B, T) of the response tokens under `logits` (B, T, V), at each sample's
     temperature and (unless `top_p` is False) its top-p; the (B, T, V) table if asked."""
     b, t, vocab = logits.shape
+    if "allowed" in batch:  # constrained turns: the tokens their grammar allowed, as sampling masked them
+        logits = logits.masked_fill(~batch["allowed"], float("-inf"))
     temperatures = batch["temperatures"].repeat_interleave(t)  # (B * T,)
     top_ps = batch["top_ps"].repeat_interleave(t) if top_p else torch.ones_like(temperatures)  # (B * T,)
     vocab_logprobs = sampling_logprobs(logits.reshape(b * t, vocab), temperatures, top_ps).reshape(b, t, vocab)

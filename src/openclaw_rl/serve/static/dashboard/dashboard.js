@@ -8,8 +8,8 @@
   const KEY = "openclaw-rl.key";
   const POLL_MS = Number(new URLSearchParams(location.search).get("poll_ms")) || 2000;
   const WINDOW_S = 30;  // request rate and latency are means over this window
-  const VIEWS = ["now", "sessions", "versions", "learning", "experience", "quarantine", "mydata"];
-  const TITLES = { now: "Now", sessions: "Sessions", versions: "Versions", learning: "Learning",
+  const VIEWS = ["now", "sessions", "versions", "adapters", "learning", "experience", "quarantine", "mydata"];
+  const TITLES = { now: "Now", sessions: "Sessions", versions: "Versions", adapters: "My adapter", learning: "Learning",
                    experience: "Experience", quarantine: "Quarantine", mydata: "My data" };
 
   class ApiError extends Error {
@@ -293,6 +293,49 @@
       ${data && !versions.length ? html`<p class="muted">No versions yet: the trainer records one per update.</p>` : null}`;
   }
 
+  // Each user's personal adapter (docs/personal-adapters.md): its versions, how the gate decided,
+  // pin and roll back; a user sees their own, an admin everyone's.
+  function AdaptersView({ tick, admin, onUnauthorized, onAction }) {
+    const { data, error } = usePolled("/v1/adapters", tick, onUnauthorized);
+    const act = async (label, path, body) => {
+      if (!window.confirm(`${label}?`)) return;
+      try {
+        const r = await api(path, { method: "POST", body });
+        onAction(r.object === "adapter.rollback" ? `${r.user}'s adapter v${r.version} serves the weights of v${r.weights_of}`
+                                                  : `${r.user}'s adapter v${r.version} ${r.pinned ? "pinned" : "unpinned"}`);
+      } catch (e) { onAction(e.message, true); }
+    };
+    const users = data ? data.data : [];
+    return html`
+      <h2>${admin ? "Personal adapters" : "My adapter"}</h2>
+      ${error ? html`<div class="notice error">${error.message}</div>` : null}
+      ${data && data.personal_adapters !== "on" ? html`<p class="muted">Personal adapters are off on this server
+        (serve --personal-adapters on): everyone is served the shared model.</p>` : null}
+      ${users.map((a) => html`<section key=${a.user}>
+        <h3>${a.user} <span class="muted">${a.serving === null ? "served the base model" : `serving v${a.serving}`}</span></h3>
+        <table class="adapters-table" data-user=${a.user}><thead><tr><th>version</th><th>parent</th><th>made</th>
+          <th>gate</th><th>samples</th><th>weights</th><th></th></tr></thead>
+        <tbody>${a.versions.map((v) => {
+          const q = `?user=${encodeURIComponent(a.user)}`;
+          return html`<tr data-version=${v.version} key=${v.version}>
+            <td><b>v${v.version}</b> ${v.serving ? html`<${Badge} kind="good">serving<//>` : null}
+                ${v.pinned ? html` <${Badge} kind="accent">pinned<//>` : null}</td>
+            <td>${v.parent === null ? "base" : `v${v.parent}`}</td>
+            <td>${fmt.datetime(v.created_at)}</td>
+            <td>${gateBadge(v.gate)}${v.reason ? html`<div class="muted">${v.reason}</div>` : null}</td>
+            <td>${v.samples.length}</td>
+            <td>${v.kept ? "kept" : html`<span class="muted">${v.gate === "rejected" ? "never served" : "pruned"}</span>`}</td>
+            <td><button class="action" data-action="rollback" disabled=${!v.kept || v.serving}
+                        onClick=${() => act(`Roll ${a.user}'s adapter back to v${v.version}`, `/v1/adapters/rollback${q}`,
+                                            { to: v.version })}>roll back</button>
+                <button class="action" data-action="pin" disabled=${!v.kept && !v.pinned}
+                        onClick=${() => act(`${v.pinned ? "Unpin" : "Pin"} v${v.version}`, `/v1/adapters/pin${q}`,
+                                            { version: v.version, pinned: !v.pinned })}>${v.pinned ? "unpin" : "pin"}</button></td>
+          </tr>`; })}</tbody></table>
+        ${a.versions.length ? null : html`<p class="muted">No adapter yet: enough feedback trains one.</p>`}
+      </section>`)}`;
+  }
+
   function LearningView({ tick, onUnauthorized }) {
     const { data, error } = usePolled("/v1/dashboard/learning", tick, onUnauthorized);
     if (error && !data) return html`<div class="notice error">${error.message}</div>`;
@@ -504,6 +547,7 @@
     const props = { tick, admin, user, onUnauthorized: unauthorized, onAction };
     const body = { now: html`<${NowView} now=${now} history=${history} />`,
                    sessions: html`<${SessionsView} ...${props} />`, versions: html`<${VersionsView} ...${props} />`,
+                   adapters: html`<${AdaptersView} ...${props} />`,
                    learning: html`<${LearningView} ...${props} />`, quarantine: html`<${QuarantineView} ...${props} />`,
                    experience: html`<${ExperienceView} ...${props} />`,
                    mydata: html`<${MyDataView} ...${props} />` }[view];

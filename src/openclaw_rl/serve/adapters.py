@@ -1,0 +1,109 @@
+"""The personal adapter routes: each user sees, pins, rolls back and resets their own adapter.
+
+    GET    /v1/adapters                 the caller's adapter: the version served, the kept ones, the history
+    POST   /v1/adapters/rollback        {"to": N}: serve version N's weights again, as a new version
+    POST   /v1/adapters/pin             {"version": N, "pinned": true}: keep N's weights whatever the retention
+    DELETE /v1/adapters                 reset: the adapter and its history deleted, the base model served
+
+An admin adds `?user=NAME` to act on that user's adapter, and a GET without it lists every
+user's. With `serve --personal-adapters off` the GET answers an empty list and the others
+409 (docs/personal-adapters.md).
+
+Decisions and why:
+
+- **A user's own rails are theirs to pull.** Rolling back, pinning or resetting one
+  user's adapter changes what that user alone is served (every other row of a batch keeps
+  its own adapter), so each user may do it to their own, unlike the shared model's
+  rollback and pin (admins only: `/v1/policy/*`).
+- **No existence oracle**: a non-admin's `?user=` naming someone else is a 404 "no
+  user", as for `/v1/experience` and `DELETE /v1/users/{name}/data`.
+- Deleting a user's data (`DELETE /v1/users/{name}/data`) deletes their adapter and its
+  history too (serve/app.py, store/conversations.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel
+
+from openclaw_rl.serve.schema import ApiError, PinRequest, RollbackRequest, body_doc
+from openclaw_rl.serve.server import PersonalAdmin, Server, caller_of
+from openclaw_rl.store import StoreError
+
+ParseBody = Callable[[Request, type[BaseModel]], Awaitable[Any]]
+
+
+def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
+    store = server.store
+
+    @app.get("/v1/adapters")
+    async def adapters(request: Request, user: str | None = None) -> dict[str, Any]:
+        """The caller's adapter (an admin's: `user`'s, or without it every user's)."""
+        caller = caller_of(request)
+        owners = [_owner(request, user)] if user is not None or not caller.admin else None
+        history = await run_in_threadpool(store.adapter_versions, owners[0] if owners else None, 10_000)
+        owners = owners if owners is not None else sorted({record["owner"] for record in history})
+        try:
+            data = [_view(server.personal, owner, [r for r in history if r["owner"] == owner]) for owner in owners]
+        except ValueError as error:  # a name no adapter directory can have
+            raise ApiError(400, str(error), param="user") from error
+        return {"object": "list", "personal_adapters": server.config.personal_adapters, "data": data}
+
+    @app.post("/v1/adapters/rollback", openapi_extra=body_doc(RollbackRequest))
+    async def rollback(request: Request, user: str | None = None) -> dict[str, Any]:
+        owner, personal = _owner(request, user), _personal(server)
+        body = await parse_body(request, RollbackRequest)
+        try:
+            version = await personal.rollback(owner, body.to)
+        except ValueError as error:
+            raise ApiError(404, f"{error}; GET /v1/adapters lists them, pin versions to keep them", param="to",
+                           code="version_not_kept") from error
+        return {"object": "adapter.rollback", "user": owner, "version": version, "weights_of": body.to}
+
+    @app.post("/v1/adapters/pin", openapi_extra=body_doc(PinRequest))
+    async def pin(request: Request, user: str | None = None) -> dict[str, Any]:
+        owner, personal = _owner(request, user), _personal(server)
+        body = await parse_body(request, PinRequest)
+        if body.pinned and body.version not in personal.versions(owner):
+            raise ApiError(404, f"{owner!r} has no kept adapter version {body.version} (kept: "
+                           f"{personal.versions(owner)})", param="version", code="version_not_kept")
+        try:
+            await run_in_threadpool(store.pin_adapter_version, owner, body.version, body.pinned)
+        except StoreError as error:
+            raise ApiError(404, str(error), param="version", code="version_not_found") from error
+        return {"object": "adapter.pin", "user": owner, "version": body.version, "pinned": body.pinned}
+
+    @app.delete("/v1/adapters")
+    async def reset(request: Request, user: str | None = None) -> dict[str, Any]:
+        owner = _owner(request, user)
+        await _personal(server).reset(owner)
+        return {"object": "adapter.deleted", "user": owner, "deleted": True}
+
+
+def _view(personal: PersonalAdmin | None, owner: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+    serving = personal.current(owner) if personal is not None else None
+    kept = set(personal.versions(owner)) if personal is not None else set()
+    return {"user": owner, "serving": serving, "kept": sorted(kept),
+            "versions": [{**record, "serving": record["version"] == serving, "kept": record["version"] in kept}
+                         for record in history]}
+
+
+def _personal(server: Server) -> PersonalAdmin:
+    if server.personal is None:
+        raise ApiError(409, "personal adapters are off on this server: serve with --personal-adapters on",
+                       code="personal_adapters_off")
+    return server.personal
+
+
+def _owner(request: Request, user: str | None) -> str:
+    """Whose adapter: the caller's, or for an admin `user`'s; another user's name is unknown to a non-admin."""
+    caller = caller_of(request)
+    if user is None or user == caller.name:
+        return caller.name
+    if not caller.admin:
+        raise ApiError(404, f"no user {user[:64]!r}", param="user", code="user_not_found")
+    return user

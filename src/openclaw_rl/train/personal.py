@@ -1,0 +1,268 @@
+"""Personal adapters: each user's samples train that user's LoRA only, with its own history.
+
+    DATA_DIR/personal/<user>/v000003/adapter_model.safetensors   the user's adapter, peft's files
+    DATA_DIR/personal/<user>/LATEST                              the version served to them
+    DATA_DIR/personal/<user>/gate-anchors.json                   their update gate's anchors
+    store.adapter_versions                                       every candidate: parent, gate decision
+
+One LoRA trainer (train/trainer.py, `lora = true`) serves every user in turn: `train`
+loads the user's adapter and their own AdamW moments, takes one step on their samples,
+lets the user's own update gate decide, and publishes an accepted result under the user's
+next version to every receiver (the local engine's `load_adapter`: engine/adapters.py).
+Another user's step never starts from, or moves, this user's adapter or moments, so two
+users who want opposite things no longer pull the same weights. The shared model is not
+trained meanwhile: every adapter is a delta on the same frozen base, which is what a user
+without an adapter is served. `run_personal` is the loop that feeds it (`serve
+--personal-adapters on`, compose.py).
+
+Decisions and why (docs/personal-adapters.md):
+
+- Rank 8, alpha 16, every attention and MLP projection, lr 1e-4 (`personal_config`):
+  the trainer's own LoRA targets, at half its default rank, since decode reads every
+  adapter in a batch on every step (bench/personal_adapters.py measures the cost).
+- A user with fewer than `min_samples` samples keeps the shared model: one noisy turn
+  should not fork a personal model.
+- One `Gate` (train/gate.py) per user, built when their first step is about to run, its
+  snapshot their served adapter (the base for a new user): the candidate is held to what
+  this user is served now and to their anchors, by the same checks as the shared model's.
+  A rejected candidate takes a number (recorded with why) but is never written or served,
+  and the user's moments stay those before the step.
+- Version numbers only grow, per user, across rejections, rollbacks and restarts (the
+  highest of the files and the store): a number names one set of weights forever.
+- Rollback writes the chosen version's weights as a new version, with fresh moments and
+  a gate rebuilt on them; reset and delete remove the user's directory, their history in
+  the store and unload the adapter.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import re
+import shutil
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Protocol
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine import weight_files
+from openclaw_rl.engine.base import LoraAdapter
+from openclaw_rl.store import Store
+from openclaw_rl.train.gate import Gate
+from openclaw_rl.train.runner import Flush
+from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.types import Sample
+
+log = logging.getLogger(__name__)
+
+RANK, ALPHA, LR = 8, 16, 1e-4
+MIN_SAMPLES = 4
+_USER = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
+
+GateFor = Callable[[Path], Gate]  # a user's gate over the trainer, its anchors kept at the path given
+
+
+def personal_config(config: TrainConfig) -> TrainConfig:
+    """`config` as a personal-adapter trainer runs it: LoRA at the documented rank, alpha and lr."""
+    return replace(config, lora=True, lora_rank=RANK, lora_alpha=ALPHA, lr=config.lr or LR)
+
+
+def personal_claims(method: str) -> str:
+    """The name personal steps claim samples under (store.claims): apart from the shared
+    trainer's, so a turn trained into a user's adapter is still there for the shared model."""
+    return f"personal:{method}"
+
+
+class AdapterReceiver(Protocol):
+    """What serves personal adapters (engine/local.py's LocalEngine)."""
+
+    async def load_adapter(self, user: str, adapter: LoraAdapter, version: int) -> None: ...
+
+    async def drop_adapter(self, user: str) -> None: ...
+
+
+class PersonalAdapters:
+    def __init__(self, trainer: Trainer, data_dir: str | Path, receivers: Sequence[AdapterReceiver], *,
+                 min_samples: int = MIN_SAMPLES, keep: int = 5, store: Store | None = None,
+                 gate: GateFor | None = None) -> None:
+        """`store`: where each version is recorded (and pins read); `gate`: each user's update gate."""
+        if not trainer.config.lora:
+            raise ValueError("personal adapters need a LoRA trainer (build it with personal_config(config))")
+        if min_samples < 1:
+            raise ValueError(f"min_samples is {min_samples}; a user's step needs at least 1 sample")
+        self.trainer, self.receivers = trainer, list(receivers)
+        self.root = Path(data_dir) / "personal"
+        self.min_samples, self.keep, self.store, self.gate = min_samples, keep, store, gate
+        self._initial = trainer.trainable_state_dict()  # every new user's adapter starts here (B = 0: the base)
+        self._initial_moments = copy.deepcopy(trainer.optimizer.state_dict())
+        self._moments: dict[str, dict] = {}  # user -> their AdamW state, between their steps
+        self._gates: dict[str, Gate] = {}  # user -> their gate, its snapshot their served adapter
+        self._lock = asyncio.Lock()  # one user's step at a time: the trainer holds one adapter
+
+    def users(self) -> list[str]:
+        """The users with an adapter on disk."""
+        return sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+
+    def versions(self, user: str) -> list[int]:
+        """The user's kept adapter versions, oldest first."""
+        return weight_files.kept_versions(self._dir(user))
+
+    def current(self, user: str) -> int | None:
+        """The version the user is served, None while they get the shared model."""
+        return weight_files.latest_version(self._dir(user))
+
+    def adapter(self, user: str, version: int) -> LoraAdapter:
+        weights = weight_files.read(weight_files.stored(self._dir(user), version))
+        assert isinstance(weights, LoraAdapter)
+        return weights
+
+    async def load_all(self) -> list[str]:
+        """Serve every user the adapter version they were last served (a restart); who has one."""
+        users = [user for user in self.users() if self.current(user) is not None]
+        for user in users:
+            version = self.current(user)
+            assert version is not None
+            await self._publish(user, self.adapter(user, version), version)
+        return users
+
+    async def train(self, user: str, samples: Sequence[Sample]) -> int | None:
+        """One step of `user`'s adapter on their `samples` (the caller's, all of this user), published
+        as their next version; None, and nothing served, while they have fewer than `min_samples`
+        or when their gate rejects the candidate."""
+        if len(samples) < self.min_samples:
+            return None
+        async with self._lock:
+            version, adapter = await asyncio.to_thread(self._step, user, list(samples))
+            if adapter is not None:
+                await self._publish(user, adapter, version)
+        return version if adapter is not None else None
+
+    async def rollback(self, user: str, version: int) -> int:
+        """Serve `user` the weights of their `version` again, as a new version (returned)."""
+        if version not in self.versions(user):
+            raise ValueError(f"{user!r} has no kept adapter version {version} (kept: {self.versions(user)})")
+        async with self._lock:
+            adapter = self.adapter(user, version)
+            new = self._next_number(user)
+            weight_files.write_version(self._dir(user), new, adapter, keep=self.keep, parent=version,
+                                       protect=self._protected(user))
+            self._moments.pop(user, None)  # the moments belong to the weights rolled back from
+            self._gates.pop(user, None)  # rebuilt on the rolled-back weights at the user's next step
+            if self.store is not None:
+                await asyncio.to_thread(self.store.record_adapter_version, user, new, parent=version,
+                                        gate="rollback", reason=f"rollback to v{version}")
+            await self._publish(user, adapter, new)
+        return new
+
+    async def reset(self, user: str) -> None:
+        """Delete `user`'s adapter and its whole history; they are served the shared model."""
+        async with self._lock:
+            self._moments.pop(user, None)
+            self._gates.pop(user, None)
+            shutil.rmtree(self._dir(user), ignore_errors=True)
+            if self.store is not None:
+                await asyncio.to_thread(self.store.delete_adapter_history, user)
+            for receiver in self.receivers:
+                await receiver.drop_adapter(user)
+
+    delete = reset  # deleting a user deletes their adapter and its history
+
+    def _dir(self, user: str) -> Path:
+        if not _USER.match(user):
+            raise ValueError(f"user name {user!r} cannot name an adapter directory: use letters, digits and _.@-")
+        return self.root / user
+
+    def _next_number(self, user: str) -> int:
+        on_disk = weight_files.highest_version(self._dir(user)) or 0
+        return max(on_disk, self.store.highest_adapter_version(user) if self.store is not None else 0) + 1
+
+    def _protected(self, user: str) -> frozenset[int]:
+        """Versions pruning keeps: the pinned ones and the one served."""
+        pinned = self.store.pinned_adapter_versions(user) if self.store is not None else set()
+        served = self.current(user)
+        return frozenset(pinned | ({served} if served is not None else set()))
+
+    def _step(self, user: str, samples: list[Sample]) -> tuple[int, LoraAdapter | None]:
+        """Train, gate, write: (the candidate's number, its adapter; None when rejected)."""
+        latest = self.current(user)
+        state = self._initial if latest is None else self.adapter(user, latest).state_dict
+        self.trainer.load_trainable_state_dict(state)
+        self.trainer.optimizer.load_state_dict(self._moments.get(user, self._initial_moments))
+        gate = self._gate_of(user)
+        self.trainer.step(samples)
+        version, turn_ids = self._next_number(user), [s.turn_id for s in samples]
+        decision = gate.decide() if gate is not None else None
+        record = {"parent": latest, "turn_ids": turn_ids,
+                  "reason": decision.reason if decision else None, "checks": decision.checks if decision else None}
+        if decision is not None and not decision.accepted:
+            self._record(user, version, gate="rejected", **record)
+            log.warning("%s's adapter v%d rejected by the update gate, not served: %s", user, version, decision.reason)
+            return version, None
+        if gate is not None:
+            gate.accept()
+        self._moments[user] = copy.deepcopy(self.trainer.optimizer.state_dict())
+        adapter = self.trainer.lora_adapter()
+        weight_files.write_version(self._dir(user), version, adapter, keep=self.keep, parent=latest,
+                                   protect=self._protected(user))
+        self._record(user, version, gate="accepted" if decision else "ungated", **record)
+        return version, adapter
+
+    def _gate_of(self, user: str) -> Gate | None:
+        """The user's gate, built now (with the user's served adapter in the trainer) if new."""
+        if self.gate is None:
+            return None
+        if user not in self._gates:
+            self._dir(user).mkdir(parents=True, exist_ok=True)
+            self._gates[user] = self.gate(self._dir(user) / "gate-anchors.json")
+        return self._gates[user]
+
+    def _record(self, user: str, version: int, **record) -> None:
+        if self.store is not None:
+            self.store.record_adapter_version(user, version, **record)
+
+    async def _publish(self, user: str, adapter: LoraAdapter, version: int) -> None:
+        for receiver in self.receivers:
+            await receiver.load_adapter(user, adapter, version)
+
+
+async def run_personal(store: Store, personal: PersonalAdapters, config: TrainConfig, stop: asyncio.Event,
+                       flush: Flush | None = None) -> None:
+    """Until `stop`: each user with `min_samples` ready samples gets one step of their adapter
+    on at most `batch_size` of them, the oldest first (claimed as `personal_claims`, so the
+    shared trainer's claims are untouched). The staleness window is the shared policy's: a
+    user's behaviour log-probs were sampled under their own adapter, which the trainer's
+    importance ratio corrects. `flush`: set `done` once no user has enough ready."""
+    claims = personal_claims(personal.trainer.method.name)
+    assemble = _assembly(personal.trainer, config, personal.gate is not None)
+    while not stop.is_set():
+        flushing = flush is not None and flush.requested.is_set()
+        ready = await asyncio.to_thread(store.ready_owners, claims)
+        stepped = False
+        for user in sorted(u for u, count in ready.items() if count >= personal.min_samples):
+            samples, _ = await asyncio.to_thread(lambda owner=user: store.claim_samples(
+                claims, config.batch_size, store.policy_version(), config.max_staleness, None, personal.min_samples,
+                assemble, None, owner))
+            if samples:
+                await personal.train(user, samples)
+                stepped = True
+        if stepped:
+            continue
+        if flushing:
+            flush.done.set()  # type: ignore[union-attr]
+        try:
+            await asyncio.wait_for(stop.wait(), config.train_poll_interval_s)
+        except TimeoutError:
+            pass
+
+
+def _assembly(trainer: Trainer, config: TrainConfig, gated: bool) -> Callable[[Sample], Sample | str]:
+    """The method's assembly; with a gate, refusing the turns it keeps as probes (as train/runner.py does)."""
+    assemble = trainer.method.assemble
+
+    def personal_sample(sample: Sample) -> Sample | str:
+        if gated and sample.turn_id % config.gate_probe_every == 0:
+            return f"a probe of the update gate (one turn in {config.gate_probe_every}): never trained on"
+        return assemble(sample) if assemble is not None else sample
+    return personal_sample

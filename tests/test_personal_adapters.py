@@ -1,0 +1,191 @@
+"""Personal adapters on the local engine: each row of one decode batch under its own user's LoRA.
+
+The reference for a user's row is a plain transformers forward of the base model with that
+user's peft adapter merged into its weights (peft's own merge_and_unload)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+import torch
+from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
+from transformers import AutoModelForCausalLM
+
+from openclaw_rl.engine.adapters import TARGETS, LoraPass, model_shapes, prepare
+from openclaw_rl.engine.base import EngineError, LoraAdapter, Started
+from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.types import SamplingParams, TokenStep
+
+PROMPTS = {"alice": [1, 17, 230, 45, 9, 301, 12], "bob": [1, 88, 14, 601, 7], "carol": [1, 5, 5, 402, 33, 71]}
+
+
+def _adapter(model_dir, seed: int, rank: int = 4, alpha: int = 8) -> tuple[LoraAdapter, torch.nn.Module]:
+    """A peft adapter with random A and B (B is zero at peft's init: no effect to test) and the
+    base model with it merged, the reference."""
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32),
+                           LoraConfig(r=rank, lora_alpha=alpha, target_modules=list(TARGETS), lora_dropout=0.0))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if "lora_" in name:
+                parameter.copy_(torch.randn(parameter.shape, generator=generator) * 0.1)
+    state = {k: v.detach().clone() for k, v in get_peft_model_state_dict(model).items()}
+    return LoraAdapter(state, {"r": rank, "lora_alpha": alpha}), model.merge_and_unload().eval()
+
+
+def _reference(model, prompt: list[int], response: list[int]) -> list[float]:
+    """Untempered log-probs of `response` after `prompt` (what greedy turns record)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + response])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(response)[:, None])[:, 0].tolist()
+
+
+async def _collect(stream) -> tuple[Started, list[int], list[float]]:
+    events = [event async for event in stream]
+    steps = [e for e in events if isinstance(e, TokenStep)]
+    return events[0], [s.token_id for s in steps], [s.logprob for s in steps]
+
+
+@pytest.fixture(scope="module")
+def adapters(tiny_model_dir):
+    return {"alice": _adapter(tiny_model_dir, 1), "bob": _adapter(tiny_model_dir, 2), "alice2": _adapter(tiny_model_dir, 3)}
+
+
+@pytest.fixture(scope="module")
+def base(tiny_model_dir):
+    return AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+
+
+def _held(engine: LocalEngine) -> tuple[threading.Event, threading.Event]:
+    """A gate before each of the model thread's ticks (the per-step thread budget hook): clear it
+    and the thread stops at its next tick and sets `blocked`, so a test can line up work."""
+    gate, blocked = threading.Event(), threading.Event()
+    gate.set()
+
+    def hook() -> int:
+        if not gate.is_set():
+            blocked.set()
+            gate.wait()
+        return 1
+
+    engine.threads_now = hook
+    return gate, blocked
+
+
+def test_one_batch_mixes_users_and_each_row_records_its_own_adapters_logprobs(tiny_model_dir, adapters, base):
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            gate, blocked = _held(engine)
+            await engine.load_adapter("alice", adapters["alice"][0], 1)
+            await engine.load_adapter("bob", adapters["bob"][0], 1)
+            gate.clear()
+            await asyncio.to_thread(blocked.wait)  # the model thread is held: all three join one batch
+            streams = [engine.stream(PROMPTS[user], SamplingParams(max_new_tokens=10, temperature=0, adapter=user))
+                       for user in ("alice", "bob", "carol")]
+            tasks = [asyncio.create_task(_collect(s)) for s in streams]
+            while engine.stats()["waiting_requests"] < 3:
+                await asyncio.sleep(0)  # the streams enqueue on their first step
+            gate.set()
+            results = dict(zip(("alice", "bob", "carol"), await asyncio.gather(*tasks)))
+            assert engine.stats()["max_batch_seen"] == 3
+            return results
+        finally:
+            await engine.aclose()
+
+    results = asyncio.run(main())
+    for user, model in (("alice", adapters["alice"][1]), ("bob", adapters["bob"][1]), ("carol", base)):
+        started, tokens, logprobs = results[user]
+        assert started.adapter_version == (None if user == "carol" else 1)
+        expected = _reference(model, PROMPTS[user], tokens)
+        assert torch.allclose(torch.tensor(logprobs), torch.tensor(expected), atol=1e-4), (user, logprobs, expected)
+    # the adapters change what is sampled: alice's tokens under the base would score differently
+    alice_tokens = results["alice"][1]
+    assert not torch.allclose(torch.tensor(_reference(base, PROMPTS["alice"], alice_tokens)),
+                              torch.tensor(results["alice"][2]), atol=1e-2)
+
+
+def test_a_row_without_adapter_gets_exactly_zero_delta(tiny_model_dir, adapters, base):
+    shapes = model_shapes(base)
+    ready = prepare(adapters["alice"][0], "alice", 1, shapes, dtype=torch.float32, device="cpu")
+    lora = LoraPass([ready, None, ready], [1, 1, 1])
+    out_features, in_features = shapes[(0, "q_proj")]
+    h, y = torch.randn(3, in_features), torch.randn(3, out_features)
+    out = lora.add(0, "q_proj", h, y)
+    assert torch.equal(out[1], y[1])  # bit for bit
+    assert not torch.equal(out[0], y[0])
+
+
+def test_a_new_adapter_version_pauses_nobody_and_rows_in_flight_keep_theirs(tiny_model_dir, adapters):
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            gate, blocked = _held(engine)
+            await engine.load_adapter("alice", adapters["alice"][0], 1)
+            first = engine.stream(PROMPTS["alice"], SamplingParams(max_new_tokens=24, temperature=0, adapter="alice"))
+            started = await anext(first)
+            step = await anext(first)
+            gate.clear()
+            await asyncio.to_thread(blocked.wait)  # held between two steps, with alice's row in flight
+            assert engine.stats()["active_rows"] == 1
+            load = asyncio.create_task(engine.load_adapter("alice", adapters["alice2"][0], 2))
+            while engine.stats()["jobs_waiting"] < 1:
+                await asyncio.sleep(0)
+            gate.set()
+            await load  # ran between two steps: the row was not drained first
+            second = await _collect(engine.stream(PROMPTS["alice"], SamplingParams(max_new_tokens=6, temperature=0,
+                                                                                   adapter="alice")))
+            rest = await _collect(first)
+            return started, [step.token_id, *rest[1]], [step.logprob, *rest[2]], second
+        finally:
+            await engine.aclose()
+
+    started, tokens, logprobs, second = asyncio.run(main())
+    assert started.adapter_version == 1 and len(tokens) == 24
+    assert torch.allclose(torch.tensor(logprobs), torch.tensor(_reference(adapters["alice"][1], PROMPTS["alice"],
+                                                                          tokens)), atol=1e-4)
+    assert second[0].adapter_version == 2
+    assert torch.allclose(torch.tensor(second[2]), torch.tensor(_reference(adapters["alice2"][1], PROMPTS["alice"],
+                                                                           second[1])), atol=1e-4)
+
+
+def test_dropping_an_adapter_serves_the_shared_model_and_scoring_uses_the_users_adapter(tiny_model_dir, adapters,
+                                                                                        base):
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            await engine.load_adapter("alice", adapters["alice"][0], 1)
+            scored = await engine.score(PROMPTS["alice"], [5, 6, 7], temperature=0, adapter="alice")
+            assert engine.adapter_versions() == {"alice": 1}
+            await engine.drop_adapter("alice")
+            after = await _collect(engine.stream(PROMPTS["alice"], SamplingParams(max_new_tokens=4, temperature=0,
+                                                                                  adapter="alice")))
+            return scored, after, engine.adapter_versions()
+        finally:
+            await engine.aclose()
+
+    scored, (started, tokens, logprobs), versions = asyncio.run(main())
+    assert torch.allclose(torch.tensor(scored.logprobs), torch.tensor(_reference(adapters["alice"][1],
+                                                                                 PROMPTS["alice"], [5, 6, 7])), atol=1e-4)
+    assert versions == {} and started.adapter_version is None
+    assert torch.allclose(torch.tensor(logprobs), torch.tensor(_reference(base, PROMPTS["alice"], tokens)), atol=1e-4)
+
+
+def test_an_adapter_that_does_not_fit_the_model_is_refused_by_name(tiny_model_dir, adapters):
+    state = dict(adapters["alice"][0].state_dict)
+    name = next(k for k in state if "q_proj.lora_A" in k)
+    state[name] = state[name][:, :-1]
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=2, threads=1)
+        try:
+            with pytest.raises(EngineError, match="q_proj has A"):
+                await engine.load_adapter("alice", LoraAdapter(state, {"r": 4, "lora_alpha": 8}), 1)
+            with pytest.raises(EngineError, match="r=0"):
+                await engine.load_adapter("alice", LoraAdapter(state, {}), 1)
+        finally:
+            await engine.aclose()
+
+    asyncio.run(main())

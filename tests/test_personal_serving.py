@@ -1,0 +1,248 @@
+"""--personal-adapters on, end to end through the HTTP API: each user's feedback trains their own
+adapter (train/personal.py), served to them alone, with its own history, gate, pin and rollback."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from openclaw_rl.compose import StackSpec, build_stack
+from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.judge.worker import Reading
+from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.train.runner import Flush
+from openclaw_rl.users import Users
+
+ASK = [{"role": "user", "content": "What is the capital of France?"}]
+
+
+class _ByOwner:
+    """Approves alice's turns, rejects bob's: two users who want opposite things."""
+
+    name = "by-owner"
+
+    async def read(self, turn) -> Reading:
+        vote = 1 if turn.owner == "alice" else -1
+        return Reading(votes=[vote], raw=[f"SCORE: {vote}"], hints=[])
+
+
+class Running:
+    def __init__(self, model_dir: Path, data_dir: Path, personal: str, train: TrainConfig | None = None):
+        self.flush = Flush()
+        serve = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0,
+                            personal_adapters=personal, train=personal == "on")
+        self.stack = build_stack(serve, JudgeConfig(poll_interval_s=0.05),
+                                 train or TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="off",
+                                                      train_poll_interval_s=0.05),
+                                 StackSpec(judge=_ByOwner(), flush=self.flush))
+        self.server, self.store = self.stack.server, self.stack.server.store
+        users = Users(data_dir)
+        self.raw_keys = {name: users.add(name, admin=name == "root") for name in ("alice", "bob", "carol", "root")}
+        self.keys = {name: {"Authorization": f"Bearer {key}"} for name, key in self.raw_keys.items()}
+        self.thread = ServerThread(self.stack.app(), serve.port)
+        self.url = self.thread.base_url
+
+    def greedy(self, user: str, messages=ASK) -> tuple[str | None, list[tuple[str, float]]]:
+        """The X-Adapter-Version and (token, log-prob) of a greedy answer to `user`."""
+        r = httpx.post(f"{self.url}/v1/chat/completions", headers=self.keys[user], timeout=120,
+                       json={"messages": messages, "max_tokens": 6, "temperature": 0, "logprobs": True})
+        assert r.status_code == 200, r.text
+        steps = r.json()["choices"][0]["logprobs"]["content"]
+        return r.headers.get("x-adapter-version"), [(s["token"], s["logprob"]) for s in steps]
+
+    def give_feedback(self, user: str, sessions: int, start: int = 0) -> None:
+        """`sessions` one-turn sessions of `user`, each with a feedback; back once every such turn is judged."""
+        for i in range(start, start + sessions):
+            r = httpx.post(f"{self.url}/v1/chat/completions", headers=self.keys[user], timeout=120,
+                           json={"messages": [{"role": "user", "content": f"{user}'s question {i}: 2 + {i}?"}],
+                                 "max_tokens": 4, "temperature": 1.0})
+            assert r.status_code == 200, r.text
+            session = r.headers["x-session-id"]
+            assert httpx.post(f"{self.url}/v1/sessions/{session}/feedback", headers=self.keys[user], timeout=30,
+                              json={"text": "ok"}).status_code == 200
+        turn_ids = [t.id for s in self.store.list_sessions(1000, 0, user) for t in self.store.turns(s.id)
+                    if t.next_state is not None]
+        self._until(lambda: len(self.store.sample_states(turn_ids)) == len(turn_ids), "the judge's samples")
+
+    def train_all(self) -> None:
+        """Let the personal trainer take every ready step (Flush), then stop asking."""
+        self.flush.done.clear()
+        self.flush.requested.set()
+        assert self.server.wait_for(self.flush.done, 120)
+        self.flush.requested.clear()
+
+    def adapters(self, user: str, query: str = "") -> dict:
+        r = httpx.get(f"{self.url}/v1/adapters{query}", headers=self.keys[user], timeout=30)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def _until(self, ready, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not ready():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}"
+            self.server.check_loops()
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.thread.stop()
+
+
+@pytest.fixture(scope="module")
+def base_answer(tiny_model_dir, tmp_path_factory):
+    """carol's greedy answer from a server with personal adapters off (and no training)."""
+    running = Running(tiny_model_dir, tmp_path_factory.mktemp("off"), "off")
+    try:
+        return running.greedy("carol")
+    finally:
+        running.stop()
+
+
+@pytest.fixture(scope="module")
+def running(tiny_model_dir, tmp_path_factory):
+    running = Running(tiny_model_dir, tmp_path_factory.mktemp("on"), "on")
+    yield running
+    running.stop()
+
+
+def test_two_users_feedback_trains_two_adapters_and_a_third_gets_the_base_exactly(running, base_answer):
+    assert running.stack.trainer is None and running.server.personal is not None  # no shared trainer
+    assert running.greedy("carol") == base_answer
+    running.give_feedback("alice", 4)
+    running.give_feedback("bob", 4)
+    running.train_all()
+    assert running.server.engine.adapter_versions() == {"alice": 1, "bob": 1}
+    alice, bob, carol = running.greedy("alice"), running.greedy("bob"), running.greedy("carol")
+    assert alice[0] == "1" and bob[0] == "1"
+    assert carol == base_answer  # no adapter: the base model's tokens and log-probs exactly, no header
+    assert alice[1] != carol[1] and bob[1] != carol[1] and alice[1] != bob[1]
+    mine = running.adapters("alice")
+    assert mine["personal_adapters"] == "on" and [d["user"] for d in mine["data"]] == ["alice"]
+    (record,) = mine["data"][0]["versions"]
+    assert (record["version"], record["parent"], record["gate"], record["serving"]) == (1, None, "ungated", True)
+    assert len(record["samples"]) == 4
+    assert running.adapters("carol")["data"] == [{"user": "carol", "serving": None, "kept": [], "versions": []}]
+    assert [d["user"] for d in running.adapters("root")["data"]] == ["alice", "bob"]  # an admin sees everyone's
+    assert httpx.get(f"{running.url}/v1/adapters?user=bob", headers=running.keys["alice"]).status_code == 404
+    latest = running.store.turns(running.store.list_sessions(1, 0, "alice")[0].id)[0]
+    assert latest.sampling["adapter_version"] == 1  # the turn records which adapter version answered it
+    carols = running.store.turns(running.store.list_sessions(1, 0, "carol")[0].id)[0]
+    assert "adapter_version" not in carols.sampling  # the base model answered: recorded as without the setting
+
+
+@pytest.fixture
+def chromium(running):  # after the server, and closed after its test: Playwright runs an event loop in this thread
+    from openclaw_rl.envs.gui import CHROMIUM_ARGS, find_chromium
+
+    if (executable := find_chromium()) is None:
+        pytest.skip("the dashboard's browser tests need Chromium (make system-deps: apt-get install chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def test_the_dashboard_shows_each_user_their_own_adapter_and_the_admin_all(running, chromium):
+    from playwright.sync_api import expect
+
+    for user, shown in (("alice", ["alice"]), ("root", ["alice", "bob"])):
+        context = chromium.new_context()
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        try:
+            page.goto(f"{running.url}/dashboard?poll_ms=300#adapters")
+            page.locator("#key-form input").fill(running.raw_keys[user])
+            page.locator("#key-form button").click()
+            page.locator("nav [data-view=adapters]").click()
+            expect(page.locator(".adapters-table")).to_have_count(len(shown))
+            assert [t.get_attribute("data-user") for t in page.locator(".adapters-table").all()] == shown
+            row = page.locator(".adapters-table[data-user=alice] tr[data-version='1']")
+            expect(row).to_contain_text("serving")
+            expect(row).to_contain_text("ungated")
+        finally:
+            context.close()
+
+
+def test_pin_rollback_and_deleting_a_user_are_per_user(running):
+    v1 = running.greedy("alice")
+    running.give_feedback("alice", 4, start=10)
+    running.train_all()
+    assert running.greedy("alice")[0] == "2"
+    bob = running.greedy("bob")
+    url, alice = running.url, running.keys["alice"]
+    pinned = httpx.post(f"{url}/v1/adapters/pin", headers=alice, json={"version": 1})
+    assert pinned.status_code == 200 and running.store.pinned_adapter_versions("alice") == {1}
+    missing = httpx.post(f"{url}/v1/adapters/rollback", headers=alice, json={"to": 9})
+    assert missing.status_code == 404 and "no kept adapter version 9" in missing.json()["error"]["message"]
+    during: list = []  # bob's answers while alice rolls back: every request answered, none changed
+    traffic = threading.Thread(target=lambda: during.extend(running.greedy("bob") for _ in range(6)))
+    traffic.start()
+    rolled = httpx.post(f"{url}/v1/adapters/rollback", headers=alice, json={"to": 1})
+    traffic.join()
+    assert rolled.status_code == 200 and rolled.json()["version"] == 3
+    assert running.greedy("alice") == ("3", v1[1])  # v1's weights under a new number
+    assert during == [bob] * 6 and running.greedy("bob") == bob  # alice's rollback changes no other user's answers
+    history = {r["version"]: r for r in running.adapters("alice")["data"][0]["versions"]}
+    assert (history[3]["gate"], history[3]["parent"], history[2]["parent"]) == ("rollback", 1, 1)
+    deleted = httpx.delete(f"{url}/v1/users/alice/data", headers=alice)
+    assert deleted.status_code == 200 and deleted.json()["adapter_versions"] == 3
+    assert running.adapters("alice")["data"][0] == {"user": "alice", "serving": None, "kept": [], "versions": []}
+    assert running.server.engine.adapter_versions() == {"bob": 1}
+    assert not (Path(running.store.data_dir) / "personal" / "alice").exists()
+    assert running.greedy("bob") == bob
+
+
+def test_a_candidate_the_gate_rejects_is_recorded_and_never_served(tiny_model_dir, tmp_path):
+    strict = TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="on", gate_max_kl=0.0, gate_anchors=0,
+                         gate_max_new_tokens=4, gate_probe_every=1000, train_poll_interval_s=0.05)
+    running = Running(tiny_model_dir, tmp_path, "on", strict)
+    try:
+        base = running.greedy("alice", [{"role": "user", "content": "Name a colour."}])
+        running.give_feedback("alice", 4)
+        running.train_all()
+        (record,) = running.adapters("alice")["data"][0]["versions"]
+        assert record["gate"] == "rejected" and "gate_max_kl 0" in record["reason"] and not record["serving"]
+        assert running.server.engine.adapter_versions() == {}
+        assert running.greedy("alice", [{"role": "user", "content": "Name a colour."}]) == base
+        # the next candidate gets the next number: a number names one set of weights forever
+        running.give_feedback("alice", 4, start=10)
+        running.train_all()
+        assert [r["version"] for r in running.adapters("alice")["data"][0]["versions"]] == [2, 1]
+    finally:
+        running.stop()
+
+
+def test_a_candidate_the_gate_accepts_serves_and_records_the_gates_checks(tiny_model_dir, tmp_path):
+    lenient = TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="on", gate_max_kl=100.0, gate_anchors=2,
+                          gate_max_new_tokens=4, gate_max_length_ratio=100.0, gate_max_repetition=1.0,
+                          gate_max_repetition_increase=1.0, gate_max_non_answer_increase=1.0,
+                          gate_max_brought_in_increase=1.0, train_poll_interval_s=0.05)
+    running = Running(tiny_model_dir, tmp_path, "on", lenient)
+    try:
+        running.give_feedback("alice", 5)
+        running.train_all()
+        (record,) = running.adapters("alice")["data"][0]["versions"]
+        assert (record["gate"], record["serving"], record["reason"]) == ("accepted", True, "passed every check")
+        assert record["checks"]["probes"] >= 1 and record["checks"]["kl_per_token"] is not None
+        assert running.server.engine.adapter_versions() == {"alice": 1}
+        assert (tmp_path / "personal" / "alice" / "gate-anchors.json").exists()  # the user's own anchors
+    finally:
+        running.stop()
+
+
+def test_personal_adapters_need_the_local_engine_and_the_trainer_here(tiny_model_dir, tmp_path):
+    with pytest.raises(ConfigError, match="personal_adapters.*'maybe'.*on or off"):
+        ServeConfig(personal_adapters="maybe")
+    with pytest.raises(ConfigError, match="engine.*'vllm'.*local with --personal-adapters on"):
+        ServeConfig(personal_adapters="on", engine="vllm")
+    with pytest.raises(ConfigError, match="train.*False.*--personal-adapters on"):
+        ServeConfig(personal_adapters="on", train=False)
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), personal_adapters="on",
+                        status_interval_s=0.0)
+    with pytest.raises(ConfigError, match="trains each user's adapter in this process; this stack trains off"):
+        build_stack(serve, JudgeConfig(judge="off"), TrainConfig(gate="off"), StackSpec(training="off"))

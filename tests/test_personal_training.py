@@ -1,0 +1,104 @@
+"""Personal adapters trained per user (train/personal.py), served by the local engine."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from openclaw_rl.config import TrainConfig
+from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.train.personal import PersonalAdapters, personal_config
+from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.types import SamplingParams, TokenStep
+from test_trainer import SIGNALS, make_samples
+
+PROMPT = [1, 17, 23, 45, 9, 31]
+
+
+def _personal(model_dir, data_dir, engine=None) -> PersonalAdapters:
+    torch.manual_seed(0)  # peft's initial A: the same for every trainer built here
+    trainer = Trainer(model_dir, personal_config(TrainConfig(lr=1e-2)), device="cpu")
+    return PersonalAdapters(trainer, data_dir, [engine] if engine else [], min_samples=4)
+
+
+@pytest.fixture(scope="module")
+def samples(tiny_model_dir):
+    both = make_samples(tiny_model_dir, SIGNALS + SIGNALS[:2])
+    return both[:4], both[4:8]
+
+
+async def _greedy(engine, user):
+    events = [e async for e in engine.stream(PROMPT, SamplingParams(max_new_tokens=5, temperature=0, adapter=user))]
+    return events[0].adapter_version, [e.logprob for e in events if isinstance(e, TokenStep)]
+
+
+def test_each_users_samples_train_their_adapter_only_and_the_engine_serves_it(tiny_model_dir, tmp_path, samples):
+    alice, bob = samples
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            personal = _personal(tiny_model_dir, tmp_path, engine)
+            base = await _greedy(engine, "carol")
+            assert await personal.train("alice", alice[:3]) is None  # too few: the shared model still
+            assert engine.adapter_versions() == {}
+            assert await personal.train("alice", alice) == 1
+            served = await _greedy(engine, "alice"), await _greedy(engine, "carol")
+            return personal, base, served, engine.adapter_versions()
+        finally:
+            await engine.aclose()
+
+    personal, base, (alice_served, carol_served), versions = asyncio.run(main())
+    assert versions == {"alice": 1} and alice_served[0] == 1
+    assert carol_served == base  # a user with no adapter gets the base model's answers exactly
+    assert alice_served[1] != base[1]
+    assert personal.versions("alice") == [1] and personal.versions("bob") == []
+
+
+def test_another_users_step_does_not_touch_this_users_adapter_or_moments(tiny_model_dir, tmp_path, samples):
+    alice, bob = samples
+
+    async def run(order, data_dir):
+        personal = _personal(tiny_model_dir, data_dir)
+        for user in order:
+            await personal.train(user, alice if user == "alice" else bob)
+        return personal.adapter("alice", 2).state_dict
+
+    alone = asyncio.run(run(["alice", "alice"], tmp_path / "a"))
+    interleaved = asyncio.run(run(["alice", "bob", "alice"], tmp_path / "b"))
+    assert alone.keys() == interleaved.keys()
+    for name in alone:
+        assert torch.equal(alone[name], interleaved[name]), name
+
+
+def test_rollback_reset_and_delete_are_per_user(tiny_model_dir, tmp_path, samples):
+    alice, bob = samples
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            personal = _personal(tiny_model_dir, tmp_path, engine)
+            await personal.train("alice", alice)
+            first = await _greedy(engine, "alice")
+            await personal.train("alice", alice)
+            await personal.train("bob", bob)
+            bob_before = await _greedy(engine, "bob")
+            assert await personal.rollback("alice", 1) == 3
+            rolled = await _greedy(engine, "alice")
+            bob_after = await _greedy(engine, "bob")
+            with pytest.raises(ValueError, match="no kept adapter version 9"):
+                await personal.rollback("alice", 9)
+            await personal.delete("alice")
+            return personal, first, rolled, bob_before, bob_after, engine.adapter_versions()
+        finally:
+            await engine.aclose()
+
+    personal, first, rolled, bob_before, bob_after, versions = asyncio.run(main())
+    assert rolled == (3, first[1])  # v1's weights, under a new number
+    assert bob_after == bob_before  # alice's rollback changes no other user's answers
+    assert versions == {"bob": 1}
+    assert personal.versions("alice") == [] and not (tmp_path / "personal" / "alice").exists()
+    with pytest.raises(ValueError, match="cannot name an adapter directory"):
+        personal.versions("../bob")

@@ -1,0 +1,51 @@
+"""The store's side of personal adapters: claims of one owner, and each user's adapter history."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_rl.store import Store, StoreError
+from openclaw_rl.types import Sample, TurnRecord
+
+
+def _owned_sample(store: Store, owner: str, i: int) -> int:
+    turn = store.record_turn(TurnRecord(
+        session_id=f"{owner}-{i}", kind="main", policy_version=0, prompt_messages=[{"role": "user", "content": "q"}],
+        prompt_token_ids=[1, 2], response_token_ids=[3], behaviour_logprobs=[-0.5], response_text="a", tool_calls=[],
+        sampling={"temperature": 1.0}, finish_reason="stop", owner=owner))
+    store.add_sample(Sample(turn_id=turn.id, session_id=turn.session_id, policy_version=0, prompt_token_ids=[1, 2],
+                            response_token_ids=[3], behaviour_logprobs=[-0.5], temperature=1.0, reward=1.0))
+    return turn.id
+
+
+def test_a_claim_of_one_owner_takes_only_their_samples_and_leaves_the_shared_trainers(store):
+    alice = [_owned_sample(store, "alice", i) for i in range(3)]
+    bob = [_owned_sample(store, "bob", i) for i in range(2)]
+    assert store.ready_owners("personal:binary") == {"alice": 3, "bob": 2}
+    taken, _ = store.claim_samples("personal:binary", 8, 0, 2, None, 2, owner="bob")
+    assert [s.turn_id for s in taken] == bob
+    too_few, _ = store.claim_samples("personal:binary", 8, 0, 2, None, 4, owner="alice")
+    assert too_few == []  # all or nothing, as for the shared trainer
+    assert store.ready_owners("personal:binary") == {"alice": 3}
+    shared, _ = store.claim_samples("binary", 8, 0, 2, 1, 1)  # another claim name: every sample is still there
+    assert sorted(s.turn_id for s in shared) == sorted(alice + bob)
+
+
+def test_each_users_adapter_history_pins_and_is_deleted_with_their_data(store):
+    _owned_sample(store, "alice", 0)
+    store.record_adapter_version("alice", 1, parent=None, gate="accepted", reason="passed every check",
+                                 checks={"probes": 2}, turn_ids=[1])
+    store.record_adapter_version("alice", 2, parent=1, gate="rejected", reason="KL 2 > 1")
+    store.record_adapter_version("bob", 1, parent=None, gate="ungated")
+    assert [(r["owner"], r["version"]) for r in store.adapter_versions("alice")] == [("alice", 2), ("alice", 1)]
+    assert store.adapter_versions("alice")[1]["checks"] == {"probes": 2}
+    assert store.highest_adapter_version("alice") == 2 and store.highest_adapter_version("carol") == 0
+    store.pin_adapter_version("alice", 1)
+    assert store.pinned_adapter_versions("alice") == {1}
+    with pytest.raises(StoreError, match="no served adapter version 2"):
+        store.pin_adapter_version("alice", 2)  # a rejected candidate has no weights to keep
+    with pytest.raises(ValueError, match="not 'maybe'"):
+        store.record_adapter_version("alice", 3, parent=1, gate="maybe")
+    deleted = store.delete_sessions(owner="alice")
+    assert deleted["adapter_versions"] == 2
+    assert store.adapter_versions("alice") == [] and len(store.adapter_versions()) == 1  # bob's stays
