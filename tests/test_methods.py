@@ -19,6 +19,7 @@ from openclaw_rl.judge.worker import JudgeWorker, Reading
 from openclaw_rl.store import Store
 from openclaw_rl.train.batch import collate
 from openclaw_rl.train.methods import METHODS, Method, get_method, reward_advantages
+from openclaw_rl.train.runner import shown, step_line
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.types import NextState, Sample, TurnRecord
 
@@ -199,6 +200,18 @@ def test_a_method_named_as_module_attr_trains_one_step_on_the_tiny_model(importa
     assert stats["loss"] == pytest.approx(-(1 - 1 + 1) / 3, abs=1e-5)  # A = sign(+0.5, -0.3, +2.0), ratio 1
     assert (stats["optimizer_steps"], trainer.policy_version) == (1.0, 1)
     assert any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
+
+
+def test_a_combined_step_without_a_hint_logs_no_nan(tiny_model_dir):
+    """Issue 42: a combined batch with rewards and no teacher tokens has no |A_opd|; the stats keep
+    NaN (TensorBoard, /metrics) and the lines a person reads say n/a."""
+    trainer = Trainer(tiny_model_dir, TrainConfig(method="combined", lr=1e-3), device="cpu")
+    stats = trainer.step([METHODS["combined"].assemble(_sample(reward=1.0)), METHODS["combined"].assemble(
+        _sample(2, reward=-1.0))])
+    assert math.isnan(stats["opd_adv_abs_mean"]) and stats["reward_mean"] == 0.0
+    line = step_line(trainer.train_step, trainer.policy_version, stats, 2)
+    assert "|A_opd| n/a," in line and "reward 0.00," in line and "nan" not in line.lower()
+    assert (shown(math.nan, ".3f"), shown(None, ".2f"), shown(0.25, "+.2f")) == ("n/a", "n/a", "+0.25")
 
 
 # -- one judge, two trainers of different methods, one store ---------------------------------------

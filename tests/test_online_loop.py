@@ -11,7 +11,7 @@ import httpx
 import pytest
 import torch
 
-from conftest import LiveServer
+from conftest import LOGPROB_ATOL, LiveServer
 from openclaw_rl.config import JudgeConfig, TrainConfig
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.store import Store
@@ -101,7 +101,7 @@ def test_each_response_names_the_version_that_produced_it(trained, tiny_model_di
         n = len(turn.response_token_ids)
         lp = sampling_logprobs(logits[len(turn.prompt_token_ids) - 1 : -1], torch.ones(n), torch.ones(n))
         fresh = lp.gather(-1, torch.tensor(turn.response_token_ids)[:, None])[:, 0]
-        assert torch.allclose(fresh, torch.tensor(turn.behaviour_logprobs), atol=1e-4), f"version {version}"
+        assert torch.allclose(fresh, torch.tensor(turn.behaviour_logprobs), atol=LOGPROB_ATOL), f"version {version}"
     assert len(checked) >= 2
     store.close()
 

@@ -14,7 +14,7 @@ import torch
 
 from openclaw_rl.config import ConfigError, ServeConfig, TrainConfig
 from openclaw_rl.engine.local import LocalEngine
-from openclaw_rl.engine.precision import resolve_dtype
+from openclaw_rl.engine.precision import logprob_tolerance, needs_importance_correction, resolve_dtype
 from openclaw_rl.train.losses import ppo_clip_loss
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.types import SamplingParams, TokenStep
@@ -27,6 +27,19 @@ def test_auto_is_float32_on_cpu_and_bfloat16_on_cuda() -> None:
     assert resolve_dtype("float16", "cpu") == torch.float16
     with pytest.raises(ValueError, match="unknown dtype 'fp8'; choose one of auto, float32"):
         resolve_dtype("fp8", "cpu")
+
+
+def test_logprob_tolerance_is_stated_per_device_and_decides_the_importance_correction() -> None:
+    """Issue 42: incremental decode and a full forward agree to 1.4e-5 in float32 on a CPU and
+    to 1.0e-3 on an H200; bfloat16 differs by up to 0.42. TIS is on exactly where the tolerance
+    exceeds 0.01 nats, a twentieth of the clip's 0.2 (engine/precision.py)."""
+    assert logprob_tolerance("cpu", torch.float32) == 1e-4
+    assert logprob_tolerance("cuda", torch.float32) == logprob_tolerance(torch.device("cuda", 1), torch.float32) == 2e-3
+    assert logprob_tolerance("cpu", torch.bfloat16) == logprob_tolerance("cuda", torch.float16) == 0.5
+    decided = {(d, str(t)[6:]): needs_importance_correction(d, t)
+               for d in ("cpu", "cuda") for t in (torch.float32, torch.bfloat16)}
+    assert decided == {("cpu", "float32"): False, ("cuda", "float32"): False,
+                       ("cpu", "bfloat16"): True, ("cuda", "bfloat16"): True}
 
 
 def test_bad_precisions_are_refused_with_the_fix() -> None:

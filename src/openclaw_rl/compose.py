@@ -37,10 +37,11 @@ from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfi
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
-from openclaw_rl.engine.precision import dtype_name, resolve_dtype
+from openclaw_rl.engine.precision import dtype_name, needs_importance_correction, resolve_dtype
 from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
+from openclaw_rl.eval.retention import arithmetic_probe
 from openclaw_rl.experience import ConsolidationPolicy
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
@@ -186,10 +187,10 @@ def training_of(config: ServeConfig) -> Training:
 
 def _train_beside_serving(config: ServeConfig, train: TrainConfig) -> TrainConfig:
     """[train] as a trainer beside this serving engine runs it: one thread unless told, and the
-    TIS cap when the engine samples below the trainer's float32."""
+    TIS cap when the engine's log-probs need it (engine/precision.py: below float32)."""
     if not train.train_threads:
         train = dataclasses.replace(train, train_threads=1)
-    if train.tis_cap is None and resolve_dtype(config.dtype, _device()) != torch.float32:
+    if train.tis_cap is None and needs_importance_correction(_device(), resolve_dtype(config.dtype, _device())):
         train = dataclasses.replace(train, tis_cap=TIS_CAP)
     return train
 
@@ -223,7 +224,7 @@ def _add_trainer(stack: Stack, config: ServeConfig, train: TrainConfig, spec: St
     server = stack.server
     trainer = load_trainer(server.engine.model_dir, Path(config.data_dir), train, config.resume, server.store)
     if lend:
-        trainer.threads = idle_core_lender([server.engine, teacher])
+        trainer.threads = idle_core_lender([server.engine, teacher], device=trainer.device)
         server.engine.threads_now = trainer_core_lender(trainer, server.engine)
     loop = build_trainer_loop(server.store, trainer, train, [EngineChannel(server.engine), *spec.channels],
                               tokenizer=server.tokenizer, scorer=spec.scorer,
@@ -463,8 +464,12 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
                                   f"has none that loads ({str(e).splitlines()[0]}); add the tokenizer files, or use --gate off") from e
             log.warning("the update gate is off (--gate auto): %s has no tokenizer that loads", trainer.model_dir)
             return None, archive
-    return Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
-                Path(store.data_dir) / "gate-anchors.json"), archive
+    gate = Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
+                Path(store.data_dir) / "gate-anchors.json")
+    if config.gate_retention_problems:
+        gate.retention = [arithmetic_probe(tokenizer, config.gate_retention_problems)]
+        gate.retention_alpha = config.gate_retention_alpha
+    return gate, archive
 
 
 def personal_gates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer,

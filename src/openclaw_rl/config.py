@@ -536,6 +536,13 @@ class TrainConfig:
     gate_max_score_drop: float = setting("with a scorer (simulation): reject when the mean score falls by more than "
                                          "this below the served version's, or (summed over the accepted versions "
                                          "since the first) below the first version's", default=0.03)
+    gate_retention_problems: int = setting(
+        "the arithmetic retention probe: this many held-out word problems, answered by the served version and the "
+        "candidate and checked by their final number, whatever the style; a candidate that lost significantly more "
+        "of them than it gained (against the served version or the first one) is rejected (train/retention.py); "
+        "0 = off", default=0)
+    gate_retention_alpha: float = setting("the retention probe's tolerance: reject when the sign test's p-value of "
+                                          "the problems lost against those gained is at most this", default=0.05)
     settle_after: int = setting("after adaptation: once the judge has approved this many turns in a row, train "
                                 "at settle_lr_scale times the learning rate until a turn is judged otherwise "
                                 "(a correction); 0 = off", default=0)
@@ -606,6 +613,10 @@ class TrainConfig:
         check(self.gate_probe_every >= 2, "gate_probe_every", self.gate_probe_every, "at least 2 (1 would train on nothing)")
         check(self.gate_max_probes >= 1, "gate_max_probes", self.gate_max_probes, "at least 1")
         check(self.gate_anchors >= 0, "gate_anchors", self.gate_anchors, "0 (off) or a count of probe prompts")
+        check(self.gate_retention_problems >= 0, "gate_retention_problems", self.gate_retention_problems,
+              "0 (off) or a count of problems")
+        check(0 < self.gate_retention_alpha < 1, "gate_retention_alpha", self.gate_retention_alpha,
+              "a significance level in (0, 1)")
         check(self.gate_max_new_tokens >= 1, "gate_max_new_tokens", self.gate_max_new_tokens, "at least 1")
         check(self.gate_max_length_ratio > 1, "gate_max_length_ratio", self.gate_max_length_ratio, "above 1")
         check(self.settle_after >= 0, "settle_after", self.settle_after, "0 (off) or a count of approved turns")

@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
+from openclaw_rl.train.runner import shown
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.types import Verdict
 
@@ -73,8 +74,8 @@ def status_loop(server: Server, interval_s: float) -> Background:
                     f"(paired {counts['paired_turns']}) | samples ready {samples['ready']}, used {samples['used']} "
                     f"| train steps {policy['train_steps']}")
             if policy["train_steps"]:
-                line += (f", loss {train['loss']:.4f}, reward {train['mean_reward']:+.2f}, "
-                         f"|A_opd| {train['mean_abs_a_opd']:.3f}, {train['tokens_per_s']:.0f} tok/s")
+                line += (f", loss {shown(train['loss'], '.4f')}, reward {shown(train['mean_reward'], '+.2f')}, "
+                         f"|A_opd| {shown(train['mean_abs_a_opd'], '.3f')}, {train['tokens_per_s']:.0f} tok/s")
             if line != last:
                 log.info(line)
                 last = line

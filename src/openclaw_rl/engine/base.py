@@ -25,6 +25,10 @@ class ContextLengthError(EngineError):
     """The prompt does not fit in the model's context window."""
 
 
+class TokenIdError(EngineError, ValueError):
+    """A prompt or response holds a token id outside the model's vocabulary (refused before any tensor op)."""
+
+
 @dataclass(frozen=True)
 class Started:
     """First event of a stream: the request is admitted and its policy version fixed."""

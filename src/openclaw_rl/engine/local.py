@@ -45,7 +45,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.adapters import PersonalAdapter, model_shapes, prepare
 from openclaw_rl.engine.base import (
-    ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, Weights,
+    ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, TokenIdError, Weights,
 )
 from openclaw_rl.engine.decoder import FusedDecoder, make_decoder
 from openclaw_rl.engine.grammar import Grammars
@@ -119,6 +119,7 @@ class LocalEngine:
         self.model_name = self.model_dir.name
         config = self.model.config
         self.max_context = max_context or int(getattr(config, "max_position_embeddings", 2048))
+        self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)  # ids the engine admits: 0..vocab_size-1
         self.eos_token_ids = frozenset(_eos_ids(self.model, self.tokenizer))
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_batch_size = max_batch_size
@@ -145,6 +146,7 @@ class LocalEngine:
     async def stream(self, prompt_ids: list[int], params: SamplingParams) -> AsyncIterator[StreamEvent]:
         if not prompt_ids:
             raise EngineError("empty prompt")
+        self._check_ids(prompt_ids, "prompt")
         if len(prompt_ids) >= self.max_context:
             raise ContextLengthError(
                 f"the prompt has {len(prompt_ids)} tokens but the model's context is {self.max_context}"
@@ -190,8 +192,20 @@ class LocalEngine:
         `constraint`: the grammar the response was sampled under; its mask is replayed (engine/grammar.py)."""
         if not prompt_ids or not response_ids:
             raise EngineError("score needs a non-empty prompt and response")
+        self._check_ids(prompt_ids, "prompt")
+        self._check_ids(response_ids, "response")
         return await self._call(lambda: self._score(prompt_ids, response_ids, temperature, top_p, top_k,
                                                     self._adapters.get(adapter) if adapter else None, constraint))
+
+    def _check_ids(self, ids: list[int], what: str) -> None:
+        """Refuse ids outside the embedding before any tensor sees them: on CUDA an
+        out-of-range lookup is a device-side assert that poisons every later CUDA call in
+        the process, not an exception one request can absorb (issue 42)."""
+        vocab = self.vocab_size
+        bad = next((i for i in ids if not 0 <= i < vocab), None)
+        if bad is not None:
+            raise TokenIdError(f"{what}: token id {bad} is outside the model's vocabulary (0..{vocab - 1}); "
+                               f"encode with this model's tokenizer ({self.model_name})")
 
     async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         """Swap in new weights once the rows in flight finish; admit nothing meanwhile."""
@@ -453,9 +467,11 @@ class LocalEngine:
         # fused decoder also copies the prompt's start from the turn's own kept cache
         logits = self._decoder.score_logits(ids, t + 1, adapter)[:-1]  # (T, V)
         if constraint is not None:
-            logits = logits.masked_fill(~self._grammars.replay_masks(constraint, list(response_ids)), float("-inf"))
+            allowed = self._grammars.replay_masks(constraint, list(response_ids)).to(logits.device)  # built on the host
+            logits = logits.masked_fill(~allowed, float("-inf"))
+        # the parameters stay on the host: sampling_logprobs moves what it computes with to the logits' device
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
-        chosen = logprobs.gather(-1, torch.tensor(response_ids, device=self.device)[:, None])[:, 0]
+        chosen = logprobs.gather(-1, torch.tensor(response_ids, device=logits.device)[:, None])[:, 0]
         top_ids: list[list[int]] = [[] for _ in range(t)]
         top_lps: list[list[float]] = [[] for _ in range(t)]
         if top_k:

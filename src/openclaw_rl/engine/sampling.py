@@ -15,19 +15,25 @@ import torch
 def sampling_logprobs(logits: torch.Tensor, temperature: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Log-probs of the distribution actually sampled from.
 
-    logits: (B, V) float; temperature, top_p: (B,). A row with temperature <= 0 is
-    greedy: its log-probs are those of the plain model (T = 1, no truncation).
+    logits: (B, V) float; temperature, top_p: (B,) on any device. A row with temperature
+    <= 0 is greedy: its log-probs are those of the plain model (T = 1, no truncation).
     Tokens cut by top-p get -inf.
+
+    Every tensor computed with the logits is moved to, or made on, the logits' device and
+    in their (float32) dtype: a caller may pass its parameters from the host (scoring does),
+    and on CUDA a host tensor beside device logits is an error. Which rows need top-p is
+    decided where `top_p` lives, so host parameters cost no device sync.
     """
     logits = logits.float()
     greedy = temperature <= 0
-    temp = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.dtype)
+    needs_top_p = (top_p < 1.0) & ~greedy  # on top_p's device: a host decision when the caller's are on the host
+    temp = torch.where(greedy, torch.ones_like(temperature), temperature).to(logits.device, logits.dtype)
     logprobs = torch.log_softmax(logits / temp[:, None], dim=-1)  # (B, V)
-    needs_top_p = (top_p < 1.0) & ~greedy
     if bool(needs_top_p.any()):
-        rows = needs_top_p.nonzero(as_tuple=True)[0]
+        rows = needs_top_p.nonzero(as_tuple=True)[0].to(logits.device)
+        kept_mass = top_p.to(logits.device, logits.dtype)[rows]
         # out of place: log_softmax's backward reads its output
-        logprobs = logprobs.index_put((rows,), _top_p_renormalise(logprobs[rows], top_p[rows].to(logits.dtype)))
+        logprobs = logprobs.index_put((rows,), _top_p_renormalise(logprobs[rows], kept_mass))
     return logprobs
 
 

@@ -24,7 +24,7 @@ from typing import AsyncIterator
 from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.chat import content_text, render_prompt
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Started
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Started, TokenIdError
 from openclaw_rl.experience import merge_system
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
@@ -259,6 +259,9 @@ async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Served
     except ContextLengthError as error:
         await stream.aclose()
         raise ApiError(400, str(error), param="messages", code="context_length_exceeded") from error
+    except TokenIdError as error:  # the request's fault, not the engine's: a 400 (engine/local.py refuses it)
+        await stream.aclose()
+        raise ApiError(400, str(error), param="prompt", code="invalid_token_id") from error
     except (EngineError, asyncio.TimeoutError) as error:
         await stream.aclose()
         raise ApiError(503, f"the engine could not start this request: {str(error) or 'timed out'}",

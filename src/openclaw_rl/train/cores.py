@@ -12,12 +12,18 @@ Python (HTTP streams, the judge, simulated users) up to 5 ms each time. Measured
 one training step of the default model, 2.9 s alone, took 16.3 s beside one busy Python
 thread and 4.9 s with a 0.5 ms interval. So every process with a model thread in it
 switches every `SWITCH_INTERVAL_S` (`share_the_interpreter`).
+
+Lending is a CPU matter: off the CPU (CUDA) the model's work is on the device and a torch
+thread budget only changes the host's small ops, so both lenders are off there (None), and
+each side keeps torch's default.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
+
+import torch
 
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.train.trainer import Trainer
@@ -32,11 +38,15 @@ def share_the_interpreter() -> None:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def idle_core_lender(engines: Sequence[Engine | None], quiet_s: float = LEND_AFTER_IDLE_S) -> Callable[[], int]:
+def idle_core_lender(engines: Sequence[Engine | None], quiet_s: float = LEND_AFTER_IDLE_S, *,
+                     device: torch.device | str = "cpu") -> Callable[[], int] | None:
     """The in-process trainer's threads for its next micro-batch: serving's core too once no
     engine of the process has had work for `quiet_s` (one that cannot tell is never idle), so
     the core is lent when traffic stops, not in the gaps between one user's turns. A request
-    that arrives meanwhile shares a core with training for at most one micro-batch."""
+    that arrives meanwhile shares a core with training for at most one micro-batch.
+    None: the trainer's `device` is not the CPU (module docstring)."""
+    if torch.device(device).type != "cpu":
+        return None
     engines = [e for e in engines if e is not None]
 
     def threads() -> int:
@@ -50,7 +60,8 @@ def trainer_core_lender(trainer: Trainer, engine: Engine) -> Callable[[], int] |
     """Serving's threads for its next step: the trainer's core too while it is not in a step
     (its gate checks and writes run at a lower priority, train/runner.py). A step that starts
     meanwhile shares a core with decoding for at most one decode step. None: the engine
-    cannot take it (no `threads_now`). Asked only where `compose.build_stack` lends cores (2 or more)."""
-    if not hasattr(engine, "threads_now"):
+    cannot take it (no `threads_now`), or the trainer is not on the CPU (module docstring).
+    Asked only where `compose.build_stack` lends cores (2 or more)."""
+    if not hasattr(engine, "threads_now") or torch.device(trainer.device).type != "cpu":
         return None
     return lambda: 1 if trainer.stepping else 2

@@ -13,6 +13,8 @@ version being served.
                     people's data the prompt did not contain), KL(served || candidate) per token, a scorer
                     (against the served version, and summed over the accepted ones, against the first);
                     all but KL again against the anchors' answers
+        collapse    entropy ratio to the base, self-ROUGE-L of the answers, log-prob drift of the served
+                    answers (train/collapse.py): recorded with alarms in checks["collapse"], not a rejection
     -> accepted: published; its weights become the snapshot, the new reference
     -> rejected: published nowhere, the reason recorded (store.versions); the trainer returns to
                  the snapshot's weights and optimizer state (gate_on_reject=restore) or goes on
@@ -75,6 +77,7 @@ import torch
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine import kernels
 from openclaw_rl.engine.decoder import FusedDecoder, fused_unsupported
+from openclaw_rl.eval.retention import RetentionProbe
 from openclaw_rl.judge.screen import brought_in
 from openclaw_rl.train.collapse import (
     CollapseThresholds,
@@ -83,6 +86,7 @@ from openclaw_rl.train.collapse import (
     mean_entropy,
     self_rouge_l,
 )
+from openclaw_rl.train.retention import DEFAULT_ALPHA, retention_check
 
 if TYPE_CHECKING:
     from openclaw_rl.config import TrainConfig
@@ -292,6 +296,9 @@ class Gate:
         self.on_decision: Callable[[Decision], None] | None = None  # told each decision (e.g. /metrics)
         self.collapse_thresholds = CollapseThresholds()
         self._base: dict[str, float | None] | None = None  # served answers' entropy, self-ROUGE-L at the first decision
+        self.retention: list[RetentionProbe] = []  # capability probes apart from the preference (train/retention.py)
+        self.retention_alpha = DEFAULT_ALPHA
+        self._retention_base: dict[str, list[bool]] = {}  # each probe's correctness at the first decision
         self.snapshot = self._take()
         # the anchors (config.gate_anchors of them), kept in `anchor_path` across restarts; until
         # there are enough, new probes join them answered by the first snapshot's weights
@@ -343,6 +350,8 @@ class Gate:
         decision = compare(served.summary(), candidate.summary(), kl, self.config, delta, drift)
         decision.checks["probes"] = len(prompts)
         decision.checks["collapse"] = self._collapse(served, candidate, drift_nats)
+        if self.retention:
+            decision = self._with_retention(decision)
         if self.anchors is None or not self.anchors.prompts:
             return decision
         held = self._against_anchors(prompts, candidate)
@@ -546,6 +555,27 @@ class Gate:
             served_tops.append(top)
             chosen.append(candidate.gather(1, torch.tensor(answer)[:, None])[:, 0])
         return (total / tokens if tokens else 0.0), logprob_drift(served_tops, chosen)
+
+    def _with_retention(self, decision: Decision) -> Decision:
+        """The decision with each retention probe's check against the served version and the base
+        (train/retention.py); a significant loss against either rejects."""
+        failures, checks = [], {}
+        for probe in self.retention:
+            served = probe.correct(self._served_answers(probe.prompts).texts)
+            candidate = probe.correct(self._answer(probe.prompts).texts)
+            base = self._retention_base.setdefault(probe.name, served)
+            checks[probe.name] = {whose: retention_check(held, candidate, self.retention_alpha)
+                                  for whose, held in (("served", served), ("base", base))}
+            for whose, result in checks[probe.name].items():
+                if result["dropped"]:
+                    failures.append(f"retention {probe.name}: {result['candidate_accuracy']:.2f} vs {whose} "
+                                    f"{result['held_accuracy']:.2f} ({result['lost']} lost, {result['gained']} "
+                                    f"gained, p {result['p_value']:.3f} <= {self.retention_alpha:g})")
+        decision.checks["retention"] = checks
+        if not failures:
+            return decision
+        reasons = ([] if decision.accepted else [decision.reason]) + failures
+        return Decision(False, "; ".join(reasons), decision.checks)
 
     def _collapse(self, served: Answers, candidate: Answers, drift_nats: float | None) -> dict[str, Any]:
         """The collapse detectors' values on these answers and the alarms they raise (train/collapse.py)."""

@@ -30,8 +30,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import os
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -155,13 +157,7 @@ async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher:
             await work(release_freed_memory)  # the step's activations, the last version's copies (allocator.py)
             for key, value in stats.items():
                 writer.add_scalar(f"train/{key}", value, trainer.train_step)
-            log.info(
-                "step %d -> policy v%d: loss %.4f, kl %.4f, clip %.3f, reward %.2f, |A_opd| %.3f, "
-                "%d samples, %d tokens in %.1fs (%.0f tok/s)",
-                trainer.train_step, trainer.policy_version, stats["loss"], stats["kl"],
-                stats.get("clip_fraction", 0.0), stats["reward_mean"], stats["opd_adv_abs_mean"],
-                len(samples), stats["tokens"], stats["seconds"], stats["tokens_per_s"],
-            )
+            log.info("%s", step_line(trainer.train_step, trainer.policy_version, stats, len(samples)))
             if on_step is not None:
                 on_step(stats)
         await delivery.wait()
@@ -199,6 +195,21 @@ class _Delivery:
             self._task.cancel()
 
 
+def shown(value: float | None, spec: str) -> str:
+    """`value` for a log line a person reads: "n/a" where there is no number (None, NaN)."""
+    return "n/a" if value is None or math.isnan(value) else format(value, spec)
+
+
+def step_line(train_step: int, policy_version: int, stats: dict[str, float], samples: int) -> str:
+    """The step's log line. A mean over nothing (a batch with no verdict: reward; with no
+    hint: |A_opd|) stays NaN in the stats (TensorBoard, /metrics) and reads "n/a" here."""
+    return (f"step {train_step} -> policy v{policy_version}: loss {stats['loss']:.4f}, kl {stats['kl']:.4f}, "
+            f"clip {stats.get('clip_fraction', 0.0):.3f}, reward {shown(stats['reward_mean'], '.2f')}, "
+            f"|A_opd| {shown(stats['opd_adv_abs_mean'], '.3f')}, {samples} samples, {stats['tokens']:.0f} tokens "
+            f"in {stats['seconds']:.1f}s ({stats['tokens_per_s']:.0f} tok/s)"
+            + (f", gate {stats['gate_seconds']:.1f}s" if "gate_seconds" in stats else ""))
+
+
 async def _wait(stop: asyncio.Event, timeout_s: float) -> None:
     try:
         await asyncio.wait_for(stop.wait(), timeout_s)
@@ -212,7 +223,10 @@ async def _new_version(store: Store, trainer: Trainer, config: TrainConfig, publ
     """Gate the version the trainer just made; a rejected one is recorded, an accepted one is
     exported (copies), then published, archived and recorded while the next step runs."""
     version, parent = trainer.policy_version, trainer.parent_version
+    started = time.monotonic()
     decision = await work(gate.decide) if gate is not None else None
+    if decision is not None:
+        stats["gate_seconds"] = time.monotonic() - started  # the step's line, TensorBoard and bench/gpu_check.py
     record = {"parent": parent, "train_step": trainer.train_step, "turn_ids": turn_ids, "stats": stats}
     if decision is not None and not decision.accepted:
         await delivery.wait()

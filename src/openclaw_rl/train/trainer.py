@@ -75,7 +75,7 @@ from transformers.modeling_layers import GradientCheckpointingLayer
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.engine.grammar import Grammars, model_eos_ids
-from openclaw_rl.engine.precision import resolve_dtype
+from openclaw_rl.engine.precision import needs_importance_correction, resolve_dtype
 from openclaw_rl.engine.sampling import sampling_logprobs
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.batch import collate, split_micro_batches
@@ -114,7 +114,8 @@ class Trainer:
         self.device = torch.device(device or self._default_device())
         self.micro_batch_size = config.micro_batch_size or MICRO_BATCH[self.device.type == "cuda"]
         self.compute_dtype = resolve_dtype(config.train_dtype, self.device)
-        tis_cap = config.tis_cap if config.tis_cap is not None else TIS_CAP if self.compute_dtype != torch.float32 else 0.0
+        default_tis = TIS_CAP if needs_importance_correction(self.device, self.compute_dtype) else 0.0  # precision.py
+        tis_cap = config.tis_cap if config.tis_cap is not None else default_tis
         self.loss_params = LossParams(
             eps_low=config.eps_low, eps_high=config.eps_high, opd_clip_c=config.opd_clip_c,
             w_rl=config.w_rl, w_opd=config.w_opd, kl_beta=config.kl_beta, opd_baseline=config.opd_baseline,

@@ -1,0 +1,69 @@
+"""The held-out score served with a user's experience, against the weights alone, over a run.
+
+    python scripts/experience_heldout.py LABEL=OUT_DIR[,OUT_DIR...] [LABEL=...]
+
+Each OUT_DIR is one `simulate`/`demo` run with the experience on; its metrics.jsonl has an
+`eval` record at every scored point: `score` (greedy held-out first answers as served,
+the user's experience block in context), `weights_score` (the same weights without the
+block; null when no block was served yet) and `sessions`. With training off the runs are
+scored every `--eval-every-sessions` sessions, so the points line up across seeds.
+
+Printed per label and session mark: the mean served score, the mean score of the weights
+alone, and the mean paired difference (served minus the base score of the same run, i.e.
+its first evaluation) with a 95 % bootstrap CI over the seeds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+from pathlib import Path
+
+
+def evaluations(out_dir: Path) -> dict[int, dict]:
+    """The run's evaluations by sessions played (the last one at each mark)."""
+    path = out_dir / "metrics.jsonl"
+    if not path.is_file():
+        raise SystemExit(f"{out_dir} holds no metrics.jsonl: pass the --out dir of a finished run")
+    found = {}
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("event") == "eval":
+            found[record["sessions"]] = record
+    if 0 not in found:
+        raise SystemExit(f"{path} has no evaluation before play (sessions 0)")
+    return found
+
+
+def bootstrap_mean_ci(values: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    means = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("arms", nargs="+", help="LABEL=OUT_DIR[,OUT_DIR...]")
+    args = parser.parse_args()
+    print("| arm | sessions | runs | served held-out | weights alone | served - base [95 % CI] |")
+    print("|---|---|---|---|---|---|")
+    for arm in args.arms:
+        label, _, dirs = arm.partition("=")
+        if not dirs:
+            raise SystemExit(f"{arm!r}: write LABEL=OUT_DIR[,OUT_DIR...]")
+        runs = [evaluations(Path(d)) for d in dirs.split(",")]
+        marks = sorted(set.intersection(*(set(r) for r in runs)))
+        for mark in marks:
+            served = [r[mark]["score"] for r in runs]
+            weights = [r[mark]["weights_score"] if r[mark].get("weights_score") is not None else r[mark]["score"]
+                       for r in runs]
+            diffs = [r[mark]["score"] - r[0]["score"] for r in runs]
+            low, high = bootstrap_mean_ci(diffs) if len(diffs) > 1 else (diffs[0], diffs[0])
+            print(f"| {label} | {mark} | {len(runs)} | {statistics.mean(served):.3f} | {statistics.mean(weights):.3f} "
+                  f"| {statistics.mean(diffs):+.3f} [{low:+.3f}, {high:+.3f}] |")
+
+
+if __name__ == "__main__":
+    main()
