@@ -1,13 +1,15 @@
 """Does a user's experience block make the model answer better? The experience teacher's go/no-go.
 
-    python scripts/experience_teacher.py RUN_DIR [RUN_DIR ...] [--samples 4] [--problems 16]
+    python scripts/experience_teacher.py RUN_DIR [RUN_DIR ...] [--samples 4] [--problems 16] [--where system]
 
 Each RUN_DIR is a `simulate`/`demo` run with the experience on (its `<method>/data` store
 holds the lessons the judge learned for the simulated user, `local`). For each run, the
 user's experience as the run ended is rendered as serving renders it (budget 256 tokens,
 `merge_system`), and the base model answers the persona's held-out problems with and
 without it: greedily once, and `--samples` times at temperature 1 (the users' sampling),
-each pair with the same seed. The persona's rubric scores every answer.
+each pair with the same seed. The persona's rubric scores every answer. `--where user`
+puts the same lessons in front of the user's message instead of the system message
+(not what serving does: a probe of whether the placement matters to a small model).
 
 Printed per run and pooled: the mean rubric with and without the block (greedy and
 sampled) and the **share of pairs in which the answer with the block scores higher**
@@ -61,6 +63,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--model", default=None)
+    parser.add_argument("--where", choices=("system", "user"), default="system")
     args = parser.parse_args()
     torch.set_num_threads(2)
     model_dir = resolve_model_dir(args.model)
@@ -83,7 +86,10 @@ def main() -> None:
         plain = [[{"role": "user", "content": persona.first_message(p)}] for p in problems]
         scores: dict[str, dict[str, list[float]]] = {}
         for way, seeds in (("greedy", [0]), ("sampled", range(1, args.samples + 1))):
-            for label, conversations in (("without", plain), ("with", [merge_system(c, block) for c in plain])):
+            with_block = ([merge_system(c, block) for c in plain] if args.where == "system" else
+                          [[{"role": "user", "content": f"{block}\n\n{c[0]['content']}" if block else c[0]["content"]}]
+                           for c in plain])
+            for label, conversations in (("without", plain), ("with", with_block)):
                 scores.setdefault(way, {})[label] = [
                     persona.rubric(p, text) for seed in seeds
                     for p, text in zip(problems, answers(model, tokenizer, conversations, way == "sampled", seed,

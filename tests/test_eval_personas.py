@@ -252,3 +252,40 @@ def test_the_documented_example_persona_loads_rubrics_and_replies():
     assert brief.rubric(problem, long_wrong) < 0.5
     reply = brief.reply(problem, long_wrong, 0, random.Random(0))
     assert not reply.satisfied
+
+
+# -- the parent (issue 38's own persona: only the result, in one sentence) --------------------
+
+PARENT_GOOD = "Tomas has 55 crayons left."
+PARENT_DEFECTS = {
+    "one_sentence": "Tomas has 55 crayons left. That's it.\nHe gave some to Greta.",
+    "short": "Tomas has 55 crayons left, " + "because he gave some of them away to his good friend Greta " * 3 + ".",
+    "no_working": "Tomas has 8 x 8 = 64 crayons, and 64 - 9 = 55 left.",
+    "correct_answer": "Tomas has 56 crayons left.",
+    "no_fluff": "Certainly, Tomas has 55 crayons left.",
+}
+
+
+def test_parent_rubric_wants_only_the_result_in_one_sentence():
+    parent = get_persona("parent")
+    assert parent.rubric(CRAYONS, PARENT_GOOD) == pytest.approx(1.0)
+    assert parent.rubric(CRAYONS, STUDENT_GOOD) < 0.7  # the student's ideal answer shows the working
+    assert parent.rubric(CRAYONS, "") == 0.0  # short and without working, but no answer at all
+    assert [c.name for c in parent.criteria] == ["one_sentence", "short", "no_working", "correct_answer", "no_fluff"]
+
+
+@pytest.mark.parametrize("criterion", sorted(PARENT_DEFECTS))
+def test_each_parent_criterion_alone_lowers_the_score(criterion):
+    parent = get_persona("parent")
+    failed = [c.name for c in parent.failed_checks(CRAYONS, PARENT_DEFECTS[criterion])]
+    assert criterion in failed
+    assert parent.rubric(CRAYONS, PARENT_DEFECTS[criterion]) < 1.0
+
+
+def test_the_parents_corrections_become_standing_rules():
+    from openclaw_rl.experience import lesson_from_hint
+
+    parent = get_persona("parent")
+    rules = {lesson_from_hint(h) for h in parent.hints(CRAYONS, "Certainly! 8 x 8 = 64. Then 64 - 9 = 55. " * 4)}
+    assert "Give me the answer in one sentence." in rules
+    assert None not in rules

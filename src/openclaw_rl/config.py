@@ -697,6 +697,10 @@ class AgentConfig:
     temperature: float = setting("sampling temperature of the policy", default=1.0)
     text_actions: bool = setting("read a code block or a stated answer in a reply without a tool call as that "
                                  "call (--no-text-actions: tool calls only)", default=True)
+    tool_choice: str = setting("auto (the model may answer in text) | required (every request with tools sends "
+                               "tool_choice: required, as an agent framework would, and the server constrains the "
+                               "reply to one call under its tool's schema: docs/structured-outputs.md)",
+                               default="auto")
     seed: int = setting("seed of the task order", default=0)
     level: str = setting("task level of the environments that have levels (terminal, toolcall): standard | basic "
                          "(one-step tasks for small models) | starter (the basic tasks with each command, or the operation "
@@ -737,6 +741,7 @@ class AgentConfig:
         check(self.eval_episodes >= 0, "eval_episodes", self.eval_episodes, "0 or more")
         check(self.max_steps >= 1, "max_steps", self.max_steps, "at least 1")
         check(self.max_tokens >= 1, "max_tokens", self.max_tokens, "at least 1")
+        check(self.tool_choice in ("auto", "required"), "tool_choice", self.tool_choice, "auto or required")
         check(not (self.pool and len(self.env_names) > 1), "env", self.env, "one environment with --pool")
         check(self.level in ("standard", "basic", "starter"), "level", self.level, "standard, basic or starter")
         check(not (self.pool and self.level != "standard"), "level", self.level,

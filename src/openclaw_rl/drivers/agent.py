@@ -317,6 +317,7 @@ class Driver:
             "parallel": self.config.parallel,
             "mean_steps": sum(r["steps"] for r in main) / max(1, sum(r["done"] for r in main)),
             "text_actions": self.config.text_actions,
+            "tool_choice": self.config.tool_choice,
             "tool_call_steps": sum(r["tool_call_steps"] for r in main),
             "text_action_steps": sum(r["text_action_steps"] for r in main),
             "env_errors": sum(r["env_errors"] for r in rows),
@@ -376,7 +377,8 @@ def run_agent(config: AgentConfig, progress: Progress | None = None, *, policy: 
         if policy is None:
             url = config.base_url or server.base_url  # type: ignore[union-attr]
             policy = owned = HTTPPolicy(url, model=config.policy_model, api_key=config.api_key,
-                                        temperature=config.temperature, max_tokens=config.max_tokens)
+                                        temperature=config.temperature, max_tokens=config.max_tokens,
+                                        tool_choice=config.tool_choice)
         trains_here = server is not None and config.training and config.split == "train"
         if sink is None and trains_here:
             sink = StoreSink(server.store)  # type: ignore[union-attr]

@@ -72,6 +72,7 @@ class StoreSink:
                 prompt_token_ids=turn.prompt_token_ids, response_token_ids=turn.response_token_ids,
                 behaviour_logprobs=turn.behaviour_logprobs, temperature=logprob_temperature(turn),
                 top_p=logprob_top_p(turn), step_advantage=value,
+                constraint=turn.sampling.get("constraint"),  # a forced call: the trainer replays its mask
             ))
             written += 1
         return written, rejected

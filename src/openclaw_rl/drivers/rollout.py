@@ -262,12 +262,16 @@ class HTTPPolicy:
     """A policy server over HTTP: the official openai client for chat, httpx for the session endpoints.
 
     `base_url` is the server's root or its `/v1` URL. Thread-safe: rollout workers share one.
+    `tool_choice` "required": every request with tools asks for a call (`tool_choice:
+    "required"`, as an agent framework would), which the server constrains to one call under
+    its tool's schema; "auto" sends no `tool_choice` at all.
     """
     def __init__(self, base_url: str, *, model: str = "", api_key: str = "", temperature: float = 1.0,
-                 max_tokens: int = 256, timeout_s: float = 600.0) -> None:
-
+                 max_tokens: int = 256, timeout_s: float = 600.0, tool_choice: str = "auto") -> None:
+        if tool_choice not in ("auto", "required"):
+            raise ValueError(f"tool_choice must be 'auto' or 'required', got {tool_choice!r}")
         root = base_url.rstrip("/").removesuffix("/v1")
-        self.temperature, self.max_tokens = temperature, max_tokens
+        self.temperature, self.max_tokens, self.tool_choice = temperature, max_tokens, tool_choice
         self._openai = openai
         self._client = openai.OpenAI(base_url=f"{root}/v1", api_key=api_key or "unused", max_retries=2,
                                      timeout=timeout_s)
@@ -286,10 +290,11 @@ class HTTPPolicy:
 
     def chat(self, session_id: str, messages: list[Message], tools: list[dict[str, Any]], *, train: bool) -> Reply:
         headers = {"X-Session-Id": session_id, "X-Turn-Type": "main" if train else "side"}
+        forced = {"tool_choice": "required"} if tools and self.tool_choice == "required" else {}
         try:
             raw = self._client.chat.completions.with_raw_response.create(
                 model=self.model, messages=messages, tools=tools, temperature=self.temperature,
-                max_tokens=self.max_tokens, extra_headers=headers)
+                max_tokens=self.max_tokens, extra_headers=headers, **forced)
         except self._openai.APIError as error:
             raise PolicyError(f"{type(error).__name__}: {error}") from error
         completion = raw.parse()
