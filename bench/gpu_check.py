@@ -231,7 +231,7 @@ def _timed_step(trainer, name: str, lora: bool, args: argparse.Namespace, device
     tflops = (4 if lora else 6) * params * tokens / seconds / 1e12
     row = {"method": name, "lora": lora, "ranks": sharded.world_size(),
            "train_dtype": str(trainer.compute_dtype).removeprefix("torch."), "seconds": round(seconds, 3),
-           "tokens_per_s": round(stats["tokens"] / seconds, 1), "model_tflops_per_s": round(tflops, 2),
+           "tokens_per_s": round(stats["tokens"] / seconds, 1), "model_tflops_per_s": float(f"{tflops:.3g}"),
            "loss": stats["loss"], "peak_memory_gb": round(peak_memory_gb(device), 2)}
     print(f"train {name:>8} {'lora' if lora else 'full'}: {seconds:7.2f} s/step, {tflops:7.1f} TFLOP/s, peak "
           f"{row['peak_memory_gb']:.2f} GB", flush=True)
@@ -402,7 +402,7 @@ def main() -> None:
               "date": time.strftime("%Y-%m-%d"), "phases": sorted(phases, key=PHASES.index),
               "batch": args.batch, "prompt_tokens": args.prompt_tokens, "response_tokens": args.response_tokens}
     if "train" in phases:
-        result["peak_tflops"] = round(peak_tflops(device), 1)
+        result["peak_tflops"] = float(f"{peak_tflops(device):.3g}")
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     try:
         if phases & {"decode", "train"}:

@@ -209,9 +209,9 @@ def test_only_corrections_carry_hints_the_judge_can_read():
 
 
 def test_get_persona():
-    assert get_persona("teacher") is TEACHER
-    with pytest.raises(ValueError, match="student, teacher"):
-        get_persona("parent")
+    assert get_persona("teacher") is TEACHER and get_persona("parent").name == "parent"
+    with pytest.raises(ValueError, match="student, teacher, parent"):
+        get_persona("grandparent")
 
 
 @pytest.mark.parametrize("persona, problem", [(STUDENT, CRAYONS), (TEACHER, WAGES)])

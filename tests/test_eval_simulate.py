@@ -233,7 +233,7 @@ def test_the_evaluator_answers_from_serving_while_it_serves_the_version_else_fro
     scores: list[tuple[int, set]] = []
     config = SimulateConfig(model=str(tiny_model_dir), heldout=2, eval_max_tokens=8)
     evaluator = _SnapshotEvaluator(config, get_persona("student"), heldout_problems(2), tmp_path / "eval",
-                                   lambda v, score, answers: scores.append((v, {a.policy_version for a in answers})),
+                                   lambda v, score, answers, **_: scores.append((v, {a.policy_version for a in answers})),
                                    serving=serving)
     weights = {name: p.detach().clone() for name, p in serving.engine.model.named_parameters()}
     evaluator.submit(0, None)  # serving serves v0: answered there

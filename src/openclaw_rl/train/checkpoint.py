@@ -119,13 +119,17 @@ def checkpoints_dir(data_dir: str | Path) -> Path:
     return Path(data_dir) / "checkpoints"
 
 
+METADATA_BYTES = 16 * 1024  # what a checkpoint or version writes beside its tensors, generously
+
+
 def disk_needed(trainer: Trainer, keep_versions: int) -> int:
     """About the bytes a trainer's data dir grows to: KEEP checkpoints (the trainable weights
     and AdamW's two moments of each) and the version archive (`keep_versions` plus the
     pinned, last accepted and served ones it also keeps). For a start-up warning: a full disk
     otherwise stops the trainer at its first checkpoint, hours in."""
     trainable = sum(p.numel() * p.element_size() for p in trainer.model.parameters() if p.requires_grad)
-    return KEEP * 3 * trainable + (keep_versions + 3) * trainable
+    saved = KEEP + keep_versions + 3  # directories, each with its own small files (configs, state, metadata)
+    return KEEP * 3 * trainable + (keep_versions + 3) * trainable + saved * METADATA_BYTES
 
 
 def save(data_dir: str | Path, trainer: Trainer, *, keep: int = KEEP) -> Path:
