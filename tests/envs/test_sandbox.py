@@ -84,6 +84,21 @@ def test_files_persist_between_commands_and_are_shared_with_the_host(box: Sandbo
 
 
 @needs_sandbox
+def test_seeded_files_and_directories_get_their_modes_whatever_the_hosts_umask() -> None:
+    """The CLI runs with umask 077 (its data is private): a seeded file must not start at 600, or a
+    task that asks the agent to make a file private is solved before the agent acts."""
+    previous = os.umask(0o077)
+    try:
+        with Sandbox(FAST, files={"keys/secret.key": "k\n"}) as sandbox:
+            assert sandbox.run("stat -c %a keys/secret.key keys").stdout == "644\n755\n"
+            sandbox.run("chmod 600 keys/secret.key")
+            sandbox.write("keys/secret.key", "replaced\n")  # a replaced file keeps the mode it was given
+            assert sandbox.run("stat -c %a keys/secret.key").stdout == "600\n"
+    finally:
+        os.umask(previous)
+
+
+@needs_sandbox
 def test_python_is_the_system_interpreter_without_the_project(box: Sandbox) -> None:
     result = box.run_python("import sys\nprint(sys.version_info[:2] >= (3, 8), sys.prefix)\nimport openclaw_rl")
     assert result.stdout.startswith("True ")

@@ -611,12 +611,16 @@ class Sandbox:
         missing = [parent for parent in reversed(host_path.parents) if not parent.exists()]
         for directory in missing:
             directory.mkdir()
+            directory.chmod(0o755)  # not the host process's umask (the CLI's is 077): the task sets modes
             _chown_tree(directory, self._host_uid)
         self._host_path(path)  # check again now the parents exist
         data = text.encode("utf-8")
         self._budget.check_room(len(data))
+        created = not host_path.exists()
         with open(_open_no_symlink(host_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, path), "wb") as handle:
             handle.write(data)
+            if created:  # a seeded file is 644 whatever the umask; a replaced one keeps its mode
+                os.fchmod(handle.fileno(), 0o644)
         _chown_tree(host_path, self._host_uid)
 
     # ---- lifetime ----------------------------------------------------------------------
