@@ -48,7 +48,7 @@ from openclaw_rl.engine.base import (
     ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights, StreamEvent, TokenIdError, Weights,
 )
 from openclaw_rl.engine.decoder import FusedDecoder, make_decoder
-from openclaw_rl.engine.grammar import Grammars
+from openclaw_rl.engine.grammar import Grammars, model_eos_ids
 from openclaw_rl.engine.precision import resolve_dtype
 from openclaw_rl.engine.sampling import sample_tokens, sampling_logprobs, top_alternatives
 from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
@@ -120,7 +120,7 @@ class LocalEngine:
         config = self.model.config
         self.max_context = max_context or int(getattr(config, "max_position_embeddings", 2048))
         self.vocab_size = int(self.model.get_input_embeddings().num_embeddings)  # ids the engine admits: 0..vocab_size-1
-        self.eos_token_ids = frozenset(_eos_ids(self.model, self.tokenizer))
+        self.eos_token_ids = frozenset(model_eos_ids(self.model.generation_config, self.tokenizer))
         self.pad_token_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else min(self.eos_token_ids)
         self.max_batch_size = max_batch_size
         self.policy_version = policy_version
@@ -489,13 +489,3 @@ class LocalEngine:
         self._decoder.forget()  # kept prefixes are of the old weights
         self.policy_version = policy_version
         log.info("serving policy version %d", policy_version)
-
-
-def _eos_ids(model, tokenizer) -> set[int]:
-    ids: set[int] = set()
-    for source in (model.generation_config.eos_token_id, tokenizer.eos_token_id):
-        if isinstance(source, int):
-            ids.add(source)
-        elif source:
-            ids.update(source)
-    return ids

@@ -31,7 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
 from openclaw_rl.serve.schema import ApiError, PinRequest, RollbackRequest, body_doc
-from openclaw_rl.serve.server import PersonalAdmin, Server, caller_of
+from openclaw_rl.serve.server import PersonalAdmin, Server, caller_of, owner_for
 from openclaw_rl.store import StoreError
 
 ParseBody = Callable[[Request, type[BaseModel]], Awaitable[Any]]
@@ -44,7 +44,7 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
     async def adapters(request: Request, user: str | None = None) -> dict[str, Any]:
         """The caller's adapter (an admin's: `user`'s, or without it every user's)."""
         caller = caller_of(request)
-        owners = [_owner(request, user)] if user is not None or not caller.admin else None
+        owners = [owner_for(request, user)] if user is not None or not caller.admin else None
         history = await run_in_threadpool(store.adapter_versions, owners[0] if owners else None, 10_000)
         owners = owners if owners is not None else sorted({record["owner"] for record in history})
         try:
@@ -55,7 +55,7 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
 
     @app.post("/v1/adapters/rollback", openapi_extra=body_doc(RollbackRequest))
     async def rollback(request: Request, user: str | None = None) -> dict[str, Any]:
-        owner, personal = _owner(request, user), _personal(server)
+        owner, personal = owner_for(request, user), _personal(server)
         body = await parse_body(request, RollbackRequest)
         try:
             version = await personal.rollback(owner, body.to)
@@ -66,7 +66,7 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
 
     @app.post("/v1/adapters/pin", openapi_extra=body_doc(PinRequest))
     async def pin(request: Request, user: str | None = None) -> dict[str, Any]:
-        owner, personal = _owner(request, user), _personal(server)
+        owner, personal = owner_for(request, user), _personal(server)
         body = await parse_body(request, PinRequest)
         if body.pinned and body.version not in personal.versions(owner):
             raise ApiError(404, f"{owner!r} has no kept adapter version {body.version} (kept: "
@@ -79,7 +79,7 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
 
     @app.delete("/v1/adapters")
     async def reset(request: Request, user: str | None = None) -> dict[str, Any]:
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         await _personal(server).reset(owner)
         return {"object": "adapter.deleted", "user": owner, "deleted": True}
 
@@ -99,11 +99,3 @@ def _personal(server: Server) -> PersonalAdmin:
     return server.personal
 
 
-def _owner(request: Request, user: str | None) -> str:
-    """Whose adapter: the caller's, or for an admin `user`'s; another user's name is unknown to a non-admin."""
-    caller = caller_of(request)
-    if user is None or user == caller.name:
-        return caller.name
-    if not caller.admin:
-        raise ApiError(404, f"no user {user[:64]!r}", param="user", code="user_not_found")
-    return user

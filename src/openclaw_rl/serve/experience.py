@@ -43,7 +43,7 @@ from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson,
 from openclaw_rl.experience.lessons import step
 from openclaw_rl.judge.screen import screen_hint
 from openclaw_rl.serve.schema import ApiError, Whole, body_doc
-from openclaw_rl.serve.server import Server, caller_of
+from openclaw_rl.serve.server import Server, caller_of, owner_for
 from openclaw_rl.serve.sessions import shown_session_id
 from openclaw_rl.store import ExperienceConflict
 
@@ -71,7 +71,7 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
     async def experience(request: Request, user: str | None = None,
                          limit: int = Query(20, ge=0, le=1000)) -> dict[str, Any]:
         """The lessons learned from the caller (an admin: from `user`), and the latest `limit` changes."""
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         view = await run_in_threadpool(_view, store, owner, limit)
         if caller_of(request).admin:
             view["users"] = await run_in_threadpool(store.experience_owners)
@@ -79,7 +79,7 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
 
     @app.put("/v1/experience/lessons/{lesson_id}", openapi_extra=body_doc(LessonEdit, required=True))
     async def edit(request: Request, lesson_id: int, user: str | None = None) -> dict[str, Any]:
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         body = await parse_body(request, LessonEdit)
         text = " ".join(body.text.split())
         if not text:
@@ -94,18 +94,18 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
 
     @app.delete("/v1/experience/lessons/{lesson_id}")
     async def delete(request: Request, lesson_id: int, user: str | None = None) -> dict[str, Any]:
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         return await _change(store, owner, lesson_id, lambda e: _one(delete_lesson(e, lesson_id)))
 
     @app.delete("/v1/experience")
     async def delete_all(request: Request, user: str | None = None) -> dict[str, Any]:
         """Every lesson deleted, as one change (one undo brings them all back)."""
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         return await _change(store, owner, None, _delete_all)
 
     @app.post("/v1/experience/undo", openapi_extra=body_doc(UndoRequest, required=False))
     async def undo(request: Request, user: str | None = None) -> dict[str, Any]:
-        owner = _owner(request, user)
+        owner = owner_for(request, user)
         body = await parse_body(request, UndoRequest) if (await request.body()).strip() else UndoRequest()
 
         def update(experience: Experience) -> tuple[Experience, list[Change]]:
@@ -121,16 +121,6 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
                 raise ApiError(409, str(error), param="version", code="undo_conflict") from error
 
         return await _change(store, owner, None, update)
-
-
-def _owner(request: Request, user: str | None) -> str:
-    """Whose experience: the caller's, or for an admin `user`'s; another user's name is unknown to a non-admin."""
-    caller = caller_of(request)
-    if user is None or user == caller.name:
-        return caller.name
-    if not caller.admin:
-        raise ApiError(404, f"no user {user[:64]!r}", param="user", code="user_not_found")
-    return user
 
 
 async def _change(store, owner: str, lesson_id: int | None,

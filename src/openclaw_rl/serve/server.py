@@ -22,6 +22,7 @@ from openclaw_rl.engine.base import Engine
 from openclaw_rl.net import is_loopback
 from openclaw_rl.serve.limits import UserLimits
 from openclaw_rl.serve.metrics import Metrics
+from openclaw_rl.serve.schema import ApiError
 from openclaw_rl.store import Store
 from openclaw_rl.users import User, Users
 
@@ -113,3 +114,14 @@ def check_exposure(config: ServeConfig, users: Users) -> None:
         raise ConfigError(problem)
     log.warning("no API key configured: serving on loopback (%s) only, every request is the local admin; "
                 "add users with `openclaw-rl users add NAME --data-dir %s`", config.host, config.data_dir)
+
+
+def owner_for(request: Request, user: str | None) -> str:
+    """Whose data a request acts on: the caller's, or for an admin `user`'s; another user's name
+    is unknown to a non-admin (a 404, as if there were no such user)."""
+    caller = caller_of(request)
+    if user is None or user == caller.name:
+        return caller.name
+    if not caller.admin:
+        raise ApiError(404, f"no user {user[:64]!r}", param="user", code="user_not_found")
+    return user
