@@ -16,7 +16,7 @@ from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter, StoredWeights
 from openclaw_rl.engine.remote import RemoteWeights, UpdateGate
 from openclaw_rl.engine.sglang import parse_generate_chunk, parse_input_logprobs
-from openclaw_rl.engine.remote import parse_sse_line
+from openclaw_rl.engine.remote import parse_sse_line, sse_lines
 from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs
 from openclaw_rl.engine.vllm_server import resolve_vllm_python, untied_copy
 from openclaw_rl.types import TokenStep
@@ -27,6 +27,30 @@ def test_sse_lines():
     assert parse_sse_line(": keep-alive") is None
     assert parse_sse_line("data: [DONE]") == "[DONE]"
     assert parse_sse_line('data: {"a": 1}') == {"a": 1}
+    with pytest.raises(EngineError, match="malformed stream chunk"):
+        parse_sse_line('data: {"a": "cut')
+
+
+async def _pieces(*pieces: bytes):
+    for piece in pieces:
+        yield piece
+
+
+async def _lines(*pieces: bytes) -> list[str]:
+    return [line async for line in sse_lines(_pieces(*pieces))]
+
+
+def test_sse_lines_split_only_where_the_format_ends_a_line():
+    """A model's text may hold U+2028, U+0085 or \\x1c, written raw inside a JSON string:
+    str.splitlines (and httpx's aiter_lines) would cut the chunk there."""
+    text = "a\u2028b\u0085c\x1cd\u2029e\x0bf\x0cg"
+    chunk = "data: " + json.dumps({"content": text}, ensure_ascii=False)
+    raw = (chunk + "\n\n").encode()
+    for cut in range(1, len(raw)):  # wherever the network splits the bytes, even inside a character
+        lines = asyncio.run(_lines(raw[:cut], raw[cut:]))
+        assert [parse_sse_line(line) for line in lines if line] == [{"content": text}]
+    assert asyncio.run(_lines(b"data: 1\r", b"\ndata: 2\rdata: 3\r\n", b"data: 4")) == \
+        ["data: 1", "data: 2", "data: 3", "data: 4"]
 
 
 def _chunk(ids, lps, tops, reason=None):

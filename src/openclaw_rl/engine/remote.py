@@ -25,11 +25,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 from openclaw_rl.engine import weight_files
-from openclaw_rl.engine.base import LoraAdapter, StoredWeights, Weights
+from openclaw_rl.engine.base import EngineError, LoraAdapter, StoredWeights, Weights
 
 KEEP_VERSIONS = 2  # the one being served and the one being loaded
 
@@ -103,6 +104,9 @@ class RemoteWeights:
                                        keep=KEEP_VERSIONS)
 
 
+LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
 def parse_sse_line(line: str) -> dict | str | None:
     """One server-sent-events line: a JSON chunk, "[DONE]", or None (blank, comment)."""
     line = line.strip()
@@ -111,12 +115,35 @@ def parse_sse_line(line: str) -> dict | str | None:
     data = line[len("data:"):].strip()
     if data == "[DONE]":
         return data
-    return json.loads(data)
+    try:
+        return json.loads(data)
+    except json.JSONDecodeError as error:
+        raise EngineError(f"the engine server sent a malformed stream chunk ({error}): {data[:200]!r}") from error
+
+
+async def sse_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The lines of a server-sent-events byte stream, split where the SSE format ends a
+    line (LF, CRLF, CR) and nowhere else.
+
+    httpx's `aiter_lines` splits like `str.splitlines`, at U+2028, U+0085, \\x1c and
+    the like as well; a server writes those raw inside JSON strings, so a model that
+    generates one (random LoRA weights did, under vLLM) cut a chunk in two.
+    """
+    buffer = b""
+    async for piece in pieces:
+        buffer += piece
+        held = b"\r" if buffer.endswith(b"\r") else b""  # it may be the first half of a CRLF
+        *lines, buffer = LINE_END.split(buffer[:len(buffer) - len(held)])
+        buffer += held
+        for line in lines:
+            yield line.decode("utf-8")
+    if buffer:
+        yield buffer.decode("utf-8")
 
 
 async def sse_chunks(response) -> AsyncIterator[dict]:
     """The JSON chunks of a streamed HTTP response, up to "[DONE]"."""
-    async for line in response.aiter_lines():
+    async for line in sse_lines(response.aiter_bytes()):
         chunk = parse_sse_line(line)
         if chunk == "[DONE]":
             return

@@ -81,7 +81,7 @@ class Alternative:
 
 
 def load_cases(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
 
 
 def case_material(case: dict) -> Material:

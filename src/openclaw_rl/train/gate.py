@@ -607,7 +607,8 @@ def _mean_delta(candidate: list[float], held: list[float]) -> float | None:
 def read_probe_file(path: str | Path, tokenizer: Any) -> list[list[int]]:
     """Prompt ids of a JSONL probe file: one `{"messages": [...]}` per line (chat messages)."""
     prompts = []
-    for number, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+    lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: a string may hold U+2028
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
