@@ -5,11 +5,11 @@
 Each RUN_DIR is a `simulate`/`demo` run with the experience on (its `<method>/data` store
 holds the lessons the judge learned for the simulated user, `local`). For each run, the
 user's experience as the run ended is rendered as serving renders it (budget 256 tokens,
-`merge_system`), and the base model answers the persona's held-out problems with and
+`--where`), and the base model answers the persona's held-out problems with and
 without it: greedily once, and `--samples` times at temperature 1 (the users' sampling),
 each pair with the same seed. The persona's rubric scores every answer. `--where user`
-puts the same lessons in front of the user's message instead of the system message
-(not what serving does: a probe of whether the placement matters to a small model).
+puts the lessons in front of the user's message, `--where system` in the system message
+(serving's two `--experience-placement`s; this measurement chose `user` as the default).
 
 Printed per run and pooled: the mean rubric with and without the block (greedy and
 sampled) and the **share of pairs in which the answer with the block scores higher**
@@ -32,7 +32,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
-from openclaw_rl.experience import merge_system, render
+from openclaw_rl.experience import PLACEMENTS, place, render
 from openclaw_rl.judge.hint_check import wilson
 from openclaw_rl.store import Store
 from openclaw_rl.users import LOCAL
@@ -63,7 +63,7 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--model", default=None)
-    parser.add_argument("--where", choices=("system", "user"), default="system")
+    parser.add_argument("--where", choices=PLACEMENTS, default="user")
     args = parser.parse_args()
     torch.set_num_threads(2)
     model_dir = resolve_model_dir(args.model)
@@ -86,9 +86,7 @@ def main() -> None:
         plain = [[{"role": "user", "content": persona.first_message(p)}] for p in problems]
         scores: dict[str, dict[str, list[float]]] = {}
         for way, seeds in (("greedy", [0]), ("sampled", range(1, args.samples + 1))):
-            with_block = ([merge_system(c, block) for c in plain] if args.where == "system" else
-                          [[{"role": "user", "content": f"{block}\n\n{c[0]['content']}" if block else c[0]["content"]}]
-                           for c in plain])
+            with_block = [place(c, block, args.where) for c in plain]
             for label, conversations in (("without", plain), ("with", with_block)):
                 scores.setdefault(way, {})[label] = [
                     persona.rubric(p, text) for seed in seeds

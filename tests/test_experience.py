@@ -32,6 +32,7 @@ from openclaw_rl.experience import (
     learn,
     lesson_from_hint,
     merge_system,
+    place,
     render,
     replay,
     retention,
@@ -495,6 +496,24 @@ def test_a_list_content_gets_one_more_part_of_its_own_type():
     parts = [{"type": "input_text", "text": "You are terse."}, {"type": "input_image", "image_url": "u"}]
     merged = merge_system([{"role": "system", "content": parts}], "BLOCK")
     assert merged[0]["content"] == [*parts, {"type": "input_text", "text": "\nBLOCK"}]  # flattens to "...\n\nBLOCK"
+
+
+def test_in_front_of_the_first_user_message_and_nowhere_else():
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "More"}]
+    placed = place(messages, "BLOCK", "user")
+    assert placed == [messages[0], {"role": "user", "content": "BLOCK\n\nHi"}, *messages[2:]]
+    assert messages[1]["content"] == "Hi"  # the client's list is not modified
+    parts = [{"type": "input_image", "image_url": "u"}, {"type": "input_text", "text": "Hi"}]
+    (first,) = place([{"role": "user", "content": parts}], "BLOCK", "user")
+    assert first["content"] == [{"type": "input_text", "text": "BLOCK\n"}, *parts]  # flattens to "BLOCK\n\nHi"
+    assert place([{"role": "user", "content": ""}], "BLOCK", "user") == [{"role": "user", "content": "BLOCK"}]
+    # no user message: the system message holds it; no block: nothing changes
+    assert place([{"role": "system", "content": "S"}], "BLOCK", "user") == [{"role": "system", "content": "S\n\nBLOCK"}]
+    assert place(messages, "", "user") == messages
+    assert place(messages, "BLOCK", "system") == merge_system(messages, "BLOCK")
+    with pytest.raises(ValueError, match="user, system"):
+        place(messages, "BLOCK", "middle")
 
 
 def test_without_a_system_message_first_one_is_inserted():

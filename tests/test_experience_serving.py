@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from openclaw_rl.chat import render_prompt
-from openclaw_rl.experience import HEADER, Experience, learn, merge_system, render
+from openclaw_rl.experience import HEADER, Experience, learn, merge_system, place, render
 from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.store import Store
 from openclaw_rl.types import NextState, SamplingParams, TokenStep, TurnRecord
@@ -71,7 +71,7 @@ def plain_ids(server, messages: list[dict]) -> list[int]:
 
 def served_ids(server, messages: list[dict], experience: Experience) -> list[int]:
     block = render(experience, server.server.config.experience_budget_tokens, _count(server))
-    return plain_ids(server, merge_system(messages, block))
+    return plain_ids(server, place(messages, block, server.server.config.experience_placement))
 
 
 def _count(server):
@@ -110,16 +110,24 @@ def test_each_user_is_served_their_own_lessons_and_the_turn_records_them(scripte
     assert (carols.experience_version, carols.experience_block) == (None, "")
 
 
-def test_the_block_follows_the_clients_own_system_message(scripted_server):
-    server = scripted_server(["84."])
+@pytest.mark.parametrize("placement", ["user", "system"])
+def test_the_block_goes_where_the_placement_says_after_the_clients_own_text(scripted_server, placement):
+    server = scripted_server(["84.", "It is 84."], experience_placement=placement)
     alice = teach(server.server.store, "local", ALICE_LESSONS)  # a keyless server: the local admin
     messages = [{"role": "system", "content": "You are a maths tutor."}, *QUESTION]
     (turn,) = stored_turns(server, chat(server, None, messages))
     served = server.server.tokenizer.decode(turn.prompt_token_ids)
     assert served.index("You are a maths tutor.") < served.index(HEADER) < served.index("What is 12 times 7?")
-    assert served.count("<|im_start|>system") == 1  # one system message, the client's, with the block after its text
+    assert served.count("<|im_start|>system") == 1  # one system message, the client's
+    user_starts = served.index("<|im_start|>user")
+    assert (served.index(HEADER) > user_starts) == (placement == "user")
     assert turn.prompt_token_ids == served_ids(server, messages, alice)
-    assert turn.prompt_messages == messages
+    assert turn.prompt_messages == messages and turn.experience_placement == placement
+    # the next turn of the conversation extends the same prefix: the block stays where it was, once
+    later = [*messages, {"role": "assistant", "content": "84."}, {"role": "user", "content": "Why?"}]
+    _, second = stored_turns(server, chat(server, None, later))
+    assert second.prompt_token_ids[:len(turn.prompt_token_ids)] == turn.prompt_token_ids
+    assert server.server.tokenizer.decode(second.prompt_token_ids).count(HEADER) == 1
 
 
 def test_experience_off_serves_exactly_the_prompt_without_a_block(scripted_server):

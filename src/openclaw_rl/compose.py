@@ -41,7 +41,9 @@ from openclaw_rl.engine.precision import dtype_name, needs_importance_correction
 from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
-from openclaw_rl.eval.retention import arithmetic_probe
+from openclaw_rl.eval.bfcl import bfcl_probe
+from openclaw_rl.eval.instructions import instruction_probe
+from openclaw_rl.eval.retention import RetentionProbe, arithmetic_probe
 from openclaw_rl.experience import ConsolidationPolicy
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
@@ -466,10 +468,21 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
             return None, archive
     gate = Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
                 Path(store.data_dir) / "gate-anchors.json")
-    if config.gate_retention_problems:
-        gate.retention = [arithmetic_probe(tokenizer, config.gate_retention_problems)]
-        gate.retention_alpha = config.gate_retention_alpha
+    gate.retention = retention_probes(config, tokenizer)
+    gate.retention_alpha = config.gate_retention_alpha
     return gate, archive
+
+
+def retention_probes(config: TrainConfig, tokenizer) -> list[RetentionProbe]:
+    """The capability probes the settings ask the gate for, apart from any preference (train/retention.py)."""
+    probes = []
+    if config.gate_retention_problems:
+        probes.append(arithmetic_probe(tokenizer, config.gate_retention_problems))
+    if config.gate_retention_bfcl:
+        probes.append(bfcl_probe(tokenizer, config.gate_retention_bfcl))
+    if config.gate_retention_instructions:
+        probes.append(instruction_probe(tokenizer, config.gate_retention_instructions))
+    return probes
 
 
 def personal_gates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer,

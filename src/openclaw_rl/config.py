@@ -102,9 +102,12 @@ class ServeConfig:
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
     experience: str = setting("on = answer each chat, Responses and Messages request with its user's experience (the "
-                              "lessons learned from their corrections) appended to the system message; off = never. "
+                              "lessons learned from their corrections) in its context; off = never. "
                               "A user's own setting (`openclaw-rl users add/set NAME --experience on|off`) wins "
                               "(docs/experience.md#in-the-prompt)", default="on")
+    experience_placement: str = setting("where the experience block goes: user = in front of the conversation's first "
+                                        "user message (a 135M model follows it more there, docs/experiments.md); "
+                                        "system = appended to the system message", default="user")
     experience_budget_tokens: int = setting("the most tokens the experience block may add to a prompt (whole lessons "
                                             "only, most supported first)", default=256)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
@@ -143,6 +146,8 @@ class ServeConfig:
         check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
         check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
+        check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
+              "user or system")
         check(self.experience_budget_tokens >= 0, "experience_budget_tokens", self.experience_budget_tokens,
               "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
@@ -541,8 +546,18 @@ class TrainConfig:
         "candidate and checked by their final number, whatever the style; a candidate that lost significantly more "
         "of them than it gained (against the served version or the first one) is rejected (train/retention.py); "
         "0 = off", default=0)
-    gate_retention_alpha: float = setting("the retention probe's tolerance: reject when the sign test's p-value of "
-                                          "the problems lost against those gained is at most this", default=0.05)
+    gate_retention_bfcl: int = setting(
+        "the tool-calling retention probe: this many items of each of the Berkeley Function-Calling Leaderboard's "
+        "simple, multiple, parallel and irrelevance categories (4 x N prompts, a fixed seeded sample; needs the "
+        "package bfcl-eval, which make install adds), the calls checked against BFCL's answers (eval/bfcl.py) and "
+        "rejected as the arithmetic probe is; parallel answers need about 160 tokens (--gate-max-new-tokens); "
+        "0 = off", default=0)
+    gate_retention_instructions: int = setting(
+        "the instruction-following retention probe: this many requests, each with one instruction a program "
+        "checks (lowercase, a word limit, no commas, a word to end with, ...: eval/instructions.py), rejected as "
+        "the arithmetic probe is; 0 = off", default=0)
+    gate_retention_alpha: float = setting("the retention probes' tolerance: reject when the sign test's p-value of "
+                                          "a probe's prompts lost against those gained is at most this", default=0.05)
     settle_after: int = setting("after adaptation: once the judge has approved this many turns in a row, train "
                                 "at settle_lr_scale times the learning rate until a turn is judged otherwise "
                                 "(a correction); 0 = off", default=0)
@@ -615,6 +630,10 @@ class TrainConfig:
         check(self.gate_anchors >= 0, "gate_anchors", self.gate_anchors, "0 (off) or a count of probe prompts")
         check(self.gate_retention_problems >= 0, "gate_retention_problems", self.gate_retention_problems,
               "0 (off) or a count of problems")
+        check(self.gate_retention_bfcl >= 0, "gate_retention_bfcl", self.gate_retention_bfcl,
+              "0 (off) or a count of items per BFCL category")
+        check(self.gate_retention_instructions >= 0, "gate_retention_instructions", self.gate_retention_instructions,
+              "0 (off) or a count of instructions")
         check(0 < self.gate_retention_alpha < 1, "gate_retention_alpha", self.gate_retention_alpha,
               "a significance level in (0, 1)")
         check(self.gate_max_new_tokens >= 1, "gate_max_new_tokens", self.gate_max_new_tokens, "at least 1")
@@ -812,12 +831,16 @@ class SimulateConfig:
                               "user's context (serve --experience, [judge] lessons); with --method off it still "
                               "runs (the judge learns, nothing trains). The study's control is --method off "
                               "--experience off", default="on")
+    experience_placement: str = setting("where serving puts the experience block (serve --experience-placement): "
+                                        "user | system", default="user")
     train: TrainConfig = section(TrainConfig, "train", preset="simulate")
     judge: JudgeConfig = section(JudgeConfig, "judge", preset="simulate")
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on", "rubric"), "hint_check", self.hint_check, "off, on or rubric")
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
+        check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
+              "user or system")
         check(self.judge_spec == "oracle" or self.judge_spec in JUDGE_SPECS
               or self.judge_spec.startswith(("http://", "https://")), "judge_spec", self.judge_spec,
               f"{', '.join(JUDGE_SPECS)}, oracle or an http(s):// base URL")

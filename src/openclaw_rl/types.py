@@ -159,6 +159,7 @@ class TurnRecord:
     source: str = "new"  # how the session id was chosen, if the store has to create the session
     experience_version: int | None = None  # the owner's experience version served in the prompt; None: no block
     experience_block: str = ""  # the block served (in `prompt_token_ids`, not in `prompt_messages`); "" = none
+    experience_placement: str = "system"  # where the block went (experience.place): "user" or "system"
 
     def __post_init__(self) -> None:
         if self.kind not in ("main", "side"):
@@ -195,9 +196,10 @@ class Turn:
     owner: str | None = None  # the user whose session it is (users.py)
     # The owner's experience served with this turn (serve/pipeline.py): its version (None: no block) and the
     # block, which `prompt_token_ids` hold and `prompt_messages` (the client's own) do not;
-    # `experience.merge_system(prompt_messages, experience_block)` are the messages that were rendered.
+    # `experience.place(prompt_messages, experience_block, experience_placement)` are the messages rendered.
     experience_version: int | None = None
     experience_block: str = ""
+    experience_placement: str = "system"  # a turn stored before placements existed had its block there
 
     def public_dict(self) -> dict[str, Any]:
         """The view `GET /v1/sessions/{id}` shows (no token ids or log-probs)."""

@@ -167,7 +167,8 @@ class _SnapshotEvaluator:
         if not block:
             return weights, None
         served = first_answers(client, model_name, self._persona, self._heldout,
-                               max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout), block=block)
+                               max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout), block=block,
+                               placement=self._config.experience_placement)
         return served, weights
 
     def _snapshot_answers(self, version: int, state_dict: Weights | None, block: str):
@@ -290,7 +291,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                                       + "\n" for p in probes), encoding="utf-8")
     port = free_port()
     serve = ServeConfig(model=config.model, data_dir=str(run_dir / "data"), port=port, status_interval_s=0.0,
-                        train=training, experience=config.experience)
+                        train=training, experience=config.experience,
+                        experience_placement=config.experience_placement)
     train = replace(config.train, method=method if training else "binary",
                     gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
                     **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
@@ -385,6 +387,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "method": method,
         "judge": "oracle" if oracle else config.judge_spec if judging else "off",
         "experience": config.experience,
+        "experience_placement": config.experience_placement,
         "judge_label": ORACLE_LABEL if oracle else config.judge_spec if judging else "off (training-off control)",
         "persona": persona.name,
         "model": server.model_name,

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from openclaw_rl.eval.personas import Persona
-from openclaw_rl.experience import merge_system
+from openclaw_rl.experience import place
 from openclaw_rl.eval.problems import Problem
 
 __all__ = ["FirstAnswer", "curve_title", "first_answers", "personalization_score", "plot_curves"]
@@ -39,16 +39,17 @@ class FirstAnswer:
 
 
 def first_answers(client: openai.OpenAI, model_name: str, persona: Persona, heldout: Sequence[Problem],
-                  max_tokens: int = 256, concurrency: int = 4, block: str = "") -> list[FirstAnswer]:
+                  max_tokens: int = 256, concurrency: int = 4, block: str = "",
+                  placement: str = "user") -> list[FirstAnswer]:
     """The policy's greedy first answer to each held-out problem, scored by the rubric.
 
     Requests run `concurrency` at a time, because the engine batches concurrent requests.
     `block`, when given, is the user's experience block, put where serving puts it
-    (`experience.merge_system`), so the answers are the ones the user is served.
+    (`experience.place` with serving's `placement`), so the answers are the ones the user is served.
     """
 
     def answer(problem: Problem) -> FirstAnswer:
-        messages = merge_system([{"role": "user", "content": persona.first_message(problem)}], block)
+        messages = place([{"role": "user", "content": persona.first_message(problem)}], block, placement)
         raw = client.chat.completions.with_raw_response.create(
             model=model_name, messages=messages,
             temperature=0.0, max_tokens=max_tokens, extra_headers={"X-Turn-Type": "side"})

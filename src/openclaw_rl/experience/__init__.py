@@ -19,8 +19,8 @@ those import this package):
 - `polarity`: `contradiction`, the explicit rule for "the newer lesson takes the other
   side".
 - `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
-- `render`: `render` (the block within a token budget) and `merge_system` (into the
-  client's messages).
+- `render`: `render` (the block within a token budget) and `place` (into the client's
+  messages, in front of the first user message or in the system message).
 
 The embedding function is a parameter (`embed(texts) -> (n, d)`), so this package imports
 nothing from the judge: the stack builder passes the embedding judge's encoder
@@ -51,11 +51,11 @@ from openclaw_rl.experience.lessons import (
     undo,
 )
 from openclaw_rl.experience.polarity import agreement, contradiction
-from openclaw_rl.experience.render import HEADER, merge_system, ordered, render
+from openclaw_rl.experience.render import HEADER, PLACEMENTS, merge_system, ordered, place, prepend_first_user, render
 
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
     "Experience", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
-    "enforce_cap", "learn", "lesson_from_hint", "merge_system", "ordered", "render", "replay", "retention", "revert",
-    "similarities", "undo",
+    "enforce_cap", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
+    "retention", "revert", "similarities", "undo",
 ]

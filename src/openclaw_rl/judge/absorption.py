@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from openclaw_rl.chat import render_prompt
-from openclaw_rl.experience import Experience, Lesson, merge_system, render
+from openclaw_rl.experience import Experience, Lesson, place, render
 from openclaw_rl.judge.teacher import (
     at_one_version, grammar_mask, logprob_temperature, logprob_top_p, student_prompt_ids,
 )
@@ -59,7 +59,7 @@ async def lesson_absorption(engine, tokenizer, lesson: Lesson, turns: Sequence[T
         gaps = []
         for turn in turns:
             tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
-            with_lesson = render_prompt(tokenizer, merge_system(turn.prompt_messages, block), tools, tool_choice)
+            with_lesson = render_prompt(tokenizer, place(turn.prompt_messages, block, turn.experience_placement), tools, tool_choice)
             params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn))
             taught = await engine.score(with_lesson, turn.response_token_ids, **params)
             plain = await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids, **params)

@@ -40,7 +40,7 @@ import copy
 from dataclasses import dataclass, replace
 
 from openclaw_rl.chat import content_text, render_prompt
-from openclaw_rl.experience import merge_system
+from openclaw_rl.experience import place
 from openclaw_rl.judge.overlap import HintSelection, select_hint
 from openclaw_rl.types import Constraint, ExperienceTargets, Message, SamplingParams, Score, Turn
 
@@ -69,7 +69,7 @@ def hinted_messages(prompt_messages: list[Message], hint: str) -> list[Message]:
 
 def served_messages(turn: Turn) -> list[Message]:
     """The messages serving rendered `turn`'s prompt ids from: the client's, with the experience block served."""
-    return merge_system(turn.prompt_messages, turn.experience_block)
+    return place(turn.prompt_messages, turn.experience_block, turn.experience_placement)
 
 
 def _sampling(turn: Turn) -> SamplingParams:

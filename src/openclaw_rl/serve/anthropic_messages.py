@@ -54,7 +54,7 @@ from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.engine.base import EngineError
-from openclaw_rl.experience import merge_system
+from openclaw_rl.experience import place
 from openclaw_rl.serve.completion import Caller, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.serve.pipeline import Opened, open_turns
@@ -311,8 +311,8 @@ async def count_tokens(server: Server, body: CountTokensRequest, user: User) -> 
     tools, tool_choice = chat_tools(body)
     block, _ = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config, user)
     try:
-        ids = await run_in_threadpool(render_prompt, server.tokenizer, merge_system(chat_messages(body), block), tools,
-                                      tool_choice)
+        messages = place(chat_messages(body), block, server.config.experience_placement)
+        ids = await run_in_threadpool(render_prompt, server.tokenizer, messages, tools, tool_choice)
     except Exception as error:  # a template that rejects this conversation
         raise ApiError(400, f"messages cannot be rendered with the model's chat template: {error}",
                        param="messages") from error

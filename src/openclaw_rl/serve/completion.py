@@ -42,8 +42,9 @@ class ServedPrompt:
     """The exact ids a request is served with, and the user's experience block among them."""
 
     ids: list[int]
-    experience_block: str = ""  # merged into the system message of the ids, never into the spec's messages
+    experience_block: str = ""  # placed in the ids' messages (experience.place), never in the spec's messages
     experience_version: int | None = None  # None: no block
+    experience_placement: str = "system"
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ class TurnInProgress:
             response_text=text, tool_calls=tool_calls, sampling=sampling, finish_reason=finish,
             continuation_hash=hashed, owner=spec.caller.name, source=self.ref.source,
             experience_version=self.prompt.experience_version, experience_block=self.prompt.experience_block,
+            experience_placement=self.prompt.experience_placement,
         )
         self.turn = await run_in_threadpool(store.record_turn, record)
         metrics = self.server.metrics

@@ -1,12 +1,13 @@
 """The experience block a request is served with: whether its user gets one, and which.
 
 Each chat, Responses and Messages request of a user is answered with that user's
-experience (experience/: the lessons learned from their corrections) appended to the
-system message of the prompt the engine is given (`experience.merge_system`). The
+experience (experience/: the lessons learned from their corrections) placed in the
+prompt the engine is given (`experience.place`: in front of the first user message, or in
+the system message, as `--experience-placement` says). The
 pipeline renders the ids here, before any engine sees them, so every engine (local,
 vLLM, SGLang) serves the same block. The client's own messages stay what is stored
 (`Turn.prompt_messages`), hashed for pairing and judged; the turn records the block and
-the experience version beside the exact ids served.
+the experience version and placement beside the exact ids served.
 
 Decisions and why:
 

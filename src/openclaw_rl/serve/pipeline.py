@@ -25,7 +25,7 @@ from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Started, TokenIdError
-from openclaw_rl.experience import merge_system
+from openclaw_rl.experience import place
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -64,7 +64,9 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
         if experience_on(server.config, spec.caller):  # the store read (and a thread hop) only when it can serve
             block, version = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config,
                                                      spec.caller)
-        prompt = ServedPrompt(await _rendered(server, spec, merge_system(spec.messages, block)), block, version)
+        placement = server.config.experience_placement
+        prompt = ServedPrompt(await _rendered(server, spec, place(spec.messages, block, placement)), block, version,
+                              placement)
         if block and len(prompt.ids) + spec.params.max_new_tokens > context:
             prompt = await _within_context(server, spec, prompt)
     if not prompt.ids:

@@ -21,7 +21,8 @@ from openclaw_rl.users import LOCAL
 _TURN_COLUMNS = (
     "id, session_id, idx, kind, policy_version, prompt_messages, prompt_token_ids, "
     "response_token_ids, behaviour_logprobs, response_text, tool_calls, sampling, "
-    "finish_reason, created_at, next_state, closed, continuation_hash, owner, experience_version, experience_block"
+    "finish_reason, created_at, next_state, closed, continuation_hash, owner, experience_version, experience_block, "
+    "experience_placement"
 )
 
 
@@ -105,15 +106,15 @@ class ConversationsMixin(LogsMixin):
                     "INSERT INTO turns (session_id, idx, kind, policy_version, prompt_messages, "
                     "prompt_token_ids, response_token_ids, behaviour_logprobs, response_text, "
                     "tool_calls, sampling, finish_reason, continuation_hash, created_at, owner, "
-                    "experience_version, experience_block) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT owner FROM sessions WHERE id = ?), ?, ?)"
+                    "experience_version, experience_block, experience_placement) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT owner FROM sessions WHERE id = ?), ?, ?, ?)"
                     f"{self._sql.returning_id}",
                     (
                         session_id, idx, record.kind, record.policy_version, json.dumps(record.prompt_messages),
                         json.dumps(record.prompt_token_ids), json.dumps(record.response_token_ids),
                         json.dumps(record.behaviour_logprobs), record.response_text, json.dumps(record.tool_calls),
                         json.dumps(record.sampling), record.finish_reason, record.continuation_hash, now, session_id,
-                        record.experience_version, record.experience_block,
+                        record.experience_version, record.experience_block, record.experience_placement,
                     ),
                 )
                 turn_id = self._sql.inserted_id(cur)
@@ -266,7 +267,7 @@ class ConversationsMixin(LogsMixin):
 def _turn_from_row(row: tuple) -> Turn:
     (tid, session_id, idx, kind, version, prompt_messages, prompt_ids, response_ids, logprobs,
      text, tool_calls, sampling, finish, created, next_state, closed, continuation, owner, experience_version,
-     experience_block) = row
+     experience_block, experience_placement) = row
     return Turn(
         id=tid,
         session_id=session_id,
@@ -288,4 +289,5 @@ def _turn_from_row(row: tuple) -> Turn:
         owner=owner,
         experience_version=experience_version,
         experience_block=experience_block or "",  # NULL: a turn stored before experience was served
+        experience_placement=experience_placement or "system",  # NULL: stored before there was a choice
     )

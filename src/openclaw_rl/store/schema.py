@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS turns (
     owner               TEXT,
     experience_version  INTEGER,
     experience_block    TEXT,
+    experience_placement TEXT,
     UNIQUE (session_id, idx)
 );
 CREATE INDEX IF NOT EXISTS turns_by_continuation ON turns(continuation_hash);
