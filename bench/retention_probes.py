@@ -82,13 +82,13 @@ def main() -> None:
 
     model_dir = resolve_model_dir(args.model)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    config = TrainConfig(gate="on")
-    trainer = Trainer(model_dir, config, device="cpu")
+    trainer = Trainer(model_dir, TrainConfig(gate="on"), device="cpu")
+    asked = probes(args, tokenizer)
     results: dict[str, dict] = {}
-    for probe, labels in probes(args, tokenizer):
-        for tokens in args.tokens:
-            gate = Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=tokens, gate_anchors=0), tokenizer,
-                        lambda: [])
+    for tokens in args.tokens:
+        gate = Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=tokens, gate_anchors=0), tokenizer,
+                    lambda: [])
+        for probe, labels in asked:
             result = run(gate, probe, labels)
             results[f"{probe.name}@{tokens}"] = result
             print(f"{probe.name:>12} @ {tokens:>3} tokens: {result['correct']:>2}/{result['prompts']} right "

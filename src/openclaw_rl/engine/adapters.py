@@ -31,6 +31,7 @@ Decisions and why:
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ from dataclasses import dataclass
 
 import torch
 
+from openclaw_rl.engine import kernels
 from openclaw_rl.engine.base import LoraAdapter
 
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
@@ -48,7 +50,7 @@ Shapes = dict[tuple[int, str], tuple[int, int]]  # (layer, target) -> the base w
 
 @dataclass(frozen=True, eq=False)
 class PersonalAdapter:
-    """One version of one user's adapter, ready for the decoder: (layer, target) -> (A, s*B)."""
+    """One version of one user's adapter, ready for the decoder: (layer, target) -> (A (r, in), (s*B)^T (r, out))."""
 
     user: str
     version: int
@@ -96,7 +98,7 @@ def prepare(adapter: LoraAdapter, user: str, version: int, shapes: Shapes, *, dt
             raise ValueError(f"adapter of {user!r}: layer {key[0]} {key[1]} has A {None if a is None else tuple(a.shape)}"
                              f" and B {None if b is None else tuple(b.shape)}; expected A ({rank}, {in_features}) and "
                              f"B ({out_features}, {rank}) for rank {rank}")
-        weights[key] = (a.to(device, dtype).contiguous(), (b.float() * scale).to(device, dtype).contiguous())
+        weights[key] = (a.to(device, dtype).contiguous(), (b.float() * scale).T.to(device, dtype).contiguous())
     if not weights:
         raise ValueError(f"adapter of {user!r} has no LoRA weights")
     return PersonalAdapter(user, version, rank, weights)
@@ -111,38 +113,69 @@ class LoraPass:
         for adapter in adapters:
             if adapter is not None and not any(adapter is d for d in distinct):
                 distinct.append(adapter)
-        offsets = [0]
-        for adapter in distinct:
-            offsets.append(offsets[-1] + adapter.rank)
-        ref = next(iter(distinct[0].weights.values()))[0]
-        mask = torch.zeros(sum(counts), offsets[-1], dtype=ref.dtype, device=ref.device)  # (N, U*r)
-        start = 0
-        for adapter, count in zip(adapters, counts):
-            if adapter is not None:
-                u = next(i for i, d in enumerate(distinct) if d is adapter)
-                mask[start : start + count, offsets[u] : offsets[u + 1]] = 1
-            start += count
-        self.mask = None if bool(mask.all()) else mask  # every position under the one adapter: no mask
-        self.stacked: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]] = {}
-        for key in {k for adapter in distinct for k in adapter.weights}:
-            a_parts, b_parts = [], []
-            for adapter in distinct:
-                a, b = adapter.weights.get(key) or _zeros(distinct, key, adapter.rank)
-                a_parts.append(a)
-                b_parts.append(b)
-            self.stacked[key] = (torch.cat(a_parts), torch.cat(b_parts, dim=1))  # (U*r, in), (out, U*r)
+        self.adapters = tuple(distinct)
+        self.counts = tuple(counts)
+        self.groups = tuple(next(u for u, d in enumerate(distinct) if d is adapter) if adapter is not None else -1
+                            for adapter in adapters)  # each group's index into `adapters`, -1: none
+        # (N,) each position's adapter, what the compiled kernel reads (a decode step: one per row)
+        self.rows = torch.tensor(self.groups, dtype=torch.int64).repeat_interleave(torch.tensor(self.counts))
+        self.keys = frozenset(key for adapter in distinct for key in adapter.weights)
 
     def add(self, layer: int, target: str, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """`y` (the base projection of `h`) plus each position's own delta."""
-        stacked = self.stacked.get((layer, target))
-        if stacked is None:
+        """`y` (the base projection of `h`) plus each position's own delta, with torch's products
+        over the stacked tables: every position against every adapter, others' columns masked to zero."""
+        if (layer, target) not in self.keys:
             return y
-        a, b = stacked
-        flat = h.reshape(-1, h.shape[-1])  # (N, in)
-        z = flat @ a.T  # (N, U*r)
-        if self.mask is not None:
-            z = z * self.mask
-        return y + (z @ b.T).view(y.shape)
+        a, bt = self._stacked[(layer, target)]
+        z = h.reshape(-1, h.shape[-1]) @ a.T  # (N, U*r)
+        if self._mask is not None:
+            z = z * self._mask
+        return torch.addmm(y.reshape(-1, y.shape[-1]), z, bt).view(y.shape)
+
+    def add_rows(self, layer: int, target: str, h: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        """`add` for a decode step's rows (h (B, in), y (B, out), float32 on the CPU), in place, with
+        the compiled kernel (kernels.py `lora_add`): each row multiplies its own adapter only."""
+        if (layer, target) not in self.keys:
+            return y
+        a, bt = self._lists[(layer, target)]
+        return kernels.ops().lora_add(y, h, a, bt, self.rows)
+
+    @functools.cached_property
+    def _lists(self) -> dict[tuple[int, str], tuple[list[torch.Tensor], list[torch.Tensor]]]:
+        """Per projection, each adapter's own A and (s*B)^T, in place (rank 0 where one does not train it)."""
+        lists = {}
+        for key in self.keys:
+            pairs = [adapter.weights.get(key) or _zeros(self.adapters, key, 0) for adapter in self.adapters]
+            lists[key] = ([a for a, _ in pairs], [bt for _, bt in pairs])
+        return lists
+
+    @functools.cached_property
+    def _stacked(self) -> dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]:
+        """Per projection, the adapters stacked: A_cat (U*r, in), Bt_cat (U*r, out); one adapter's own
+        tensors when there is one (no copy: a lone user's prompt, a batch of one user's rows)."""
+        stacked = {}
+        for key in self.keys:
+            parts = [adapter.weights.get(key) or _zeros(self.adapters, key, adapter.rank) for adapter in self.adapters]
+            stacked[key] = parts[0] if len(parts) == 1 else (torch.cat([a for a, _ in parts]),
+                                                              torch.cat([bt for _, bt in parts]))
+        return stacked
+
+    @functools.cached_property
+    def _mask(self) -> torch.Tensor | None:
+        """(N, U*r): each position's own adapter's columns 1, the rest 0; None when every position has the one adapter."""
+        if self.groups == (0,) * len(self.groups):
+            return None
+        starts = [0]
+        for adapter in self.adapters:
+            starts.append(starts[-1] + adapter.rank)
+        ref = next(iter(self.adapters[0].weights.values()))[0]
+        mask = torch.zeros(sum(self.counts), starts[-1], dtype=ref.dtype, device=ref.device)
+        position = 0
+        for u, count in zip(self.groups, self.counts):
+            if u >= 0:
+                mask[position : position + count, starts[u] : starts[u + 1]] = 1
+            position += count
+        return mask
 
 
 def lora_pass(adapters: Sequence[PersonalAdapter | None], counts: Sequence[int]) -> LoraPass | None:
@@ -152,7 +185,7 @@ def lora_pass(adapters: Sequence[PersonalAdapter | None], counts: Sequence[int])
     return LoraPass(adapters, counts)
 
 
-def _zeros(adapters: list[PersonalAdapter], key: tuple[int, str], rank: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _zeros(adapters: Sequence[PersonalAdapter], key: tuple[int, str], rank: int) -> tuple[torch.Tensor, torch.Tensor]:
     """A zero block for an adapter that does not train `key` (others in the batch do)."""
-    a, b = next(d.weights[key] for d in adapters if key in d.weights)
-    return a.new_zeros(rank, a.shape[1]), b.new_zeros(b.shape[0], rank)
+    a, bt = next(d.weights[key] for d in adapters if key in d.weights)
+    return a.new_zeros(rank, a.shape[1]), bt.new_zeros(rank, bt.shape[1])

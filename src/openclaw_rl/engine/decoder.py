@@ -321,7 +321,7 @@ class FusedDecoder:
         return self._linear(_norm(self.norm, x[:, 0]), self.lm_head, None)
 
     def _batch_lora(self, adapters: Adapters) -> LoraPass | None:
-        """The rows' adapters stacked (adapters.py), rebuilt only when a row's adapter changed."""
+        """The rows' adapters (adapters.py), looked up again only when a row's adapter changed."""
         key = tuple(adapters or ())
         if key != self._step_lora[0]:  # identity: adapters compare as objects
             self._step_lora = (key, lora_pass(key, [1] * len(key)) if key else None)
@@ -392,7 +392,7 @@ class _Layer:
         def proj(h: torch.Tensor, target: str) -> torch.Tensor:
             module = self.by_target[target]
             y = _biased(ops.gemv(h, module.weight), module.bias)
-            return y if lora is None else lora.add(self.index, target, h, y)
+            return y if lora is None else lora.add_rows(self.index, target, h, y)
 
         return proj
 

@@ -114,6 +114,85 @@ torch::Tensor gemv(torch::Tensor x, torch::Tensor w) {
   return y;
 }
 
+// z[i] = a_i . x for the n rows a_i of a (each of length K): dot_rows with its operands' roles
+// swapped (the one vector x against eight rows of a at a time, eight independent accumulators).
+static inline void dots(const float* a, const float* x, int64_t K, int64_t n, float* z) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) dot_rows<8>(x, a + i * K, K, z + i, 1);
+  switch ((int)(n - i)) {
+    case 1: dot_rows<1>(x, a + i * K, K, z + i, 1); break;
+    case 2: dot_rows<2>(x, a + i * K, K, z + i, 1); break;
+    case 3: dot_rows<3>(x, a + i * K, K, z + i, 1); break;
+    case 4: dot_rows<4>(x, a + i * K, K, z + i, 1); break;
+    case 5: dot_rows<5>(x, a + i * K, K, z + i, 1); break;
+    case 6: dot_rows<6>(x, a + i * K, K, z + i, 1); break;
+    case 7: dot_rows<7>(x, a + i * K, K, z + i, 1); break;
+    default: break;
+  }
+}
+
+// Each row's own LoRA delta, added to y (B, N) in place (engine/adapters.py). Row j uses
+// adapter u = rows[j] of the lists a (u: (r_u, K)) and bt (u: (r_u, N), bt = (scale * B)^T):
+//   y_j += bt_u^T (a_u x_j)
+// A row with u = -1 (no adapter) is not touched, so it stays the base model's bit for bit. Each row
+// multiplies its own adapter only, read where it lies (nothing is stacked or copied when rows join),
+// and rows that share an adapter find it in cache: each distinct adapter streams once per step.
+torch::Tensor lora_add(torch::Tensor y, torch::Tensor x, std::vector<torch::Tensor> a, std::vector<torch::Tensor> bt,
+                       torch::Tensor rows) {
+  TORCH_CHECK(y.dim() == 2 && x.dim() == 2 && rows.dim() == 1 && a.size() == bt.size(),
+              "lora_add: y (B, N), x (B, K), as many a as bt, rows (B,)");
+  TORCH_CHECK(y.scalar_type() == at::kFloat && x.scalar_type() == at::kFloat && rows.scalar_type() == at::kLong &&
+              y.is_contiguous() && rows.is_contiguous(), "lora_add: contiguous float32 y, int64 rows");
+  x = x.contiguous();
+  const int64_t B = x.size(0), K = x.size(1), N = y.size(1), U = (int64_t)a.size();
+  TORCH_CHECK(y.size(0) == B && rows.size(0) == B, "lora_add: y, x and rows disagree on the rows");
+  std::vector<const float*> ap(U), bp(U);
+  std::vector<int64_t> rank(U);
+  int64_t rmax = 0;
+  for (int64_t u = 0; u < U; ++u) {
+    TORCH_CHECK(a[u].scalar_type() == at::kFloat && bt[u].scalar_type() == at::kFloat && a[u].is_contiguous() &&
+                bt[u].is_contiguous() && a[u].dim() == 2 && bt[u].dim() == 2 && a[u].size(1) == K &&
+                bt[u].size(1) == N && a[u].size(0) == bt[u].size(0), "lora_add: adapter ", u, " is not (r, K), (r, N)");
+    ap[u] = a[u].data_ptr<float>();
+    bp[u] = bt[u].data_ptr<float>();
+    rank[u] = a[u].size(0);
+    rmax = std::max(rmax, rank[u]);
+  }
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  for (int64_t j = 0; j < B; ++j) TORCH_CHECK(-1 <= rp[j] && rp[j] < U, "lora_add: row ", j, " names no adapter");
+  const float* xp = x.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  std::vector<float> z(B * rmax);  // row j's r values at z[j * rmax ..]
+  at::parallel_for(0, B, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j)
+      if (rp[j] >= 0) dots(ap[rp[j]], xp + j * K, K, rank[rp[j]], z.data() + j * rmax);
+  });
+  constexpr int64_t CHUNK = 256;  // columns of y per pass: the chunk of bt a row reads stays in L1 for the next row
+  at::parallel_for(0, N, CHUNK, [&](int64_t begin, int64_t end) {
+    alignas(32) float delta[CHUNK];
+    for (int64_t n0 = begin; n0 < end; n0 += CHUNK) {
+      const int64_t len = std::min(CHUNK, end - n0);
+      for (int64_t j = 0; j < B; ++j) {
+        const int64_t u = rp[j];
+        if (u < 0 || rank[u] == 0) continue;
+        for (int64_t n = 0; n < len; ++n) delta[n] = 0.f;
+        for (int64_t r = 0; r < rank[u]; ++r) {
+          const float zr = z[j * rmax + r];
+          const __m256 zv = _mm256_set1_ps(zr);
+          const float* row = bp[u] + r * N + n0;
+          int64_t n = 0;
+          for (; n + 8 <= len; n += 8)
+            _mm256_store_ps(delta + n, _mm256_fmadd_ps(zv, _mm256_loadu_ps(row + n), _mm256_load_ps(delta + n)));
+          for (; n < len; ++n) delta[n] += zr * row[n];
+        }
+        float* yj = yp + j * N + n0;
+        for (int64_t n = 0; n < len; ++n) yj[n] += delta[n];
+      }
+    }
+  });
+  return y;
+}
+
 // out[b] = x[b] * rsqrt(mean(x[b]^2) + eps) * w, for rows of x (B, H); with r: x += r first (in place).
 static void norm_rows(float* x, const float* r, const float* w, float eps, float* out, int64_t B, int64_t H) {
   for (int64_t b = 0; b < B; ++b) {
@@ -268,6 +347,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("add_rms_norm", &add_rms_norm, no_gil);
   m.def("silu_mul", &silu_mul, no_gil);
   m.def("decode_attention", &decode_attention, no_gil);
+  m.def("lora_add", &lora_add, no_gil);
 }
 """
 
@@ -323,5 +403,5 @@ def _build():
 
 
 def ops():
-    """The compiled module (gemv, rms_norm, add_rms_norm, silu_mul, decode_attention); needs available()."""
+    """The compiled module (gemv, rms_norm, add_rms_norm, silu_mul, decode_attention, lora_add); needs available()."""
     return _module

@@ -153,9 +153,10 @@ def _schema(node: Any) -> Any:
     return out
 
 
-def bfcl_probe(tokenizer: Any, per_category: int = 8) -> RetentionProbe:
+def bfcl_probe(tokenizer: Any, per_category: int = 8, categories: tuple[str, ...] = tuple(CATEGORIES),
+               ) -> RetentionProbe:
     """The probe: each item's messages with its functions as tools, the answer's calls checked."""
-    items = bfcl_items(per_category)
+    items = bfcl_items(per_category, categories)
     prompts = [render_prompt(tokenizer, item.messages, [as_tool(f) for f in item.functions], None) for item in items]
     checks = [lambda text, item=item: calls_correct(item, calls_of(text)) for item in items]
     return RetentionProbe("bfcl", prompts, checks)

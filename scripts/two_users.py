@@ -1,0 +1,272 @@
+"""Two (or more) simulated users with different preferences on ONE server: does each adapt to their own?
+
+    python scripts/two_users.py --personas parent=0.75,student=0.775 --out runs/two-s0 -- --seed 0 --method off
+    python scripts/two_users.py --personas parent=0.75,student=0.775 --out runs/two-pa-s0 --personal-adapters on \\
+        -- --seed 0 --method combined
+    python scripts/two_users.py --summarize runs/two-s0 runs/two-s1 ...
+
+Everything after `--` is `openclaw-rl demo`'s flags (its presets apply: the embedding
+judge, 8 held-out problems, lr 5e-5...); `--sessions` is the sessions *each* user plays.
+One server (the real stack: engine, store, judge, trainer when `--method` trains) with an
+API key per persona, and one more for an **observer** who never gives feedback and has
+the experience off: the observer's answers are the weights' own (the shared model's; with
+`--personal-adapters on`, the base's, as the observer has no adapter).
+
+The users play in rounds: each round every user plays one session of their own problem
+stream, concurrently (their requests share the engine's decode batches). Every
+`--eval-every` rounds, and at the end, each user's greedy first answers to the held-out
+problems are requested **through that user's own key** (side turns), so they are served
+exactly as the user is served (their experience block, their adapter), and scored by that
+user's rubric; the observer's answers are scored by every persona's rubric (the weights
+alone). At the end the script checks from the store that no turn of one user was served
+with another user's lesson.
+
+Written: `metrics.jsonl` (sessions and evaluations), `summary.json` (per user: acceptance,
+sessions to adaptation, held-out curve served and for the weights alone, lessons, the
+observer's answers identical to the base's). `--summarize` pools runs: per user, the
+median sessions to adaptation, acceptance with a Wilson interval, and the served held-out
+score minus the base's at each evaluation with a 95 % bootstrap interval over runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import openai
+
+from openclaw_rl import cli
+from openclaw_rl.compose import StackSpec, build_stack
+from openclaw_rl.config import ServeConfig, SimulateConfig
+from openclaw_rl.drivers.simulate import CONTROL, _judged_all
+from openclaw_rl.eval.metrics import acceptance, first_answers
+from openclaw_rl.eval.personas import get_persona
+from openclaw_rl.eval.problems import heldout_problems, train_problems
+from openclaw_rl.eval.users import SimulatedUser
+from openclaw_rl.judge.hint_check import wilson
+from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.train.runner import Flush
+from openclaw_rl.users import Users
+
+OBSERVER = "observer"  # gives no feedback, experience off: the weights' own answers
+
+
+def parse_personas(text: str) -> dict[str, float | None]:
+    """"parent=0.75,student" -> {"parent": 0.75, "student": None} (None: the persona's own level)."""
+    personas: dict[str, float | None] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, _, level = part.partition("=")
+        personas[name] = float(level) if level else None
+    if len(personas) < 2:
+        raise SystemExit(f"--personas needs at least two personas, got {text!r}")
+    if OBSERVER in personas:
+        raise SystemExit(f"{OBSERVER!r} is the script's own user; pick another persona name")
+    return personas
+
+
+class Run:
+    """One server, its users' keys and clients, and what the run records."""
+
+    def __init__(self, config: SimulateConfig, personas: dict[str, float | None], out: Path,
+                 personal_adapters: str) -> None:
+        self.config, self.out = config, out
+        self.personas = {name: (replace(get_persona(name), approve_threshold=level) if level is not None
+                                else get_persona(name)) for name, level in personas.items()}
+        data = out / "data"
+        users = Users(data)
+        keys = {name: users.add(name) for name in self.personas}
+        keys[OBSERVER] = users.add(OBSERVER, experience=False)
+        self.training = config.method != CONTROL
+        port = free_port()
+        serve = ServeConfig(model=config.model, data_dir=str(data), port=port, status_interval_s=0.0,
+                            train=self.training, experience=config.experience,
+                            experience_placement=config.experience_placement, personal_adapters=personal_adapters)
+        # no probe file and no rubric scorer: one persona's rubric cannot judge a model two users share
+        train = replace(config.train, method=config.method if self.training else "binary")
+        self.flush = Flush()
+        self.stack = build_stack(serve, config.judge, train, StackSpec(
+            flush=self.flush, write_samples=self.training, training=None if self.training else "off"))
+        self.server = self.stack.server
+        self.thread = ServerThread(self.stack.app(), port)
+        self.clients = {name: openai.OpenAI(base_url=f"{self.thread.base_url}/v1", api_key=key, max_retries=2,
+                                            timeout=1200) for name, key in keys.items()}
+        self.heldout = heldout_problems(config.heldout)
+        self.metrics = open(out / "metrics.jsonl", "a", encoding="utf-8")
+        self.base_observer: list[str] | None = None
+
+    def write(self, **event) -> None:
+        self.metrics.write(json.dumps({"t": round(time.time(), 3), **event}) + "\n")
+        self.metrics.flush()
+
+    def evaluate(self, rounds: int) -> dict:
+        """Each user's held-out score as served to them, and the observer's under every rubric."""
+        found: dict = {"rounds": rounds, "served": {}, "weights": {}}
+        for name, persona in self.personas.items():
+            answers = first_answers(self.clients[name], self.server.model_name, persona, self.heldout,
+                                    max_tokens=self.config.eval_max_tokens, concurrency=len(self.heldout))
+            found["served"][name] = statistics.mean(a.score for a in answers)
+        texts = []  # the observer asks each persona's questions in that persona's words
+        for name, persona in self.personas.items():
+            plain = first_answers(self.clients[OBSERVER], self.server.model_name, persona, self.heldout,
+                                  max_tokens=self.config.eval_max_tokens, concurrency=len(self.heldout))
+            found["weights"][name] = statistics.mean(a.score for a in plain)
+            texts += [a.response for a in plain]
+        if self.base_observer is None:
+            self.base_observer = texts
+        found["observer_same_as_base"] = sum(a == b for a, b in zip(texts, self.base_observer))
+        found["observer_answers"] = len(texts)
+        found["policy_version"] = self.server.engine.policy_version
+        self.write(event="eval", **found)
+        return found
+
+    def play(self) -> dict:
+        config, names = self.config, list(self.personas)
+        streams = {name: train_problems(config.seed * 1000 + k, config.sessions) for k, name in enumerate(names)}
+        accepted: dict[str, list[bool]] = {name: [] for name in names}
+        curve = [self.evaluate(0)]
+
+        def session(name: str, index: int) -> None:
+            user = SimulatedUser(self.personas[name], self.clients[name], self.server.model_name, config.max_turns,
+                                 random.Random(f"{config.seed}:{name}:{index}"),
+                                 max_tokens=config.response_max_tokens)
+            log = user.play_session(streams[name][index])
+            ok = bool(log.turns) and log.turns[0].reply_kind == "approve"
+            accepted[name].append(ok)
+            self.write(event="session", user=name, index=index + 1, accepted=ok, first_score=log.first_score,
+                       replies=[t.reply_kind for t in log.turns], error=log.error,
+                       policy_version=self.server.engine.policy_version)
+            print(f"round {index + 1:>3} {name:>10}: first answer {log.first_score:.2f} "
+                  f"{'accepted' if ok else '-'}", flush=True)
+
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for index in range(config.sessions):
+                for future in [pool.submit(session, name, index) for name in names]:
+                    future.result()
+                self.server.check_loops()
+                if (index + 1) % config.eval_every_sessions == 0 and index + 1 < config.sessions:
+                    _judged_all(self.server, config.drain_timeout_s)  # every lesson of the round is in
+                    curve.append(self.evaluate(index + 1))
+        if self.training:
+            self.flush.requested.set()
+            self.server.wait_for(self.flush.done, config.drain_timeout_s)
+        _judged_all(self.server, config.drain_timeout_s)
+        curve.append(self.evaluate(config.sessions))
+        return {"accepted": accepted, "curve": curve}
+
+    def crossings(self) -> int:
+        """Turns of one user served with a block that holds another user's lesson text."""
+        store = self.server.store
+        lessons = {name: [lesson.text for lesson in store.experience(name).lessons] for name in self.personas}
+        crossed = 0
+        for name in self.personas:
+            others = [text for other, texts in lessons.items() if other != name for text in texts]
+            for session in store.list_sessions(limit=10**6, owner=name):
+                for turn in store.turns(session.id):
+                    crossed += any(text in turn.experience_block for text in others)
+        return crossed
+
+    def close(self) -> None:
+        self.thread.stop()
+        self.metrics.close()
+
+
+def run(args: argparse.Namespace, demo_flags: list[str]) -> None:
+    parsed = cli._parser().parse_args(["demo", *demo_flags])
+    config = cli._driver_config(SimulateConfig, "simulate", parsed)
+    out = Path(args.out)
+    if (out / "summary.json").exists():
+        raise SystemExit(f"{out} already holds a finished run (summary.json); pick another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    run = Run(config, parse_personas(args.personas), out, args.personal_adapters)
+    started = time.monotonic()
+    try:
+        played = run.play()
+        crossed = run.crossings()
+        lessons = {name: [lesson.text for lesson in run.server.store.experience(name).lessons]
+                   for name in run.personas}
+    finally:
+        run.close()
+    summary = {
+        "personas": {name: p.approve_threshold for name, p in run.personas.items()},
+        "method": config.method, "experience": config.experience, "placement": config.experience_placement,
+        "personal_adapters": args.personal_adapters, "seed": config.seed, "sessions_per_user": config.sessions,
+        "users": {name: {**acceptance(flags), "accepted": flags,
+                         "served": [[c["rounds"], c["served"][name]] for c in played["curve"]],
+                         "weights": [[c["rounds"], c["weights"][name]] for c in played["curve"]],
+                         "lessons": lessons[name]}
+                  for name, flags in played["accepted"].items()},
+        "observer_same_as_base": [[c["rounds"], c["observer_same_as_base"]] for c in played["curve"]],
+        "heldout": config.heldout,
+        "turns_with_another_users_lesson": crossed,
+        "wall_time_s": round(time.monotonic() - started, 1),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    for name, user in summary["users"].items():
+        print(f"{name}: accepted {sum(user['accepted'])}/{len(user['accepted'])}, adaptation at "
+              f"{user['sessions_to_adaptation']}, served held-out {user['served'][0][1]:.3f} -> "
+              f"{user['served'][-1][1]:.3f}, weights alone {user['weights'][-1][1]:.3f}")
+    print(f"turns served with another user's lesson: {crossed}")
+
+
+def bootstrap_mean_ci(values: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    rng = random.Random(seed)
+    means = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
+def summarize(paths: list[str]) -> None:
+    runs = [json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in paths]
+    first = runs[0]
+    print(f"{len(runs)} runs: method {first['method']}, experience {first['experience']} ({first['placement']}), "
+          f"personal adapters {first['personal_adapters']}, {first['sessions_per_user']} sessions per user")
+    for name in first["users"]:
+        users = [r["users"][name] for r in runs]
+        flags = [ok for u in users for ok in u["accepted"]]
+        low, high = wilson(sum(flags), len(flags))
+        reached = [u["sessions_to_adaptation"] for u in users]
+        never = sum(r is None for r in reached)
+        median = statistics.median([r if r is not None else len(u["accepted"]) + 1 for r, u in zip(reached, users)])
+        print(f"\n{name} (approval {first['personas'][name]}): adaptation median {median} "
+              f"(never: {never} of {len(runs)}); acceptance {sum(flags)}/{len(flags)} = "
+              f"{sum(flags) / len(flags):.2f} [{low:.2f}, {high:.2f}]")
+        for i, (rounds, _) in enumerate(users[0]["served"]):
+            served = [u["served"][i][1] for u in users]
+            gains = [u["served"][i][1] - u["served"][0][1] for u in users]
+            weights = [u["weights"][i][1] for u in users]
+            low, high = bootstrap_mean_ci(gains) if len(gains) > 1 else (gains[0], gains[0])
+            print(f"  after {rounds:>3} sessions: served {statistics.mean(served):.3f} (minus base "
+                  f"{statistics.mean(gains):+.3f} [{low:+.3f}, {high:+.3f}]), weights alone "
+                  f"{statistics.mean(weights):.3f}")
+    same = [r["observer_same_as_base"][-1][1] for r in runs]
+    print(f"\nobserver's held-out answers identical to the base's at the end: {same} of "
+          f"{first['heldout'] * len(first['users'])} (per run)")
+    print(f"turns served with another user's lesson: {sum(r['turns_with_another_users_lesson'] for r in runs)}")
+
+
+def main() -> None:
+    argv = sys.argv[1:]
+    demo_flags = argv[argv.index("--") + 1:] if "--" in argv else []
+    own = argv[:argv.index("--")] if "--" in argv else argv
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--personas", default="parent=0.75,student=0.775")
+    parser.add_argument("--out")
+    parser.add_argument("--personal-adapters", choices=("on", "off"), default="off")
+    parser.add_argument("--summarize", nargs="+", metavar="RUN_DIR")
+    args = parser.parse_args(own)
+    if args.summarize:
+        summarize(args.summarize)
+    elif not args.out:
+        parser.error("--out is required to run (or --summarize RUN_DIR...)")
+    else:
+        run(args, demo_flags)
+
+
+if __name__ == "__main__":
+    main()
