@@ -422,11 +422,15 @@ def test_a_user_sees_where_each_lesson_came_from_and_deletes_undoes_and_edits_on
     apart = lambda texts: [[1.0, 0.0], [0.0, 1.0]][:len(texts)]  # noqa: E731 - two lessons that never merge
     for text, turn_id in ((XSS_LESSON, source), ("Keep it short.", "t-gone")):  # the second: a turn since deleted
         store.update_experience("alice", lambda e: learn(e, text, turn_id, time.time(), apart, len))
+    store.record_absorption("alice", [(1, 0, 0.2, 4), (1, 3, 0.01, 4)])  # lesson 1, measured on v0 and v3
     context, page = _open(chromium, teaching, "alice")
     try:
         page.locator("nav [data-view=experience]").click()
         first = page.locator("#lessons-table tr[data-lesson='1']")
         second = page.locator("#lessons-table tr[data-lesson='2']")
+        expect(first.locator(".absorbed")).to_contain_text("yes")
+        expect(first.locator(".absorbed")).to_contain_text("0.010 at v3 (from 0.200 at v0)")
+        expect(second.locator(".absorbed")).to_have_text("not measured")
         expect(first.locator(".lesson")).to_have_text(XSS_LESSON)
         expect(first.locator(".sources")).to_contain_text(f"{XSS_SESSION} #0")
         expect(second.locator(".sources")).to_contain_text("1 turn(s) no longer stored")

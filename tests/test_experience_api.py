@@ -167,3 +167,38 @@ def test_each_lesson_says_which_of_the_users_sessions_it_came_from(shared):
     store.update_experience("alice", lambda e: learn(e, "Keep it short.", str(turn.id), 200.0, _orthogonal, len))
     alice = httpx.get(f"{base}/v1/experience", headers=as_["alice"]).json()["lessons"]
     assert alice[-1]["sources"] == [str(turn.id)] and alice[-1]["from"] == []
+
+
+def test_absorption_is_measured_on_turns_served_with_the_lesson_and_kept_per_version(make_server):
+    """POST /v1/experience/absorption scores each lesson with and without it on the user's turns
+    served with it (the real engine, the tiny model); GET shows the measurements; a lesson never
+    served yet is not measured; deleting the user's data removes them."""
+    from openclaw_rl.judge.absorption import ABSORBED_GAP
+
+    server = make_server()
+    store = server.server.store
+    users = Users(store.data_dir)
+    alice = {"Authorization": f"Bearer {users.add('alice')}"}
+    bob = {"Authorization": f"Bearer {users.add('bob')}"}
+    _teach(store, "alice", "Show every step.")
+    for question in ("What is 2 + 2?", "What is 3 times 4?"):
+        r = httpx.post(f"{server.base_url}/v1/chat/completions", headers=alice, timeout=60,
+                       json={"model": "m", "messages": [{"role": "user", "content": question}], "max_tokens": 8})
+        assert r.status_code == 200, r.text
+    _teach(store, "alice", "Never use emojis.")  # learned after those turns: nothing served with it yet
+
+    measured = httpx.post(f"{server.base_url}/v1/experience/absorption", headers=alice, timeout=120)
+    assert measured.status_code == 200, measured.text
+    body = measured.json()
+    assert body["measured"] == 1 and body["absorbed_gap"] == ABSORBED_GAP
+    served, unseen = sorted(body["lessons"], key=lambda lesson: lesson["text"] != "Show every step.")
+    assert unseen["absorption"] == [] and unseen["absorbed"] is None
+    (first,) = served["absorption"]
+    assert first["turns"] == 2 and first["policy_version"] == 0 and first["gap"] == first["gap"]  # not NaN
+    assert served["absorbed"] == (first["gap"] < ABSORBED_GAP)
+    again = httpx.post(f"{server.base_url}/v1/experience/absorption", headers=alice, timeout=120).json()
+    assert len(next(x for x in again["lessons"] if x["id"] == served["id"])["absorption"]) == 1  # same version
+    assert httpx.get(f"{server.base_url}/v1/experience", headers=bob, timeout=30).json()["lessons"] == []
+    assert httpx.post(f"{server.base_url}/v1/experience/absorption", headers=bob, timeout=60).json()["measured"] == 0
+    store.delete_sessions(owner="alice")
+    assert store.absorption("alice") == {}

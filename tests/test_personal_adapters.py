@@ -13,7 +13,8 @@ import torch
 from peft import LoraConfig, get_peft_model, get_peft_model_state_dict
 from transformers import AutoModelForCausalLM
 
-from openclaw_rl.engine.adapters import TARGETS, LoraPass, model_shapes, prepare
+from openclaw_rl.engine import kernels
+from openclaw_rl.engine.adapters import TARGETS, LoraPass, PersonalAdapter, model_shapes, prepare
 from openclaw_rl.engine.base import EngineError, LoraAdapter, Started
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.types import SamplingParams, TokenStep
@@ -74,7 +75,14 @@ def _held(engine: LocalEngine) -> tuple[threading.Event, threading.Event]:
     return gate, blocked
 
 
-def test_one_batch_mixes_users_and_each_row_records_its_own_adapters_logprobs(tiny_model_dir, adapters, base):
+@pytest.mark.parametrize("use_kernels", [True, False])
+def test_one_batch_mixes_users_and_each_row_records_its_own_adapters_logprobs(tiny_model_dir, adapters, base,
+                                                                            use_kernels, monkeypatch):
+    if use_kernels and not kernels.available():
+        pytest.skip("no compiled kernels here (no compiler or no AVX2)")
+    if not use_kernels:  # the decode step's deltas with torch's products (batches over 16 rows, GPUs)
+        monkeypatch.setattr(kernels, "available", lambda: False)
+
     async def main():
         engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
         try:
@@ -116,6 +124,34 @@ def test_a_row_without_adapter_gets_exactly_zero_delta(tiny_model_dir, adapters,
     out = lora.add(0, "q_proj", h, y)
     assert torch.equal(out[1], y[1])  # bit for bit
     assert not torch.equal(out[0], y[0])
+
+
+def test_each_row_adds_its_own_adapters_delta_with_the_kernel_and_with_torch():
+    """Rows sharing an adapter, rows without one, ranks 8, 4 and 13, an adapter that does not
+    train the projection: against a float64 product per row."""
+    g = torch.Generator().manual_seed(0)
+
+    def adapter(name: str, rank: int, key: tuple[int, str]) -> PersonalAdapter:
+        return PersonalAdapter(name, 1, rank, {key: (torch.randn(rank, 96, generator=g),
+                                                     torch.randn(rank, 200, generator=g))})
+
+    q, k = (0, "q_proj"), (0, "k_proj")
+    a, b, c, only_k = adapter("a", 8, q), adapter("b", 4, q), adapter("c", 13, q), adapter("d", 8, k)
+    rows = [a, None, b, a, c, only_k, None, c, b]
+    lora = LoraPass(rows, [1] * len(rows))
+    h, y = torch.randn(len(rows), 96, generator=g), torch.randn(len(rows), 200, generator=g)
+    expected = y.double().clone()
+    for i, row in enumerate(rows):
+        if row is not None and q in row.weights:
+            down, up = row.weights[q]
+            expected[i] += (h[i].double() @ down.double().T) @ up.double()
+    ways = {"torch": lora.add(0, "q_proj", h, y.clone())}
+    if kernels.available():
+        ways["kernel"] = lora.add_rows(0, "q_proj", h, y.clone())
+    for way, out in ways.items():
+        assert torch.allclose(out.double(), expected, atol=1e-4), (way, (out.double() - expected).abs().max())
+        for i in (1, 5, 6):  # no adapter, or one that does not train q_proj: the base's row, bit for bit
+            assert torch.equal(out[i], y[i]), way
 
 
 def test_a_new_adapter_version_pauses_nobody_and_rows_in_flight_keep_theirs(tiny_model_dir, adapters):

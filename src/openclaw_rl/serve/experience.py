@@ -5,6 +5,8 @@
     DELETE /v1/experience/lessons/{id}     delete one lesson
     DELETE /v1/experience                  delete every lesson (one change: one undo brings them back)
     POST   /v1/experience/undo             undo the latest change, or {"version": N} the change that made N
+    POST   /v1/experience/absorption       measure, on the policy served now, how far each lesson still
+                                           moves it (judge/absorption.py); GET shows the measurements
 
 An admin adds `?user=NAME` to any of them to act on that user's experience, and GET
 lists every user with an experience (`users`).
@@ -41,6 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
 from openclaw_rl.experience.lessons import step
+from openclaw_rl.judge.absorption import ABSORBED_GAP, lesson_absorption
 from openclaw_rl.judge.screen import screen_hint
 from openclaw_rl.serve.schema import ApiError, Whole, body_doc
 from openclaw_rl.serve.server import Server, caller_of, owner_for
@@ -122,6 +125,34 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
 
         return await _change(store, owner, None, update)
 
+    @app.post("/v1/experience/absorption")
+    async def absorption(request: Request, user: str | None = None,
+                         turns: int = Query(8, ge=1, le=64)) -> dict[str, Any]:
+        """Measure each lesson of the caller (an admin: of `user`) on up to `turns` of their latest
+        turns served with it, on the policy version served now; the view with the measurements."""
+        owner = owner_for(request, user)
+        experience = await run_in_threadpool(store.experience, owner)
+        served = await run_in_threadpool(_served_with_block, store, owner, 50)
+        measured = []
+        for lesson in experience.lessons:
+            on = [turn for turn in served if lesson.text in turn.experience_block][:turns]
+            if on:
+                result = await lesson_absorption(server.engine, server.tokenizer, lesson, on)
+                measured.append((lesson.id, result.policy_version, result.gap_per_token, result.turns))
+        await run_in_threadpool(store.record_absorption, owner, measured)
+        view = await run_in_threadpool(_view, store, owner, 20)
+        return {**view, "measured": len(measured)}
+
+
+def _served_with_block(store, owner: str, sessions: int) -> list:
+    """`owner`'s latest main turns (of their `sessions` latest sessions) served with an
+    experience block and answered, newest first."""
+    found = []
+    for session in store.list_sessions(limit=sessions, owner=owner):
+        found += [turn for turn in reversed(store.turns(session.id))
+                  if turn.kind == "main" and turn.experience_block and turn.response_token_ids]
+    return found
+
 
 async def _change(store, owner: str, lesson_id: int | None,
                   update: Callable[[Experience], tuple[Experience, list[Change]]]) -> dict[str, Any]:
@@ -155,15 +186,20 @@ def _view(store, owner: str, limit: int) -> dict[str, Any]:
     experience = store.experience(owner)
     changes = store.experience_changes(owner, limit) if limit else []
     places = store.lesson_turns(owner, [x for lesson in experience.lessons for x in lesson.sources])
+    measured = store.absorption(owner)
     return {"object": "experience", "user": owner, "version": experience.version,
-            "lessons": [_lesson_view(lesson, places) for lesson in experience.lessons],
+            "absorbed_gap": ABSORBED_GAP,
+            "lessons": [_lesson_view(lesson, places, measured.get(lesson.id, [])) for lesson in experience.lessons],
             "changes": [_change_view(change) for change in changes]}
 
 
-def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]]) -> dict[str, Any]:
-    """The lesson, and `from`: the session and turn index of each source still stored (provenance)."""
+def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]], measured: list[dict]) -> dict[str, Any]:
+    """The lesson, `from`: the session and turn index of each source still stored (provenance),
+    and `absorption`: its measurements, oldest policy version first; `absorbed` by the latest
+    (None: never measured)."""
     found = [(turn_id, places[turn_id]) for turn_id in lesson.sources if turn_id in places]
-    return {**asdict(lesson), "sources": list(lesson.sources),
+    return {**asdict(lesson), "sources": list(lesson.sources), "absorption": measured,
+            "absorbed": measured[-1]["gap"] < ABSORBED_GAP if measured else None,
             "from": [{"turn_id": turn_id, "session_id": shown_session_id(session, lesson.owner), "index": index}
                      for turn_id, (session, index) in found]}
 

@@ -239,6 +239,7 @@ class ConversationsMixin(LogsMixin):
                 counts["experience_changes"] = self._execute("DELETE FROM experience_changes WHERE owner = ?",
                                                              (owner,)).rowcount
                 self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
+                self._execute("DELETE FROM lesson_absorption WHERE owner = ?", (owner,))
                 # their personal adapter's history (store/adapters.py); its weights are the trainer's to delete
                 counts["adapter_versions"] = max(self._execute("DELETE FROM adapter_versions WHERE owner = ?",
                                                                (owner,)).rowcount, 0)

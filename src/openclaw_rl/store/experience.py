@@ -1,9 +1,11 @@
 """Each user's experience (experience/): the current lessons and the log of every change.
 
-Two tables. `experience` holds one row per owner: the version and the lessons as JSON,
+Three tables. `experience` holds one row per owner: the version and the lessons as JSON,
 what serving reads for every request (one primary-key lookup). `experience_changes` is
 the append-only log, one row per `Change` (`Change.to_dict()`), which the API lists and
-undoes and from which `experience.replay` rebuilds any version.
+undoes and from which `experience.replay` rebuilds any version. `lesson_absorption` keeps
+each measurement of how far a lesson still moves the policy (judge/absorption.py), per
+lesson and policy version, which the API and the dashboard show.
 
 Decisions and why:
 
@@ -146,12 +148,35 @@ class ExperienceMixin(Connection):
             rows = self._execute("SELECT owner FROM experience ORDER BY owner").fetchall()
         return [row[0] for row in rows]
 
+    def record_absorption(self, owner: str, measured: list[tuple[int, int, float, int]]) -> None:
+        """Save absorption measurements of `owner`'s lessons: (lesson id, policy version, gap per
+        token, turns measured on) each (judge/absorption.py); a repeat on the same version replaces."""
+        now = time.time()
+        with self._write():
+            for lesson_id, version, gap, turns in measured:
+                self._execute("DELETE FROM lesson_absorption WHERE owner = ? AND lesson_id = ? AND policy_version = ?",
+                              (owner, lesson_id, version))
+                self._execute("INSERT INTO lesson_absorption (owner, lesson_id, policy_version, gap, turns, "
+                              "measured_at) VALUES (?, ?, ?, ?, ?, ?)", (owner, lesson_id, version, gap, turns, now))
+
+    def absorption(self, owner: str) -> dict[int, list[dict[str, Any]]]:
+        """Every absorption measurement of `owner`'s lessons: lesson id -> its measurements, oldest version first."""
+        with self._lock:
+            rows = self._execute("SELECT lesson_id, policy_version, gap, turns, measured_at FROM lesson_absorption "
+                                 "WHERE owner = ? ORDER BY lesson_id, policy_version", (owner,)).fetchall()
+        found: dict[int, list[dict[str, Any]]] = {}
+        for lesson_id, version, gap, turns, at in rows:
+            found.setdefault(int(lesson_id), []).append(
+                {"policy_version": int(version), "gap": float(gap), "turns": int(turns), "measured_at": float(at)})
+        return found
+
     def delete_experience(self, owner: str) -> dict[str, int]:
         """Forget `owner`'s lessons and change log; returns how many of each were removed."""
         with self._write():
             current = self._execute("SELECT lessons FROM experience WHERE owner = ?", (owner,)).fetchone()
             changes = self._execute("DELETE FROM experience_changes WHERE owner = ?", (owner,)).rowcount
             self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
+            self._execute("DELETE FROM lesson_absorption WHERE owner = ?", (owner,))
         return {"lessons": len(json.loads(current[0])) if current else 0, "experience_changes": changes}
 
 

@@ -155,6 +155,15 @@ CREATE TABLE IF NOT EXISTS adapter_versions (
     pinned      INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (owner, version)
 );
+CREATE TABLE IF NOT EXISTS lesson_absorption (
+    owner           TEXT NOT NULL,
+    lesson_id       INTEGER NOT NULL,
+    policy_version  INTEGER NOT NULL,
+    gap             {real} NOT NULL,
+    turns           INTEGER NOT NULL,
+    measured_at     {real} NOT NULL,
+    PRIMARY KEY (owner, lesson_id, policy_version)
+);
 CREATE TABLE IF NOT EXISTS experience_changes (
     owner       TEXT NOT NULL,
     version     INTEGER NOT NULL,

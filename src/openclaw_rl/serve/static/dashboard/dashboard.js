@@ -395,6 +395,16 @@
 
   // The lessons learned from a user's corrections (docs/experience.md): where each came from, and
   // every change, each undoable. An admin picks any user with lessons.
+  // The latest absorption measurement of a lesson: yes / no, its gap and the version measured on.
+  function absorbedCell(lesson) {
+    const all = lesson.absorption || [];
+    if (!all.length) return html`<span class="muted">not measured</span>`;
+    const last = all[all.length - 1];
+    const trend = all.length > 1 ? ` (from ${all[0].gap.toFixed(3)} at v${all[0].policy_version})` : "";
+    return html`<${Badge}>${lesson.absorbed ? "yes" : "no"}<//>
+      <span class="muted">${last.gap.toFixed(3)} at v${last.policy_version}${trend}</span>`;
+  }
+
   function ExperienceView({ tick, admin, user, onUnauthorized, onAction }) {
     const [who, setWho] = useState("");
     const query = who ? `?user=${encodeURIComponent(who)}` : "";
@@ -435,9 +445,13 @@
                 onClick=${() => act("/v1/experience/undo", { method: "POST" })}>undo the latest change</button>
         <button class="action danger" id="experience-clear" disabled=${!lessons.length}
                 onClick=${() => window.confirm("Delete every lesson? (undo brings them back)")
-                  && act("/v1/experience", { method: "DELETE" })}>delete all lessons</button></p>
+                  && act("/v1/experience", { method: "DELETE" })}>delete all lessons</button>
+        <button class="action" id="experience-absorption" disabled=${!lessons.length}
+                title="score each lesson with and without it on the turns served with it, on the policy served now"
+                onClick=${() => act("/v1/experience/absorption", { method: "POST" })}>measure absorption</button></p>
       <table id="lessons-table"><thead><tr><th>id</th><th>lesson</th><th>support</th><th>came from</th>
-        <th>last backed</th><th></th></tr></thead>
+        <th>last backed</th><th title="has the policy absorbed it? the gap (nats per token) it still makes,
+on the turns served with it; absorbed below ${data ? data.absorbed_gap : "–"}">absorbed</th><th></th></tr></thead>
       <tbody>${lessons.map((l) => html`
         <tr data-lesson=${l.id} key=${l.id}><td>${l.id}</td><td class="text lesson">${l.text}</td>
           <td>${l.support}</td>
@@ -445,6 +459,7 @@
             ${l.sources.length > l.from.length
               ? html`<div class="muted">${l.sources.length - l.from.length} turn(s) no longer stored</div>` : null}</td>
           <td>${fmt.ago(l.updated_at)}</td>
+          <td class="absorbed">${absorbedCell(l)}</td>
           <td><button class="action" data-action="edit" onClick=${() => edit(l)}>edit</button>
               <button class="action danger" data-action="delete" onClick=${() => remove(l)}>delete</button></td>
         </tr>`)}</tbody></table>
