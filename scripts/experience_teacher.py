@@ -63,7 +63,11 @@ def main() -> None:
     parser.add_argument("--problems", type=int, default=16)
     parser.add_argument("--max-tokens", type=int, default=200)
     parser.add_argument("--model", default=None)
-    parser.add_argument("--where", choices=PLACEMENTS, default="user")
+    parser.add_argument("--level", type=float, default=None,
+                        help="the approval level the sampled answers are counted at (default: the persona's own)")
+    parser.add_argument("--where", choices=(*PLACEMENTS, "after"), default="user",
+                        help="user / system: serving's placements; after: the lessons after the question in the "
+                             "user's message (a probe, not a placement serving offers)")
     args = parser.parse_args()
     torch.set_num_threads(2)
     model_dir = resolve_model_dir(args.model)
@@ -72,6 +76,7 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
     count = lambda text: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     pooled = {"greedy": [0, 0], "sampled": [0, 0]}  # [block better, decided]
+    approved = {"without": [0, 0], "with": [0, 0]}  # sampled answers at or above the approval level, of all
     print("| run | lessons | greedy without / with | sampled without / with | block better (sampled pairs) |")
     print("|---|---|---|---|---|")
     for run_dir in args.runs:
@@ -86,7 +91,9 @@ def main() -> None:
         plain = [[{"role": "user", "content": persona.first_message(p)}] for p in problems]
         scores: dict[str, dict[str, list[float]]] = {}
         for way, seeds in (("greedy", [0]), ("sampled", range(1, args.samples + 1))):
-            with_block = [place(c, block, args.where) for c in plain]
+            with_block = ([place(c, block, args.where) for c in plain] if args.where != "after" else
+                          [[{"role": "user", "content": f"{c[0]['content']}\n\n{block}" if block else c[0]["content"]}]
+                           for c in plain])
             for label, conversations in (("without", plain), ("with", with_block)):
                 scores.setdefault(way, {})[label] = [
                     persona.rubric(p, text) for seed in seeds
@@ -97,6 +104,10 @@ def main() -> None:
             pooled[way][0] += better
             pooled[way][1] += decided
         g, s = scores["greedy"], scores["sampled"]
+        level = args.level if args.level is not None else summary.get("approve_threshold") or persona.approve_threshold
+        for label in ("without", "with"):
+            approved[label][0] += sum(x >= level for x in s[label])
+            approved[label][1] += len(s[label])
         better, decided = (sum(w > o for o, w in zip(s["without"], s["with"])),
                            sum(w != o for o, w in zip(s["without"], s["with"])))
         low, high = wilson(better, decided) if decided else (0.0, 1.0)
@@ -107,6 +118,10 @@ def main() -> None:
         low, high = wilson(better, decided) if decided else (0.0, 1.0)
         print(f"pooled {way}: the answer with the block scores higher in {better}/{decided} decided pairs = "
               f"{better / max(1, decided):.2f} [{low:.2f}, {high:.2f}]")
+    for label, (hits, total) in approved.items():
+        low, high = wilson(hits, total) if total else (0.0, 1.0)
+        print(f"sampled answers {label} the block at or above the approval level: {hits}/{total} = "
+              f"{hits / max(1, total):.2f} [{low:.2f}, {high:.2f}]")
 
 
 if __name__ == "__main__":

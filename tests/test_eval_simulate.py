@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from openclaw_rl.cli import main
 from openclaw_rl.store import Store
 from openclaw_rl.users import LOCAL
@@ -124,6 +126,36 @@ def test_experience_without_training_learns_each_users_lessons_and_serves_them_i
         assert all(t.experience_block for t in turns if t.experience_version is not None)
     finally:
         store.close()
+
+
+def test_a_preference_shift_plays_the_new_persona_from_its_session_and_scores_by_its_rubric(tiny_model_dir, tmp_path):
+    """--shift-to: the same user (one key, one experience) wants what another persona wants from
+    --shift-at on; the sessions, the held-out scores after it and the summary say so."""
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "embedding", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--heldout", "2", "--max-turns", "2", "--parallel", "1",
+                 "--response-max-tokens", "8", "--eval-max-tokens", "8", "--eval-every-sessions", "4",
+                 "--shift-to", "parent", "--shift-at", "2", "--approve-threshold", "0.75"])
+    assert code == 0
+    events = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    sessions = sorted((e for e in events if e["event"] == "session"), key=lambda e: e["index"])
+    assert [e["persona"] for e in sessions] == ["student", "student", "parent", "parent"]
+    evals = sorted((e["sessions"], e["persona"]) for e in events if e["event"] == "eval")
+    assert evals == [(0, "student"), (2, "parent"), (4, "parent")]  # scored at the shift, by the new rubric
+    shift = json.loads((out / "summary.json").read_text())["runs"]["off"]["shift"]
+    assert shift["to"] == "parent" and shift["at"] == 2 and shift["approve_threshold"] == 0.75
+    flags = [e["accepted"] for e in sessions]
+    assert shift["before"]["accept_rate"] == sum(flags[:2]) / 2 and shift["after"]["accept_rate"] == sum(flags[2:]) / 2
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--shift-at", "4"], "shift_at"), (["--shift-at", "0"], "shift_at"), (["--judge", "oracle"], "oracle"),
+    (["--hint-check", "rubric"], "rubric")])
+def test_a_preference_shift_that_cannot_run_is_refused_naming_the_setting(flags, message, capsys):
+    given = {"--shift-to": "parent", "--shift-at": "2", "--sessions": "4", **dict(zip(flags[::2], flags[1::2]))}
+    assert main(["simulate", *[x for pair in given.items() for x in pair], "--print-config"]) != 0
+    error = capsys.readouterr().err
+    assert "openclaw-rl: error:" in error and message in error and "--shift-to" in error
 
 
 def test_with_the_gate_on_only_served_versions_are_scored_and_each_decision_is_recorded(tiny_model_dir, tmp_path,

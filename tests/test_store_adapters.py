@@ -49,3 +49,17 @@ def test_each_users_adapter_history_pins_and_is_deleted_with_their_data(store):
     deleted = store.delete_sessions(owner="alice")
     assert deleted["adapter_versions"] == 2
     assert store.adapter_versions("alice") == [] and len(store.adapter_versions()) == 1  # bob's stays
+
+
+def test_an_admins_switch_of_a_users_adapter_is_kept_until_turned_on_or_the_user_is_deleted(store):
+    _owned_sample(store, "alice", 0)
+    store.record_adapter_version("alice", 1, parent=None, gate="ungated")
+    store.turn_adapter_off("alice", by="root")
+    store.turn_adapter_off("bob", by="root")
+    store.turn_adapter_off("alice", by="other")  # already off: who turned it off first stays
+    assert {owner: record["by"] for owner, record in store.adapters_off().items()} == {"alice": "root", "bob": "root"}
+    assert store.turn_adapter_on("bob") and not store.turn_adapter_on("bob")
+    store.delete_adapter_history("alice")  # a reset keeps the switch
+    assert set(store.adapters_off()) == {"alice"}
+    store.delete_sessions(owner="alice")  # deleting the user does not
+    assert store.adapters_off() == {}

@@ -833,6 +833,10 @@ class SimulateConfig:
                               "--experience off", default="on")
     experience_placement: str = setting("where serving puts the experience block (serve --experience-placement): "
                                         "user | system", default="user")
+    shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
+                            "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
+                            "score is then that persona's. Empty: no shift", default="")
+    shift_at: int = setting("the session (0-based, in start order) from which --shift-to plays the user", default=0)
     train: TrainConfig = section(TrainConfig, "train", preset="simulate")
     judge: JudgeConfig = section(JudgeConfig, "judge", preset="simulate")
 
@@ -841,6 +845,13 @@ class SimulateConfig:
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
+        if self.shift_to:
+            check(0 < self.shift_at < self.sessions, "shift_at", self.shift_at,
+                  f"a session after the first and before the last ({self.sessions} sessions) for --shift-to")
+            check(self.judge_spec != "oracle", "judge_spec", self.judge_spec,
+                  "a judge other than the oracle with --shift-to (the oracle reads one persona's rubric)")
+            check(self.hint_check != "rubric", "hint_check", self.hint_check,
+                  "off or on with --shift-to (the rubric check reads one persona's rubric)")
         check(self.judge_spec == "oracle" or self.judge_spec in JUDGE_SPECS
               or self.judge_spec.startswith(("http://", "https://")), "judge_spec", self.judge_spec,
               f"{', '.join(JUDGE_SPECS)}, oracle or an http(s):// base URL")

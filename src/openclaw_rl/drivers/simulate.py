@@ -118,10 +118,12 @@ class _SnapshotEvaluator:
     on first need). Every answer names the version that produced it: if serving moved on
     before an answer started, the snapshot engine answers them all again."""
     def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path, on_score: Callable[..., None],
-                 serving: Server | None = None, experience: Callable[[], tuple[str, int | None]] | None = None):
+                 serving: Server | None = None, experience: Callable[[], tuple[str, int | None]] | None = None,
+                 persona_now: Callable[[], Any] | None = None):
         self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0)
         self._config, self._persona, self._heldout, self._on_score = config, persona, heldout, on_score
         self._serving, self._experience = serving, experience
+        self._persona_now = persona_now or (lambda: persona)  # whose rubric scores now (a preference shift)
         self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store
         self._shared: tuple[ServerThread, openai.OpenAI] | None = None
         if serving is not None:  # the serving engine behind an app of the evaluator's own
@@ -162,11 +164,12 @@ class _SnapshotEvaluator:
                  block: str) -> tuple[list[FirstAnswer], list[FirstAnswer] | None]:
         """(the answers served with the user's experience `block`, the weights' own answers without
         it when there is one: the held-out score of the weights alone)."""
-        weights = first_answers(client, model_name, self._persona, self._heldout,
+        persona = self._persona_now()
+        weights = first_answers(client, model_name, persona, self._heldout,
                                 max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
         if not block:
             return weights, None
-        served = first_answers(client, model_name, self._persona, self._heldout,
+        served = first_answers(client, model_name, persona, self._heldout,
                                max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout), block=block,
                                placement=self._config.experience_placement)
         return served, weights
@@ -186,6 +189,7 @@ class _SnapshotEvaluator:
             try:
                 found, way = None, "serving"
                 block, experience_version = self._experience() if self._experience else ("", None)
+                persona = self._persona_now().name
                 if self._shared is not None and self._serving.engine.policy_version == version:
                     found = self._answers(self._shared[1], self._serving.model_name, block)
                     if any(a.policy_version != version for a in (found[1] or []) + found[0]):
@@ -198,7 +202,7 @@ class _SnapshotEvaluator:
                 answers, weights = found
                 self._on_score(version, sum(a.score for a in answers) / len(answers), answers, sessions=sessions,
                                weights_score=sum(a.score for a in weights) / len(weights) if weights else None,
-                               experience_version=experience_version)
+                               experience_version=experience_version, persona=persona)
             except BaseException as error:  # reported by close(), never lost in a thread
                 log.exception("evaluation of policy v%d failed", version)
                 self.error = error
@@ -238,6 +242,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     (Over 60 lines: the server, the users' thread pool, the evaluator and the drain share
     one run's state and its clean-up, which read best in order, in one place.)"""
     persona = persona_of(config)
+    shifted = persona_of(replace(config, persona=config.shift_to)) if config.shift_to else None
     heldout = heldout_problems(config.heldout)
     problems = train_problems(config.seed, config.sessions)
     training = method != CONTROL  # the control plays the same stream with training off
@@ -250,8 +255,13 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     points: list[tuple[int, int, float]] = []
     weights_points: list[tuple[int, int, float]] = []  # the weights alone, when the experience block was served
 
+    def persona_at(sessions: int):
+        """Who the user is at this session (0-based start order): after a preference shift, the new persona."""
+        return shifted if shifted is not None and sessions >= config.shift_at else persona
+
     def on_score(version: int, score: float, answers: list[FirstAnswer], sessions: int | None = None,
-                 weights_score: float | None = None, experience_version: int | None = None) -> None:
+                 weights_score: float | None = None, experience_version: int | None = None,
+                 persona: str | None = None) -> None:
         with lock:
             sessions = sessions_at[version] if sessions is None else sessions
             points.append((sessions, version, score))
@@ -259,7 +269,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 weights_points.append((sessions, version, weights_score))
         # score: as served (with the user's experience, when on); weights_score: the same weights without it
         recorder.write(event="eval", method=method, sessions=sessions, updates=version, score=score,
-                       weights_score=weights_score, experience_version=experience_version,
+                       weights_score=weights_score, experience_version=experience_version, persona=persona,
                        answers=[{"problem": a.problem_id, "score": round(a.score, 4), "failed": a.failed_checks,
                                  "version": a.policy_version} for a in answers])
         if progress:
@@ -296,7 +306,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     train = replace(config.train, method=method if training else "binary",
                     gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
                     **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))
-    scorer = (rubric_scorer(persona, [*problems, *heldout, *probes], tokenizer_of(config))
+    scorer = (rubric_scorer(lambda: persona_at(played), [*problems, *heldout, *probes], tokenizer_of(config))
               if train.gate == "on" else None)
     flush = Flush()
     comparer = RubricComparer(persona, problems) if config.hint_check == "rubric" else None
@@ -307,7 +317,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
     server = stack.server
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server,
                                    experience=lambda: experience_block(server.store, server.tokenizer, server.config,
-                                                                       LOCAL))  # the keyless server's one user
+                                                                       LOCAL),  # the keyless server's one user
+                                   persona_now=lambda: persona_at(played))
     thread = ServerThread(stack.app(), port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
     rewards: list[float] = []
@@ -315,7 +326,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 
     def play(index: int, problem) -> None:
         nonlocal played
-        user = SimulatedUser(persona, client, server.model_name, config.max_turns,
+        user = SimulatedUser(persona_at(index), client, server.model_name, config.max_turns,
                              random.Random(f"{config.seed}:{index}"), max_tokens=config.response_max_tokens,
                              user_model_url=config.user_model or None)
         session = user.play_session(problem)
@@ -324,9 +335,11 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
             rewards.extend(t.score for t in session.turns)
             count = played
         accepted[index] = bool(session.turns) and session.turns[0].reply_kind == "approve"
-        if not training and judging and config.eval_every_sessions and count % config.eval_every_sessions == 0:
+        if not training and judging and config.eval_every_sessions and (
+                count % config.eval_every_sessions == 0 or (shifted is not None and count == config.shift_at)):
             evaluator.submit(0, None, sessions=count)  # the weights stay; the experience served moved on
         recorder.write(event="session", method=method, sessions=count, index=index + 1, accepted=accepted[index],
+                       persona=user.persona.name,
                        session_id=session.session_id,
                        problem=problem.id, turns=len(session.turns), first_score=session.first_score,
                        satisfied=session.satisfied, replies=[t.reply_kind for t in session.turns],
@@ -426,6 +439,10 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         # the paper's adaptation metric, over the sessions in start order (eval/metrics.py)
         "accepted": in_order,
         **acceptance(in_order),
+        # a preference shift: the same user wants what `to` wants from session `at` on; how long re-adapting took
+        "shift": ({"to": shifted.name, "at": config.shift_at, "approve_threshold": shifted.approve_threshold,
+                   "before": acceptance(in_order[:config.shift_at]), "after": acceptance(in_order[config.shift_at:])}
+                  if shifted is not None else None),
         "stale_share": round(samples["dropped"] / max(1, sum(samples.values())), 3),
         "train_tokens_per_s_median": (round(statistics.median(s["tokens_per_s"] for s in steps), 1)
                                       if steps else None),
@@ -441,13 +458,15 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
 def rubric_scorer(persona, problems: list, tokenizer) -> Scorer:
     """The update gate's score check in simulation: the persona's rubric of each probe answer,
     for probes that ask one of the known problems (NaN for any other prompt). Simulation only,
-    like the oracle judge: a real deployment has no rubric."""
+    like the oracle judge: a real deployment has no rubric. `persona` may be a function that
+    returns the persona of the moment (a preference shift)."""
     def score(prompts: list[list[int]], answers: list[str]) -> list[float]:
+        now = persona() if callable(persona) and not hasattr(persona, "rubric") else persona
         scores = []
         for ids, answer in zip(prompts, answers):
             text = tokenizer.decode(ids, skip_special_tokens=True)
             problem = next((p for p in problems if p.question in text), None)
-            scores.append(persona.rubric(problem, answer) if problem is not None else float("nan"))
+            scores.append(now.rubric(problem, answer) if problem is not None else float("nan"))
         return scores
     return score
 

@@ -3,23 +3,36 @@
 A LoRA adapter changes a projection `y = W h` into `y = W h + s B A h` (A: r x in, B: out x r,
 s = alpha / r). Merging it into W would need a copy of the base per user and would make
 one batch serve one user; instead the fused decoder (decoder.py) computes the base
-product once for every row, as without adapters, and adds each row's own low-rank delta:
+product once for every row, as without adapters, and adds each row's own low-rank delta,
+one of two ways:
 
-    z = (h @ A_cat^T) * mask        A_cat (U*r, in): the batch's U distinct adapters stacked
-    y = W h + z @ B_cat^T           B_cat (out, U*r), already scaled by s
+- A decode step on the CPU (float32, at most 16 rows: the compiled kernels' step) calls
+  `add_rows`, one compiled call per projection (kernels.py `lora_add`): row j multiplies
+  its own adapter u only, `y_j += Bt_u^T (A_u h_j)` with Bt = (s B)^T, read where it lies.
+- Every other pass (a prefill, a step of more than 16 rows, a GPU) calls `add`: torch's
+  products over the pass's distinct adapters, stacked,
 
-`mask` (N, U*r) keeps, for each of the N positions in the pass, only the r columns of its
-own adapter, so a row with no adapter gets a delta of exactly zero (its logits are the
-base model's, bit for bit) and no row ever sees another user's adapter.
+      z = (h @ A_cat^T) * mask        A_cat (R, in): their A one after another (R: their ranks summed)
+      y = W h + z @ Bt_cat            Bt_cat (R, out): their (s B)^T
+
+  where `mask` (N, R) keeps, for each of the N positions, only its own adapter's columns.
+
+Either way a row with no adapter gets no delta (its logits are the base model's, bit for
+bit) and no row ever sees another user's adapter.
 
 Decisions and why:
 
-- **Stacked per batch, not gathered per row.** Decode is bound by memory reads; gathering
-  (B, r, in) per row and step would copy an adapter once per row that uses it, and
-  per-adapter loops cost a Python call per adapter, layer and target. The stacked
-  A_cat/B_cat read each distinct adapter once per step with two matrix products per
-  target; they are rebuilt only when the batch's set of adapters changes (a row joins or
-  leaves), not every step (`LoraPass` is cached by the decoder).
+- **A decode step reads each distinct adapter once, copies nothing, and makes one call
+  per projection.** Decode is bound by memory reads, so a step should cost the base's
+  bytes plus the distinct adapters' bytes (bench/personal_adapters.py). With the stacked
+  products a step was two products, a mask and an add per projection (840 torch calls on
+  a 30-layer model, whose products on a few rows read the adapters at ~6 GB/s here), and
+  every time a row joined or left, all the batch's adapters were copied into a new stack
+  (tens of ms for eight of SmolLM2-135M's). The kernel reads each row's own adapter in
+  place; rows that share one find it in cache.
+- **Stacked per pass elsewhere.** A prefill's products have hundreds of positions, where
+  torch's GEMM is the right tool; its stack is built once per pass, and a lone adapter
+  (one user's prompt) is used in place, without a copy.
 - **An adapter is an immutable object.** A new version of a user's adapter is a new
   `PersonalAdapter`; rows admitted under the old one keep it to their last token (every
   response comes from one adapter version), new rows get the new one, and nothing waits:
@@ -162,7 +175,7 @@ class LoraPass:
 
     @functools.cached_property
     def _mask(self) -> torch.Tensor | None:
-        """(N, U*r): each position's own adapter's columns 1, the rest 0; None when every position has the one adapter."""
+        """(N, R): each position's own adapter's columns 1, the rest 0; None if all positions share one adapter."""
         if self.groups == (0,) * len(self.groups):
             return None
         starts = [0]

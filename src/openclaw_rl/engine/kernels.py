@@ -8,6 +8,8 @@ eight rows of x per pass, the row in L1; beyond eight, the weights in chunks tha
 L2 while each block of x passes), split across torch's own intra-op threads
 (at::parallel_for), so no second OpenMP pool competes with torch's. The attention's
 softmax takes its exponentials eight at a time (a polynomial, within 2 ulp of expf).
+`lora_add` adds each row's own personal adapter's delta (engine/adapters.py) in one call
+per projection, reading every adapter where it lies.
 
 `available()` compiles the extension with torch.utils.cpp_extension on first use
 (~1 min, g++ and ninja) into the cache dir and says whether it can be used: only on

@@ -19,7 +19,8 @@ Decisions and why:
 - A check reads the answer as the user sees it: surrounding whitespace ignored, words are
   runs of letters, digits and apostrophes, and a word to end with may be followed by
   punctuation ("... indeed." ends with "indeed"). An empty answer keeps no instruction,
-  not even "no commas".
+  not even "no commas". A title is any text in << >>, the instruction's example too: the
+  format is what the kind checks (as IFEval's does).
 - No instruction needs a long answer, so the gate's default 64 tokens suffice; a word
   limit above what 64 tokens hold is not asked.
 """
@@ -89,7 +90,7 @@ def _no_commas(rng: random.Random) -> tuple[str, Callable[[str], bool]]:
 
 
 def _max_words(rng: random.Random) -> tuple[str, Callable[[str], bool]]:
-    limit = rng.choice((10, 15, 20, 25))
+    limit = rng.choice((15, 25, 35))
     return f"Answer in at most {limit} words.", lambda text: 1 <= len(words(text)) <= limit
 
 
@@ -123,7 +124,7 @@ def _bullets(rng: random.Random) -> tuple[str, Callable[[str], bool]]:
 
 
 def _title(rng: random.Random) -> tuple[str, Callable[[str], bool]]:
-    return ("Give your answer a title wrapped in double angle brackets, like <<my title>>.",
+    return ("Give your answer a title wrapped in double angle brackets, such as <<A Day Out>>.",
             lambda text: _TITLE.search(text) is not None)
 
 

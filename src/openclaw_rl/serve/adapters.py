@@ -4,6 +4,8 @@
     POST   /v1/adapters/rollback        {"to": N}: serve version N's weights again, as a new version
     POST   /v1/adapters/pin             {"version": N, "pinned": true}: keep N's weights whatever the retention
     DELETE /v1/adapters                 reset: the adapter and its history deleted, the base model served
+    POST   /v1/adapters/off             admins: the user gets the shared model; the adapter kept, frozen
+    POST   /v1/adapters/on              admins: its current version serves (and trains) again
 
 An admin adds `?user=NAME` to act on that user's adapter, and a GET without it lists every
 user's. With `serve --personal-adapters off` the GET answers an empty list and the others
@@ -15,6 +17,10 @@ Decisions and why:
   user's adapter changes what that user alone is served (every other row of a batch keeps
   its own adapter), so each user may do it to their own, unlike the shared model's
   rollback and pin (admins only: `/v1/policy/*`).
+- **Off and on are the admins'.** An admin turns an adapter off because of what it learnt
+  (a poisoned correction, a complaint); the user could otherwise switch it straight back.
+  The switch is kept in the store (a restart keeps it) and outlives the user's own reset,
+  so a reset cannot turn on what an admin turned off; deleting the user's data removes it.
 - **No existence oracle**: a non-admin's `?user=` naming someone else is a 404 "no
   user", as for `/v1/experience` and `DELETE /v1/users/{name}/data`.
 - Deleting a user's data (`DELETE /v1/users/{name}/data`) deletes their adapter and its
@@ -77,6 +83,27 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
             raise ApiError(404, str(error), param="version", code="version_not_found") from error
         return {"object": "adapter.pin", "user": owner, "version": body.version, "pinned": body.pinned}
 
+    @app.post("/v1/adapters/off")
+    async def turn_off(request: Request, user: str | None = None) -> dict[str, Any]:
+        return await _switch(request, user, on=False)
+
+    @app.post("/v1/adapters/on")
+    async def turn_on(request: Request, user: str | None = None) -> dict[str, Any]:
+        return await _switch(request, user, on=True)
+
+    async def _switch(request: Request, user: str | None, on: bool) -> dict[str, Any]:
+        caller = caller_of(request)
+        if not caller.admin:
+            raise ApiError(403, f"only an admin may turn a personal adapter {'on' if on else 'off'} (openclaw-rl "
+                           "users add NAME --admin); DELETE /v1/adapters resets your own", code="admin_only",
+                           kind="permission_error")
+        owner, personal = owner_for(request, user), _personal(server)
+        try:
+            await personal.set_on(owner, on, by=caller.name)
+        except ValueError as error:  # a name no adapter directory can have
+            raise ApiError(400, str(error), param="user") from error
+        return {"object": "adapter.switch", "user": owner, "on": on, "serving": _serving(personal, owner)}
+
     @app.delete("/v1/adapters")
     async def reset(request: Request, user: str | None = None) -> dict[str, Any]:
         owner = owner_for(request, user)
@@ -85,11 +112,17 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
 
 
 def _view(personal: PersonalAdmin | None, owner: str, history: list[dict[str, Any]]) -> dict[str, Any]:
-    serving = personal.current(owner) if personal is not None else None
+    serving = _serving(personal, owner) if personal is not None else None
     kept = set(personal.versions(owner)) if personal is not None else set()
-    return {"user": owner, "serving": serving, "kept": sorted(kept),
+    on = personal.is_on(owner) if personal is not None else True
+    return {"user": owner, "on": on, "serving": serving, "kept": sorted(kept),
             "versions": [{**record, "serving": record["version"] == serving, "kept": record["version"] in kept}
                          for record in history]}
+
+
+def _serving(personal: PersonalAdmin, owner: str) -> int | None:
+    """The adapter version `owner` is served; None: the shared model (no adapter, or turned off)."""
+    return personal.current(owner) if personal.is_on(owner) else None
 
 
 def _personal(server: Server) -> PersonalAdmin:

@@ -249,7 +249,7 @@ def _session_routes(app: FastAPI, server: Server) -> None:
             raise ApiError(404, f"no user {name!r}", param="name", code="user_not_found")
         deleted = await run_in_threadpool(lambda: server.store.delete_sessions(owner=name))
         if server.personal is not None:  # their personal adapter's weights (its history went with the store rows)
-            await server.personal.reset(name)
+            await server.personal.delete(name)
         return {"user": name, "object": "user_data.deleted", "deleted": True, **deleted}
 
 

@@ -44,6 +44,12 @@ class PersonalAdmin(Protocol):
 
     async def reset(self, user: str) -> None: ...  # the adapter and its history deleted
 
+    async def delete(self, user: str) -> None: ...  # reset, and an admin's switch of it removed (a deleted user)
+
+    def is_on(self, user: str) -> bool: ...  # False: an admin turned it off, the user gets the shared model
+
+    async def set_on(self, user: str, on: bool, by: str | None = None) -> None: ...  # an admin's switch, kept
+
 
 @dataclass
 class Server:

@@ -22,10 +22,10 @@ PostgreSQL: the session row while a turn index is chosen, `FOR UPDATE SKIP LOCKE
 samples a trainer claims, and the claim's primary key (turn, method) settles the rest, so
 two trainers of one method never claim the same sample.
 
-`Store` is one class over fourteen tables (sessions, turns, verdicts, samples, claims,
+`Store` is one class over sixteen tables (sessions, turns, verdicts, samples, claims,
 policy, responses; versions, policy_requests and quarantine for safe updates;
-experience and experience_changes for each user's lessons; adapter_versions for each
-user's personal adapter), because
+experience, experience_changes and lesson_absorption for each user's lessons;
+adapter_versions and adapters_off for each user's personal adapter), because
 it is the whole contract between the processes: one object that each process opens.
 Its methods are written by topic, one module each, every query beside the others of
 its tables:

@@ -7,6 +7,12 @@ why, the gate's checks, the turns it was trained on, and whether a person pinned
 weights are files (DATA_DIR/personal/<owner>/vNNNNNN); a rejected candidate has a number
 and a row but no weights, since it never serves. Deleting a user's data deletes their rows
 (conversations.py, `delete_sessions(owner=...)`).
+
+`adapters_off` holds the users whose adapter an admin turned off: while a user has a row
+there they are served the shared model, and their adapter, its history and their samples
+are kept (train/personal.py neither trains nor serves it). A row outlives a reset of the
+adapter, since the switch is the admin's and a reset is the user's too, and goes with the
+user's data.
 """
 
 from __future__ import annotations
@@ -77,3 +83,20 @@ class AdaptersMixin(Connection):
         """Forget `owner`'s adapter history (an admin's reset); how many versions it held."""
         with self._write():
             return max(self._execute("DELETE FROM adapter_versions WHERE owner = ?", (owner,)).rowcount, 0)
+
+    def turn_adapter_off(self, owner: str, by: str | None = None) -> None:
+        """Serve `owner` the shared model instead of their adapter, until `turn_adapter_on`; `by`: the admin."""
+        with self._write():
+            self._execute("INSERT INTO adapters_off (owner, turned_off_by, turned_off_at) VALUES (?, ?, ?) "
+                          "ON CONFLICT (owner) DO NOTHING", (owner, by, time.time()))
+
+    def turn_adapter_on(self, owner: str) -> bool:
+        """Serve `owner` their adapter again; whether it was off."""
+        with self._write():
+            return self._execute("DELETE FROM adapters_off WHERE owner = ?", (owner,)).rowcount > 0
+
+    def adapters_off(self) -> dict[str, dict[str, Any]]:
+        """The users whose adapter is off: owner -> who turned it off (`by`) and when (`at`)."""
+        with self._lock:
+            rows = self._execute("SELECT owner, turned_off_by, turned_off_at FROM adapters_off").fetchall()
+        return {owner: {"by": by, "at": at} for owner, by, at in rows}

@@ -243,6 +243,7 @@ class ConversationsMixin(LogsMixin):
                 # their personal adapter's history (store/adapters.py); its weights are the trainer's to delete
                 counts["adapter_versions"] = max(self._execute("DELETE FROM adapter_versions WHERE owner = ?",
                                                                (owner,)).rowcount, 0)
+                self._execute("DELETE FROM adapters_off WHERE owner = ?", (owner,))
             counts["trained"] = self._trained_into(trained)
         counts["log_lines"] = self._scrub_logs(set(ids)) if ids else 0
         return counts

@@ -155,6 +155,11 @@ CREATE TABLE IF NOT EXISTS adapter_versions (
     pinned      INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (owner, version)
 );
+CREATE TABLE IF NOT EXISTS adapters_off (
+    owner           TEXT PRIMARY KEY,
+    turned_off_by   TEXT,
+    turned_off_at   {real} NOT NULL
+);
 CREATE TABLE IF NOT EXISTS lesson_absorption (
     owner           TEXT NOT NULL,
     lesson_id       INTEGER NOT NULL,

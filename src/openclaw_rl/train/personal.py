@@ -32,6 +32,11 @@ Decisions and why (docs/personal-adapters.md):
 - Rollback writes the chosen version's weights as a new version, with fresh moments and
   a gate rebuilt on them; reset and delete remove the user's directory, their history in
   the store and unload the adapter.
+- An admin can turn a user's adapter off (`set_on`, kept in the store's `adapters_off`):
+  the user is served the shared model, and the adapter is frozen, not trained (their
+  samples wait, unclaimed) and not served, a rollback meanwhile included; on again, its
+  current version serves and training resumes. Frozen rather than trained unseen: an
+  admin turns an adapter off because of what it learnt, so it should not go on learning.
 """
 
 from __future__ import annotations
@@ -100,6 +105,7 @@ class PersonalAdapters:
         self._moments: dict[str, dict] = {}  # user -> their AdamW state, between their steps
         self._gates: dict[str, Gate] = {}  # user -> their gate, its snapshot their served adapter
         self._lock = asyncio.Lock()  # one user's step at a time: the trainer holds one adapter
+        self._off: set[str] = set(store.adapters_off()) if store is not None else set()  # served the shared model
 
     def users(self) -> list[str]:
         """The users with an adapter on disk."""
@@ -126,6 +132,30 @@ class PersonalAdapters:
             assert version is not None
             await self._publish(user, self.adapter(user, version), version)
         return users
+
+    def is_on(self, user: str) -> bool:
+        """Whether the user's adapter may serve and train (an admin has not turned it off)."""
+        return user not in self._off
+
+    async def set_on(self, user: str, on: bool, by: str | None = None) -> None:
+        """Turn `user`'s adapter off (they are served the shared model; it is kept, frozen) or back on
+        (its current version serves again, if they have one); `by`: the admin, for the record."""
+        self._dir(user)  # a name no adapter directory can have is refused here too
+        async with self._lock:
+            if self.store is not None:
+                if on:
+                    await asyncio.to_thread(self.store.turn_adapter_on, user)
+                else:
+                    await asyncio.to_thread(self.store.turn_adapter_off, user, by)
+            if on:
+                self._off.discard(user)
+                if (version := self.current(user)) is not None:
+                    await self._publish(user, self.adapter(user, version), version)
+            else:
+                self._off.add(user)
+                for receiver in self.receivers:
+                    await receiver.drop_adapter(user)
+        log.info("%s's personal adapter turned %s%s", user, "on" if on else "off", f" by {by}" if by else "")
 
     async def train(self, user: str, samples: Sequence[Sample]) -> int | None:
         """One step of `user`'s adapter on their `samples` (the caller's, all of this user), published
@@ -167,7 +197,12 @@ class PersonalAdapters:
             for receiver in self.receivers:
                 await receiver.drop_adapter(user)
 
-    delete = reset  # deleting a user deletes their adapter and its history
+    async def delete(self, user: str) -> None:
+        """Deleting a user: their adapter, its history and an admin's switch of it."""
+        await self.reset(user)
+        if self.store is not None:
+            await asyncio.to_thread(self.store.turn_adapter_on, user)
+        self._off.discard(user)
 
     def _dir(self, user: str) -> Path:
         if not _USER.match(user):
@@ -223,15 +258,17 @@ class PersonalAdapters:
             self.store.record_adapter_version(user, version, **record)
 
     async def _publish(self, user: str, adapter: LoraAdapter, version: int) -> None:
+        if not self.is_on(user):  # kept as their current version, served when turned on
+            return
         for receiver in self.receivers:
             await receiver.load_adapter(user, adapter, version)
 
 
 async def run_personal(store: Store, personal: PersonalAdapters, config: TrainConfig, stop: asyncio.Event,
                        flush: Flush | None = None) -> None:
-    """Until `stop`: each user with `min_samples` ready samples gets one step of their adapter
-    on at most `batch_size` of them, the oldest first (claimed as `personal_claims`, so the
-    shared trainer's claims are untouched). The staleness window is the shared policy's: a
+    """Until `stop`: each user with `min_samples` ready samples (and their adapter on) gets one
+    step of their adapter on at most `batch_size` of them, the oldest first (claimed as
+    `personal_claims`, so the shared trainer's claims are untouched). The staleness window is the shared policy's: a
     user's behaviour log-probs were sampled under their own adapter, which the trainer's
     importance ratio corrects. `flush`: set `done` once no user has enough ready."""
     claims = personal_claims(personal.trainer.method.name)
@@ -240,7 +277,7 @@ async def run_personal(store: Store, personal: PersonalAdapters, config: TrainCo
         flushing = flush is not None and flush.requested.is_set()
         ready = await asyncio.to_thread(store.ready_owners, claims)
         stepped = False
-        for user in sorted(u for u, count in ready.items() if count >= personal.min_samples):
+        for user in sorted(u for u, count in ready.items() if count >= personal.min_samples and personal.is_on(u)):
             samples, _ = await asyncio.to_thread(lambda owner=user: store.claim_samples(
                 claims, config.batch_size, store.policy_version(), config.max_staleness, None, personal.min_samples,
                 assemble, None, owner))
