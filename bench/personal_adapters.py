@@ -12,6 +12,13 @@ format, rank `--rank` on every projection (engine/adapters.TARGETS), and go thro
 one user's update into a running engine (`LocalEngine.load_adapter`: read peft's tensors,
 scale, swap between two steps). Models: a random Llama built from a config (4 layers,
 hidden 256), and the default model (SmolLM2-135M) where it is on disk.
+
+Then the memory model (`memory_model`, no timing; `--memory-only` prints just it): how many
+users' adapters fit beside the base weights and a reserved KV cache, on this machine
+(float32 on the CPU, the RAM it has) and on a 24 GiB and an 80 GiB GPU (bfloat16, the
+engine's `dtype = auto` there), for SmolLM2-135M and a model of Qwen3-4B's shape. Bytes
+come from the shapes (models built on the meta device: no weights are read), and the
+135M adapter's are checked against the `prepare`d adapter measured above.
 Writes bench/results/personal_adapters.json.
 """
 
@@ -20,13 +27,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig, Qwen3Config, Qwen3ForCausalLM
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT / "src") not in sys.path:
@@ -42,6 +50,13 @@ from openclaw_rl.engine.loading import default_model_dir  # noqa: E402
 BATCHES = (1, 4, 8)
 ADAPTERS = (0, 1, 4, 8, 16)  # 0: the shared model
 CONTEXT = 64
+
+# The memory model's assumptions (docs/personal-adapters.md, "How many users fit").
+GIB, MIB = 2**30, 2**20
+KV_ROWS, KV_POSITIONS = 16, 4096  # the KV cache reserved: --max-batch-size's default rows, 4K positions each
+PREFIX_CACHE_BYTES = 256 * MIB  # the engine's kept prefixes (engine/local.py PREFIX_CACHE_MB)
+RUNTIME_BYTES = {"cpu": 2 * GIB, "cuda": 1.5 * GIB}  # Python, torch, tokenizer, store; CUDA context, activations
+TRAINING_COPIES = 6  # per user trained here: served 1, AdamW moments 2, their gate's snapshot 3 (train/personal.py)
 
 
 def random_adapter(model, rank: int, seed: int) -> LoraAdapter:
@@ -116,6 +131,65 @@ def publish_seconds(model, rank: int) -> float | None:
     return asyncio.run(run())
 
 
+def smollm2_135m_config() -> LlamaConfig:
+    """SmolLM2-135M-Instruct's shape (its config.json)."""
+    return LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, head_dim=64, tie_word_embeddings=True)
+
+
+def qwen3_4b_config() -> Qwen3Config:
+    """Qwen3-4B's shape: hidden 2560, 36 layers, intermediate 9728, 32 query / 8 key-value heads of 128."""
+    return Qwen3Config(vocab_size=151936, hidden_size=2560, intermediate_size=9728, num_hidden_layers=36,
+                       num_attention_heads=32, num_key_value_heads=8, head_dim=128, tie_word_embeddings=True)
+
+
+def memory_model(rank: int, measured_135m_bytes: int | None) -> list[dict]:
+    """Users whose adapters fit, per model and place: (memory - base - KV - the rest reserved) / adapter."""
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    places = [("this machine (CPU RAM)", "cpu", ram, torch.float32),
+              ("24 GiB GPU", "cuda", 24 * GIB, torch.bfloat16), ("80 GiB GPU", "cuda", 80 * GIB, torch.bfloat16)]
+    rows = []
+    for name, config in (("SmolLM2-135M", smollm2_135m_config()), ("Qwen3-4B shape", qwen3_4b_config())):
+        params, lora_params = _counts(config, rank)
+        if name == "SmolLM2-135M" and measured_135m_bytes is not None:
+            assert lora_params * 4 == measured_135m_bytes, (lora_params * 4, measured_135m_bytes)
+        for place, device, memory, dtype in places:
+            size = torch.finfo(dtype).bits // 8
+            adapter = lora_params * size
+            per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * config.head_dim * size
+            kv = per_position * KV_ROWS * KV_POSITIONS  # keys and values of every layer
+            # on the CPU the personal trainer holds a second copy of the base (float32) in the same process;
+            # on a GPU a step's torch path stacks the batch's distinct adapters (engine/adapters.py `add`)
+            base = params * size * (2 if device == "cpu" else 1)
+            other = RUNTIME_BYTES[device] + (PREFIX_CACHE_BYTES if device == "cpu" else KV_ROWS * adapter)
+            free = memory - base - kv - other
+            rows.append({"model": name, "place": place, "dtype": str(dtype).removeprefix("torch."),
+                         "memory_gib": round(memory / GIB, 1), "base_gib": round(base / GIB, 2),
+                         "kv_gib": round(kv / GIB, 2), "other_gib": round(other / GIB, 2),
+                         "adapter_mib": round(adapter / MIB, 2), "served": max(int(free // adapter), 0),
+                         "trained_here": max(int(free // (TRAINING_COPIES * adapter)), 0) if device == "cpu" else None})
+    return rows
+
+
+def _counts(config: PretrainedConfig, rank: int) -> tuple[int, int]:
+    """(the model's parameters, one adapter's at `rank` on every projection), from a model on the meta device."""
+    cls = Qwen3ForCausalLM if isinstance(config, Qwen3Config) else LlamaForCausalLM
+    with torch.device("meta"):
+        model = cls(config)
+    params = sum(p.numel() for p in model.parameters())  # tied embeddings once
+    return params, rank * sum(out + inp for out, inp in model_shapes(model).values())
+
+
+def print_memory(rows: list[dict], rank: int) -> None:
+    print(f"\nmemory model: rank {rank} on every projection, KV reserved for {KV_ROWS} rows x {KV_POSITIONS} positions")
+    print(f"{'model':<15} {'place':<23} {'dtype':<9} {'memory':>7} {'base':>6} {'KV':>6} {'other':>6} "
+          f"{'adapter':>8} {'served':>7} {'trained':>8}")
+    for r in rows:
+        trained = "" if r["trained_here"] is None else r["trained_here"]
+        print(f"{r['model']:<15} {r['place']:<23} {r['dtype']:<9} {r['memory_gib']:>6}G {r['base_gib']:>5}G "
+              f"{r['kv_gib']:>5}G {r['other_gib']:>5}G {r['adapter_mib']:>6}Mi {r['served']:>7} {trained:>8}")
+
+
 def tiny_model() -> LlamaForCausalLM:
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=8192, hidden_size=256, intermediate_size=688, num_hidden_layers=4,
@@ -130,7 +204,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--no-default-model", action="store_true")
+    parser.add_argument("--memory-only", action="store_true", help="print the memory model only, time nothing")
     args = parser.parse_args()
+    if args.memory_only:
+        print_memory(memory_model(args.rank, None), args.rank)
+        return
     torch.set_num_threads(args.threads)
     results = {"threads": args.threads, "kernels": kernels.available(), "models": []}
     models = [("tiny-llama (4 layers, hidden 256, random)", tiny_model())]
@@ -148,6 +226,9 @@ def main() -> None:
         for row in result["rows"]:
             print(f"{row['batch']:>5} {row['adapters']:>8} {row['distinct_in_batch']:>8} {row['step_ms']:>8} "
                   f"{row['tokens_per_s']:>8} {row['vs_shared']:>9}")
+    measured = next((m["adapter_bytes"] for m in results["models"] if m["model"] == "SmolLM2-135M-Instruct"), None)
+    results["memory_model"] = memory_model(args.rank, measured)
+    print_memory(results["memory_model"], args.rank)
     out = ROOT / "bench" / "results" / "personal_adapters.json"
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(f"\nwrote {out}")

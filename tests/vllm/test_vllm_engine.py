@@ -24,6 +24,7 @@ weight version) moves log-probs by 0.05 or more: the tests below check that it d
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import threading
 import time
@@ -42,7 +43,7 @@ from openclaw_rl.engine.vllm import VLLMEngine
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.store import Store
 from openclaw_rl.train.weights import FilesChannel
-from openclaw_rl.types import SamplingParams, TokenStep
+from openclaw_rl.types import Constraint, SamplingParams, TokenStep
 
 pytestmark = pytest.mark.vllm
 
@@ -121,6 +122,35 @@ def test_greedy_decoding_gives_the_local_engines_tokens_and_logprobs(remote, loc
             assert max(abs(x - y) for (_, x), (_, y) in zip(a.top, b.top)) < LOGPROB_ATOL
     print(f"greedy: largest |logprob difference| {worst:.2e}")
     assert worst < LOGPROB_ATOL
+
+
+PERSON = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 12},
+                                          "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+          "required": ["name", "age"]}
+WEATHER_CALL = {"type": "object", "properties": {"name": {"const": "get_weather"}, "arguments": {
+    "type": "object", "properties": {"city": {"type": "string", "maxLength": 16}}, "required": ["city"]}},
+    "required": ["name", "arguments"]}
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_structured_outputs_reach_vllm_and_its_answers_match_the_schema(remote, local, temperature):
+    """A JSON schema (response_format) and a forced tool call (a schema between <tool_call> tags)
+    passed through to vLLM's own structured outputs: every answer parses and matches."""
+    import jsonschema
+
+    for constraint, messages in (
+            (Constraint(PERSON), [{"role": "user", "content": "Describe a person as JSON."}]),
+            (Constraint(WEATHER_CALL, prefix="<tool_call>\n", suffix="\n</tool_call>"),
+             [{"role": "user", "content": "What is the weather in Paris?"}])):
+        for seed in range(2 if temperature else 1):
+            params = SamplingParams(max_new_tokens=64, temperature=temperature, seed=seed, constraint=constraint)
+            _, steps, finished = asyncio.run(_generate(remote, _prompt(local.tokenizer, messages), params))
+            text = local.tokenizer.decode([s.token_id for s in steps], skip_special_tokens=True)
+            assert finished.reason == "stop", (finished, text)
+            assert text.startswith(constraint.prefix) and text.endswith(constraint.suffix), text
+            body = text[len(constraint.prefix):len(text) - len(constraint.suffix)]
+            jsonschema.validate(json.loads(body), constraint.schema)
+            assert all(s.logprob <= 0.0 for s in steps)
 
 
 def test_sampled_logprobs_are_those_of_the_tempered_truncated_distribution(remote, local):

@@ -3,6 +3,9 @@
     RetentionProbe(name, prompts, checks)       prompts (token ids) and a check of each answer's text
     gate.retention = [arithmetic_probe(tokenizer, n=16)]      (what --gate-retention-problems 16 sets)
 
+The other probes are eval/bfcl.py's (tool calling, --gate-retention-bfcl) and
+eval/instructions.py's (instruction following, --gate-retention-instructions).
+
 A user who teaches the model a style (no markdown, friendly comments, short answers) must
 not cost it its arithmetic. The probe asks each problem bare, as a user's first message,
 and an answer counts as right when its final number (`problems.final_number`: the last
