@@ -86,8 +86,7 @@ def main() -> None:
     asked = probes(args, tokenizer)
     results: dict[str, dict] = {}
     for tokens in args.tokens:
-        gate = Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=tokens, gate_anchors=0), tokenizer,
-                    lambda: [])
+        gate = Gate(trainer, TrainConfig(gate="on", gate_max_new_tokens=tokens, gate_anchors=0), tokenizer, list)
         for probe, labels in asked:
             result = run(gate, probe, labels)
             results[f"{probe.name}@{tokens}"] = result

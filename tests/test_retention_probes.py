@@ -13,7 +13,7 @@ from openclaw_rl.compose import build_updates
 from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.eval import bfcl
 from openclaw_rl.eval.bfcl import BfclItem, BfclMissing, as_tool, bfcl_items, bfcl_probe, calls_correct, calls_of
-from openclaw_rl.eval.instructions import KINDS, instruction_items, instruction_probe
+from openclaw_rl.eval.instructions import KINDS, instruction_items
 from openclaw_rl.store import Store
 from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.trainer import Trainer

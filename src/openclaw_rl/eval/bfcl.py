@@ -64,7 +64,7 @@ from openclaw_rl.config import ConfigError
 from openclaw_rl.eval.retention import RetentionProbe
 from openclaw_rl.types import Message
 
-__all__ = ["CATEGORIES", "BFCL_PIN", "BfclItem", "BfclMissing", "as_tool", "bfcl_items", "bfcl_probe",
+__all__ = ["BFCL_PIN", "CATEGORIES", "BfclItem", "BfclMissing", "as_tool", "bfcl_items", "bfcl_probe",
            "calls_correct", "calls_of", "data_dir"]
 
 BFCL_PACKAGE = "bfcl_eval"

@@ -125,6 +125,12 @@ def experience_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> No
 
         return await _change(store, owner, None, update)
 
+    _absorption_route(app, server)
+
+
+def _absorption_route(app: FastAPI, server: Server) -> None:
+    store = server.store
+
     @app.post("/v1/experience/absorption")
     async def absorption(request: Request, user: str | None = None,
                          turns: int = Query(8, ge=1, le=64)) -> dict[str, Any]:
