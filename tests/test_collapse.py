@@ -1,15 +1,20 @@
-"""Collapse detectors (train/collapse.py) and the update gate's record of them (issue 40)."""
+"""Collapse detectors (train/collapse.py) and the update gate's record of them, and the same on
+served traffic (serve/collapse.py) (issue 40)."""
 
 from __future__ import annotations
 
 import math
 import random
+import time
 
+import httpx
 import pytest
 import torch
 
 from openclaw_rl.config import TrainConfig
+from openclaw_rl.serve.collapse import WINDOW, ServedCollapse, WindowStats, served_collapse, window_stats
 from openclaw_rl.serve.metrics import Metrics
+from openclaw_rl.store import Store
 from openclaw_rl.train.collapse import (
     CollapseThresholds,
     collapse_alarms,
@@ -21,6 +26,8 @@ from openclaw_rl.train.collapse import (
 )
 from openclaw_rl.train.gate import Decision, Gate
 from openclaw_rl.train.trainer import Trainer
+from openclaw_rl.types import TurnRecord
+from openclaw_rl.users import Users
 
 # -- the detectors, by hand --------------------------------------------------------------
 
@@ -150,3 +157,127 @@ def test_metrics_show_nothing_before_a_decision_with_detectors():
         "entropy_ratio": 0.8, "self_rouge_l": 0.2, "logprob_drift_nats": 0.1, "alarms": []}}))
     shown = metrics.render().decode()
     assert "openclaw_gate_entropy_ratio 0.8" in shown and "openclaw_gate_collapse_alarms 0.0" in shown
+
+
+# -- on served traffic (serve/collapse.py) -------------------------------------------------
+
+
+def _answer(tokens: list[int], logprob: float, turn_id: int = 0, version: int = 0) -> dict:
+    return {"id": turn_id, "created_at": 0.0, "owner": "alice", "policy_version": version,
+            "response_token_ids": tokens, "behaviour_logprobs": [logprob] * len(tokens)}
+
+
+def test_a_served_window_by_hand():
+    stats = window_stats([_answer([1, 2, 3], -1.0), _answer([1, 2, 4], -2.0, version=3),
+                          _answer([], 0.0, version=3)])
+    # -log p per token: (3 × 1 + 3 × 2) / 6; ROUGE-L of the two non-empty answers: LCS 2, 2 × 2 / 6
+    assert stats == WindowStats(turns=3, entropy_nats=1.5, self_rouge_l=pytest.approx(2 / 3), mean_tokens=2.0,
+                                versions=(0, 3))
+    assert window_stats([_answer([1], float("-inf")), _answer([2], -0.5)]).entropy_nats == 0.5  # the finite ones
+
+    base = WindowStats(turns=32, entropy_nats=2.0, self_rouge_l=0.9, mean_tokens=10.0, versions=(0,))
+    latest = WindowStats(turns=32, entropy_nats=1.0, self_rouge_l=0.95, mean_tokens=4.0, versions=(5, 6))
+    found = served_collapse(latest, base, CollapseThresholds())
+    assert found["entropy_ratio"] == 0.5 and found["base"]["self_rouge_l"] == 0.9
+    assert found["alarms"] == ["entropy ratio 0.50 < 0.6", "self-ROUGE-L 0.95 > 0.90 (the base's 0.90)"]
+    alone = served_collapse(latest, None, CollapseThresholds())  # no base window apart from it yet
+    assert alone["entropy_ratio"] is None and alone["base"] is None
+    assert alone["alarms"] == ["self-ROUGE-L 0.95 > 0.85"]
+
+
+def _serve(store: Store, owner: str, answers: list[list[int]], logprob: float, version: int = 0) -> None:
+    """Main turns of `owner` as serving records them, one session each."""
+    for answer in answers:
+        session = f"{owner}-{time.monotonic_ns()}"
+        store.ensure_session(session, "header", owner)
+        store.record_turn(TurnRecord(
+            session_id=session, kind="main", policy_version=version, prompt_messages=[{"role": "user", "content": "q"}],
+            prompt_token_ids=[1, 5], response_token_ids=answer, behaviour_logprobs=[logprob] * len(answer),
+            response_text="answer", tool_calls=[], sampling={"temperature": 1.0}, finish_reason="stop", owner=owner))
+
+
+def _varied(rng: random.Random, count: int) -> list[list[int]]:
+    return [[rng.randrange(3, 5000) for _ in range(rng.randrange(12, 30))] for _ in range(count)]
+
+
+COLLAPSED = [7, 8, 9, 7, 8, 9, 7, 8, 9, 7, 8, 9]  # the same loop, whatever was asked
+
+
+def test_a_collapsed_stream_alarms_a_varied_one_does_not_and_each_user_is_measured_apart(tmp_path):
+    rng, store = random.Random(0), Store(tmp_path)
+    _serve(store, "alice", _varied(rng, WINDOW), -1.6)  # the base window: varied answers, unsure tokens
+    _serve(store, "bob", _varied(rng, WINDOW), -1.5)
+    _serve(store, "alice", [COLLAPSED] * WINDOW, -0.05, version=4)  # then one sure, repeated answer
+    _serve(store, "bob", _varied(rng, WINDOW), -1.4, version=4)
+    served = ServedCollapse(store)
+
+    alice = served.of("alice")
+    assert alice["user"] == "alice" and alice["turns"] == WINDOW and alice["versions"] == [4]
+    assert alice["entropy_ratio"] == pytest.approx(0.05 / 1.6) and alice["self_rouge_l"] == 1.0
+    assert alice["mean_tokens"] == 12 and alice["base"]["versions"] == [0]
+    assert [a.split(" ")[0] for a in alice["alarms"]] == ["entropy", "self-ROUGE-L"]
+    bob = served.of("bob")
+    assert bob["alarms"] == [] and bob["entropy_ratio"] == pytest.approx(1.4 / 1.5)
+    assert bob["self_rouge_l"] < 0.2, bob
+    everyone = served.of(None)  # the newest 32 overall: bob's (recorded last), over the earliest 32: alice's
+    assert everyone["user"] is None and everyone["entropy_ratio"] == pytest.approx(1.4 / 1.6)
+    assert everyone["alarms"] == [] and everyone["calibrated"] is False
+    assert everyone["thresholds"] == {"min_entropy_ratio": 0.6, "max_self_rouge_l": 0.85,
+                                      "max_logprob_drift_nats": 2.0}
+
+    kept = len(served._kept)
+    assert served.of("alice") == alice and len(served._kept) == kept  # no new turn: nothing computed again
+    store.close()
+
+
+def test_before_two_windows_are_stored_there_is_no_ratio_and_rouge_alarms_on_its_threshold(tmp_path):
+    store = Store(tmp_path)
+    assert ServedCollapse(store).of(None)["self_rouge_l"] is None  # nothing served yet: nothing measured
+    _serve(store, "alice", [COLLAPSED] * (WINDOW + 5), -0.05)
+    found = ServedCollapse(store).of("alice")
+    assert found["entropy_ratio"] is None and found["base"] is None
+    assert found["alarms"] == ["self-ROUGE-L 1.00 > 0.85"]
+    with pytest.raises(ValueError, match="at least 2 turns"):
+        ServedCollapse(store, window=1)
+    store.close()
+
+
+def test_the_api_shows_a_user_their_own_numbers_an_admin_everyones_and_metrics_the_overall(scripted_server):
+    server = scripted_server(["four"])
+    store = server.server.store
+    users = Users(store.data_dir)
+    keys = {name: users.add(name, admin=name == "root") for name in ("alice", "bob", "root")}
+    rng = random.Random(1)
+    _serve(store, "alice", _varied(rng, WINDOW), -1.6)
+    _serve(store, "bob", _varied(rng, 2 * WINDOW), -1.5)
+    _serve(store, "alice", [COLLAPSED] * WINDOW, -0.05, version=2)
+
+    def get(user: str, query: str = "") -> httpx.Response:
+        return httpx.get(f"{server.base_url}/v1/collapse{query}", headers={"Authorization": f"Bearer {keys[user]}"})
+
+    alice, bob = get("alice").json(), get("bob").json()
+    assert alice["user"] == "alice" and len(alice["alarms"]) == 2 and alice["self_rouge_l"] == 1.0
+    assert bob["user"] == "bob" and bob["alarms"] == [] and bob["turns"] == WINDOW
+    refused = get("alice", "?user=bob")  # another user's numbers: as if there were no such user
+    assert refused.status_code == 404 and refused.json()["error"]["code"] == "user_not_found"
+    assert get("alice", "?user=alice").json() == alice
+    everyone = get("root").json()
+    # the newest 32 overall are alice's loop, the earliest 32 her varied answers
+    assert everyone["user"] is None and everyone["self_rouge_l"] == 1.0
+    assert everyone["entropy_ratio"] == pytest.approx(0.05 / 1.6)
+    assert get("root", "?user=bob").json() == bob
+    assert httpx.get(f"{server.base_url}/v1/collapse").status_code == 401
+
+    shown = httpx.get(f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {keys['alice']}"}).text
+    assert "openclaw_served_self_rouge_l 1.0" in shown and "openclaw_served_collapse_alarms 2.0" in shown
+    assert "openclaw_served_mean_tokens 12.0" in shown
+    assert "alice" not in shown and "bob" not in shown  # overall numbers only: no user in a label
+
+
+def test_metrics_show_nan_before_any_served_turn():
+    metrics = Metrics()
+    assert "openclaw_served_entropy_ratio NaN" in metrics.render().decode()
+    metrics.record_served_collapse({"entropy_ratio": None, "self_rouge_l": 0.5, "alarms": []})
+    shown = metrics.render().decode()
+    assert "openclaw_served_entropy_ratio NaN" in shown and "openclaw_served_self_rouge_l 0.5" in shown
+    assert "openclaw_served_collapse_alarms 0.0" in shown

@@ -479,3 +479,64 @@ def test_the_version_the_gate_decides_on_is_shown_while_it_decides(tiny_model_di
     gate.watch = metrics.show_candidate  # as loop.show_candidates sets it
     assert metrics.candidate is None and gate.decide().accepted
     assert seen == [(7, 7.0)] and metrics.candidate is None and metrics.gate_candidate._value.get() == -1
+
+
+def _served(store: Store, owner: str, answers: list[list[int]], logprob: float, version: int = 0) -> None:
+    for i, answer in enumerate(answers):
+        session = f"{owner}-v{version}-{i}"
+        store.ensure_session(session, "header", owner)
+        store.record_turn(TurnRecord(
+            session_id=session, kind="main", policy_version=version, prompt_messages=[{"role": "user", "content": "q"}],
+            prompt_token_ids=[1, 5], response_token_ids=answer, behaviour_logprobs=[logprob] * len(answer),
+            response_text="answer", tool_calls=[], sampling={}, finish_reason="stop", owner=owner))
+
+
+def test_the_collapse_detectors_show_for_each_version_and_on_served_traffic(scripted_server, chromium):
+    from playwright.sync_api import expect
+
+    from openclaw_rl.serve.collapse import WINDOW
+
+    server = scripted_server(["four"])
+    store = server.server.store
+    users = Users(store.data_dir)
+    server.keys = {name: users.add(name, admin=name == "root") for name in ("root", "alice", "bob")}
+    varied = [[(7 * i + 13 * j) % 997 + 3 for j in range(20)] for i in range(2 * WINDOW)]
+    _served(store, "alice", varied[:WINDOW], -1.6)
+    _served(store, "bob", varied, -1.5)
+    _served(store, "alice", [[7, 8, 9] * 4] * WINDOW, -0.05, version=2)  # alice's answers collapsed to one loop
+    store.record_version(1, parent=0, train_step=1, gate="accepted", reason="passed every check", checks={
+        "collapse": {"entropy_ratio": 0.97, "self_rouge_l": 0.31, "logprob_drift_nats": 0.12, "alarms": []}})
+    store.record_version(2, parent=1, train_step=2, gate="accepted", reason="passed every check", checks={
+        "collapse": {"entropy_ratio": 0.4, "self_rouge_l": 0.91, "logprob_drift_nats": 2.4,
+                     "alarms": ["entropy ratio 0.40 < 0.6", "self-ROUGE-L 0.91 > 0.85"]}})
+    context, page = _open(chromium, server, "root")
+    try:
+        page.locator("nav [data-view=versions]").click()
+        healthy, alarmed = (page.locator(f"#versions-table tr[data-version='{v}'] .collapse") for v in (1, 2))
+        expect(healthy).to_contain_text("no alarm")
+        expect(healthy).to_contain_text("entropy ratio 0.97 · self-ROUGE-L 0.31 · drift 0.12 nats")
+        expect(alarmed.locator(".badge")).to_have_text("alarm")
+        expect(alarmed.locator(".alarm")).to_have_text(["entropy ratio 0.40 < 0.6", "self-ROUGE-L 0.91 > 0.85"])
+
+        page.locator("nav [data-view=learning]").click()
+        panel = page.locator("#served-collapse")
+        expect(panel.locator("h3 .badge")).to_have_text("alarm")  # everyone's newest 32: alice's loop
+        expect(panel).to_contain_text("everyone's newest 32 answers")
+        expect(page.locator("#served-entropy-ratio")).to_have_text(f"{0.05 / 1.6:.2f}")
+        expect(page.locator("#served-self-rouge")).to_have_text("1.00")
+        expect(page.locator("#served-mean-tokens")).to_have_text("12.0")
+        expect(panel).to_contain_text("not calibrated")
+        page.locator("#chart-collapse canvas").wait_for()
+        assert page.errors == []
+    finally:
+        context.close()
+    context, page = _open(chromium, server, "bob")
+    try:
+        page.locator("nav [data-view=learning]").click()
+        panel = page.locator("#served-collapse")
+        expect(panel.locator("h3 .badge")).to_have_text("no alarm")  # bob's own answers, varied throughout
+        expect(panel).to_contain_text("your newest 32 answers")
+        expect(page.locator("#served-self-rouge")).not_to_have_text("1.00")
+        assert page.errors == []
+    finally:
+        context.close()

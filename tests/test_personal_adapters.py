@@ -225,3 +225,26 @@ def test_an_adapter_that_does_not_fit_the_model_is_refused_by_name(tiny_model_di
             await engine.aclose()
 
     asyncio.run(main())
+
+
+def test_a_prefix_kept_from_an_adapted_answer_serves_only_that_adapter_version(tiny_model_dir, adapters, base):
+    """A finished row's keys are kept for its user's next turn (the prefix cache); keys computed under
+    the user's adapter must not serve the same user once the adapter is gone (turned off, reset)."""
+    prompt = [1, *range(40, 80)]  # long enough to be kept (prefixes.MIN_TOKENS)
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            await engine.load_adapter("alice", adapters["alice"][0], 1)
+            params = dict(max_new_tokens=4, temperature=0, cache_scope="alice")
+            adapted = await _collect(engine.stream(prompt, SamplingParams(**params, adapter="alice")))
+            await engine.drop_adapter("alice")
+            plain = await _collect(engine.stream(prompt + adapted[1], SamplingParams(**params, adapter="alice")))
+            return adapted, plain, engine.stats()
+        finally:
+            await engine.aclose()
+
+    adapted, (started, tokens, logprobs), _ = asyncio.run(main())
+    assert started.adapter_version is None
+    expected = _reference(base, prompt + adapted[1], tokens)
+    assert torch.allclose(torch.tensor(logprobs), torch.tensor(expected), atol=1e-4)

@@ -55,8 +55,9 @@ class Decoder(Protocol):
         `scopes`: each prompt's prefix-cache scope (prefixes.py); None: no scope. `adapters`:
         each prompt's personal adapter (adapters.py), None for the shared model."""
 
-    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
-        """Keep the cache of a finished row (whose fed tokens are `tokens`) for later prompts of `scope`."""
+    def park(self, row: int, tokens: list[int], scope: str | None, adapter: PersonalAdapter | None = None) -> None:
+        """Keep the cache of a finished row (whose fed tokens are `tokens`) for later prompts of
+        `scope` under the same `adapter` (None: the shared model)."""
 
     def forget(self) -> None:
         """Drop every kept prefix: the weights changed."""
@@ -192,10 +193,10 @@ class FusedDecoder:
         self.rows, self._lengths = 0, []
         self._keys = self._values = None  # a long conversation's cache is not kept after it ends (parked copies are)
 
-    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
+    def park(self, row: int, tokens: list[int], scope: str | None, adapter: PersonalAdapter | None = None) -> None:
         n = min(len(tokens), self._lengths[row])  # positions whose keys are written (the last sample is not fed)
-        if self.prefixes.budget_bytes and n:
-            self.prefixes.add(scope, tokens[:n], self._keys[:, row, :, :n].clone(), self._values[:, row, :, :n].clone())
+        if self.prefixes.budget_bytes and n:  # keys computed under an adapter serve only that adapter version
+            self.prefixes.add(_scoped(scope, adapter), tokens[:n], self._keys[:, row, :, :n].clone(), self._values[:, row, :, :n].clone())
 
     def forget(self) -> None:
         self.prefixes.clear()
@@ -465,7 +466,7 @@ class HFDecoder:
         self._mask: torch.Tensor | None = None  # (B, S) 1 = real token, 0 = left padding
         self.can_join = True
 
-    def park(self, row: int, tokens: list[int], scope: str | None) -> None:
+    def park(self, row: int, tokens: list[int], scope: str | None, adapter: PersonalAdapter | None = None) -> None:
         """No prefix cache here: a left-padded cache row is not a prompt's own positions."""
 
     def forget(self) -> None:

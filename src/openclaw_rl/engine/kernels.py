@@ -15,6 +15,8 @@ per projection, reading every adapter where it lies.
 (~1 min, g++ and ninja) into the cache dir and says whether it can be used: only on
 x86-64 CPUs with AVX2 and FMA, and never when OPENCLAW_KERNELS=0. Without it the
 decoder multiplies with torch (the same result to float rounding, slower).
+
+(Over 400 lines: the C++ source is one string, compiled as one module, so it stays one file.)
 """
 
 from __future__ import annotations

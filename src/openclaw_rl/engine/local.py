@@ -447,7 +447,7 @@ class LocalEngine:
             return
         for i, row in enumerate(self._rows):  # a finished row's cache, for the conversation's next turn
             if row.done or row.request.cancelled:
-                self._decoder.park(i, row.fed, row.request.params.cache_scope)
+                self._decoder.park(i, row.fed, row.request.params.cache_scope, row.adapter)
         if not keep:
             self._reset_batch()
             return

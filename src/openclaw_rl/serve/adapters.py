@@ -83,6 +83,18 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
             raise ApiError(404, str(error), param="version", code="version_not_found") from error
         return {"object": "adapter.pin", "user": owner, "version": body.version, "pinned": body.pinned}
 
+    _switch_routes(app, server)
+
+    @app.delete("/v1/adapters")
+    async def reset(request: Request, user: str | None = None) -> dict[str, Any]:
+        owner = owner_for(request, user)
+        await _personal(server).reset(owner)
+        return {"object": "adapter.deleted", "user": owner, "deleted": True}
+
+
+def _switch_routes(app: FastAPI, server: Server) -> None:
+    """The admin's off / on switch of a user's adapter."""
+
     @app.post("/v1/adapters/off")
     async def turn_off(request: Request, user: str | None = None) -> dict[str, Any]:
         return await _switch(request, user, on=False)
@@ -103,12 +115,6 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
         except ValueError as error:  # a name no adapter directory can have
             raise ApiError(400, str(error), param="user") from error
         return {"object": "adapter.switch", "user": owner, "on": on, "serving": _serving(personal, owner)}
-
-    @app.delete("/v1/adapters")
-    async def reset(request: Request, user: str | None = None) -> dict[str, Any]:
-        owner = owner_for(request, user)
-        await _personal(server).reset(owner)
-        return {"object": "adapter.deleted", "user": owner, "deleted": True}
 
 
 def _view(personal: PersonalAdmin | None, owner: str, history: list[dict[str, Any]]) -> dict[str, Any]:

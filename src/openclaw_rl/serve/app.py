@@ -53,6 +53,7 @@ from openclaw_rl.serve.schema import (
 )
 from openclaw_rl.serve.completion import Caller
 from openclaw_rl.serve.adapters import adapter_routes
+from openclaw_rl.serve.collapse import ServedCollapse, collapse_routes
 from openclaw_rl.serve.dashboard import dashboard_routes, keyless
 from openclaw_rl.serve.experience import LessonEdit, UndoRequest, experience_routes
 from openclaw_rl.serve.server import Background, Server, caller_of, exposure_problem
@@ -72,13 +73,15 @@ def create_app(server: Server, background: Sequence[Background] = (), owns_engin
                   lifespan=_lifespan(server, background, owns_engine))
     app.state.server = server
     _install_middleware(app, server)
-    _status_routes(app, server)
+    served = ServedCollapse(server.store)
+    _status_routes(app, server, served)
     _session_routes(app, server)
     _policy_routes(app, server)
     _generation_routes(app, server)
     experience_routes(app, server, parse_body)
     adapter_routes(app, server, parse_body)
     dashboard_routes(app, server, _GENERATION)
+    collapse_routes(app, served)
     _publish_body_schemas(app, [ChatCompletionRequest, CompletionRequest, MessagesRequest, CountTokensRequest,
                                 ResponsesRequest, FeedbackRequest, RollbackRequest, PinRequest, LessonEdit,
                                 UndoRequest])
@@ -129,7 +132,7 @@ def _report_failure(server: Server, name: str, task: asyncio.Task) -> None:
               name, server.failed_loops[name], exc_info=error)
 
 
-def _status_routes(app: FastAPI, server: Server) -> None:
+def _status_routes(app: FastAPI, server: Server, served: ServedCollapse) -> None:
     @app.get("/healthz")
     async def healthz() -> dict[str, Any]:
         """Liveness; `degraded`, with each stopped loop's error, when a judge or trainer loop died."""
@@ -141,6 +144,7 @@ def _status_routes(app: FastAPI, server: Server) -> None:
     @app.get("/metrics")
     async def metrics() -> Response:
         server.metrics.policy_version.set(server.engine.policy_version)
+        await run_in_threadpool(served.show, server.metrics)  # the served-traffic collapse detectors, everyone's
         return Response(server.metrics.render(), media_type="text/plain; version=0.0.4")
 
     @app.get("/v1/models")
@@ -638,4 +642,4 @@ def _endpoint_label(path: str) -> str:
 
 _GENERATION = frozenset({"/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions"})
 _ENDPOINTS = ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/completions", "/v1/models",
-              "/v1/status", "/v1/sessions", "/healthz", "/metrics")
+              "/v1/status", "/v1/sessions", "/v1/collapse", "/healthz", "/metrics")

@@ -35,32 +35,34 @@ class Metrics:
         self.samples_waiting = Gauge("openclaw_samples_waiting", "Ready samples not yet trained on",
                                      registry=self.registry)
         self.train_steps = Gauge("openclaw_train_steps", "Training steps taken", registry=self.registry)
-        self.train = {
-            name: Gauge(f"openclaw_train_{name}", text, registry=self.registry)
-            for name, text in {
-                "loss": "Loss of the last training step",
-                "kl": "KL to the behaviour policy (approx.) in the last step",
-                "clip_fraction": "Fraction of tokens whose ratio was clipped in the last step",
-                "mean_reward": "Mean reward of the last batch (samples with a reward)",
-                "mean_abs_a_opd": "Mean |A_opd| of the last batch (tokens with a teacher)",
-                "tokens_per_s": "Training throughput of the last step",
-            }.items()
-        }
+        self.train = _gauges(self.registry, "openclaw_train_", {
+            "loss": "Loss of the last training step",
+            "kl": "KL to the behaviour policy (approx.) in the last step",
+            "clip_fraction": "Fraction of tokens whose ratio was clipped in the last step",
+            "mean_reward": "Mean reward of the last batch (samples with a reward)",
+            "mean_abs_a_opd": "Mean |A_opd| of the last batch (tokens with a teacher)",
+            "tokens_per_s": "Training throughput of the last step",
+        })
 
         self.gate_candidate = Gauge("openclaw_gate_candidate_version",
                                     "Version the update gate is deciding on now (-1: none)", registry=self.registry)
         self.gate_candidate.set(-1)
-        self.collapse = {  # the collapse detectors on the gate's last decision (train/collapse.py); NaN: none yet
-            name: Gauge(f"openclaw_gate_{name}", text, registry=self.registry)
-            for name, text in {
-                "entropy_ratio": "Entropy of the last candidate's probe answers over the base's (alarm below 0.6)",
-                "self_rouge_l": "Mean pairwise ROUGE-L of the last candidate's probe answers (alarm above 0.85)",
-                "logprob_drift_nats": "Log-prob per token the served answers lose under the last candidate "
-                                      "(alarm above 2)",
-                "collapse_alarms": "Collapse alarms the last candidate raised",
-            }.items()
-        }
-        for gauge in self.collapse.values():
+        # the collapse detectors on the gate's last decision (train/collapse.py); NaN: none yet
+        self.collapse = _gauges(self.registry, "openclaw_gate_", {
+            "entropy_ratio": "Entropy of the last candidate's probe answers over the base's (alarm below 0.6)",
+            "self_rouge_l": "Mean pairwise ROUGE-L of the last candidate's probe answers (alarm above 0.85)",
+            "logprob_drift_nats": "Log-prob per token the served answers lose under the last candidate (alarm above 2)",
+            "collapse_alarms": "Collapse alarms the last candidate raised",
+        })
+        # the same on everyone's newest served main turns (serve/collapse.py; no user label); NaN: none yet
+        self.served_collapse = _gauges(self.registry, "openclaw_served_", {
+            "entropy_ratio": "Mean -log p per token of the newest served answers over the earliest's (alarm below 0.6)",
+            "self_rouge_l": "Mean pairwise ROUGE-L of the newest served answers (alarm above 0.85)",
+            "entropy_nats": "Mean -log p per sampled token of the newest served answers",
+            "mean_tokens": "Mean length in tokens of the newest served answers",
+            "collapse_alarms": "Collapse alarms the newest served answers raise",
+        })
+        for gauge in (*self.collapse.values(), *self.served_collapse.values()):
             gauge.set(float("nan"))
         self.candidate: int | None = None  # the version the gate is deciding on now, if any
         self.last_train: dict[str, float] = {}
@@ -76,6 +78,13 @@ class Metrics:
         for name, gauge in self.collapse.items():
             value = len(collapse.get("alarms", [])) if name == "collapse_alarms" else collapse.get(name)
             gauge.set(float("nan") if value is None or not collapse else float(value))
+
+    def record_served_collapse(self, found: dict[str, Any]) -> None:
+        """The served-traffic detectors' overall numbers (serve/collapse.py's `ServedCollapse.of`;
+        an empty dict: not measured, NaN)."""
+        for name, gauge in self.served_collapse.items():
+            value = len(found["alarms"]) if name == "collapse_alarms" and found else found.get(name)
+            gauge.set(float("nan") if value is None else float(value))
 
     def totals(self, endpoints: frozenset[str]) -> dict[str, float]:
         """Requests answered and their summed latency over `endpoints`, since the start (a
@@ -100,3 +109,8 @@ class Metrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _gauges(registry: CollectorRegistry, prefix: str, texts: dict[str, str]) -> dict[str, Gauge]:
+    """One gauge per name, `prefix + name`, with its help text."""
+    return {name: Gauge(prefix + name, text, registry=registry) for name, text in texts.items()}

@@ -182,6 +182,20 @@ class ConversationsMixin(LogsMixin):
             ).fetchone()
         return {"sessions": sessions, "turns": turns, "main_turns": main, "paired_turns": paired}
 
+    def main_answers(self, limit: int, owner: str | None = None, newest: bool = True) -> list[dict[str, Any]]:
+        """The answers of the newest (`newest` False: the oldest) `limit` main turns, oldest first,
+        only `owner`'s when given: id, created_at, owner, policy_version, response_token_ids and
+        behaviour_logprobs (what the served-traffic collapse detector reads, serve/collapse.py)."""
+        mine, args = ("AND owner = ? ", (owner,)) if owner is not None else ("", ())
+        with self._lock:
+            rows = self._execute(
+                "SELECT id, created_at, owner, policy_version, response_token_ids, behaviour_logprobs FROM turns "
+                f"WHERE kind = 'main' {mine}ORDER BY id {'DESC' if newest else 'ASC'} LIMIT ?", (*args, limit)
+            ).fetchall()
+        names = ("id", "created_at", "owner", "policy_version", "response_token_ids", "behaviour_logprobs")
+        found = [dict(zip(names, (*row[:4], json.loads(row[4]), json.loads(row[5])))) for row in rows]
+        return found[::-1] if newest else found
+
     def _turn_where(self, where: str, args: tuple) -> list[Turn]:
         with self._lock:
             rows = self._execute(f"SELECT {_TURN_COLUMNS} FROM turns WHERE {where}", args).fetchall()

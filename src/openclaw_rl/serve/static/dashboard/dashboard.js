@@ -249,6 +249,46 @@
     return parts.join(" · ");
   }
 
+  // The collapse detectors (train/collapse.py on the gate's probe answers, serve/collapse.py on served
+  // traffic) alarm on CLaaS's thresholds, not calibrated here: an alarm is shown, it rejects nothing.
+  const alarmBadge = (alarms) => (alarms && alarms.length ? html`<${Badge} kind="warn">alarm<//>`
+                                                          : html`<${Badge} kind="good">no alarm<//>`);
+  const alarmLines = (alarms) => (alarms || []).map((a) => html`<div class="alarm" key=${a}>${a}</div>`);
+
+  function collapseCell(record) {
+    const c = record.checks && record.checks.collapse;
+    if (!c) return html`<span class="muted">–</span>`;
+    return html`${alarmBadge(c.alarms)}
+      <div class="muted">${`entropy ratio ${fmt.num(c.entropy_ratio, 2)} · self-ROUGE-L ${fmt.num(c.self_rouge_l, 2)}`
+        + ` · drift ${fmt.num(c.logprob_drift_nats, 2)} nats`}</div>${alarmLines(c.alarms)}`;
+  }
+
+  // The served-traffic detectors (GET /v1/collapse): the caller's own answers, an admin's everyone's.
+  function ServedCollapse({ tick, admin, onUnauthorized }) {
+    const { data: c, error } = usePolled("/v1/collapse", tick, onUnauthorized);
+    if (error && !c) return html`<div class="notice error">${error.message}</div>`;
+    if (!c) return null;
+    const b = c.base || {};
+    const t = c.thresholds;
+    const versions = c.versions.length ? c.versions.map((v) => `v${v}`).join(", ") : "none";
+    return html`<section class="served-collapse" id="served-collapse">
+      <h3>Collapse on served traffic ${alarmBadge(c.alarms)}
+        <span class="muted">${` ${admin ? "everyone's" : "your"} newest ${c.turns} answers (window ${c.window}), `
+                             + `answered by ${versions}`}</span></h3>
+      <div class="cards">
+        <${Card} label="entropy ratio" id="served-entropy-ratio" value=${fmt.num(c.entropy_ratio, 2)}
+                 detail=${`${fmt.num(c.entropy_nats, 2)} over ${fmt.num(b.entropy_nats, 2)} nats/token (earliest ${c.window}); alarm below ${t.min_entropy_ratio}`} />
+        <${Card} label="self-ROUGE-L" id="served-self-rouge" value=${fmt.num(c.self_rouge_l, 2)}
+                 detail=${`earliest ${fmt.num(b.self_rouge_l, 2)}; alarm above ${t.max_self_rouge_l} (or the earliest's)`} />
+        <${Card} label="mean answer length" id="served-mean-tokens" value=${fmt.num(c.mean_tokens, 1)}
+                 detail=${`tokens; earliest ${fmt.num(b.mean_tokens, 1)}`} />
+      </div>
+      ${alarmLines(c.alarms)}
+      <p class="muted">${c.base ? "" : `No ratio until ${2 * c.window} answers are stored. `}${"Thresholds are "
+        + `CLaaS's, ${c.calibrated ? "calibrated" : "not calibrated here"}: an alarm says look, it changes nothing.`}</p>
+    </section>`;
+  }
+
   function VersionsView({ tick, admin, onUnauthorized, onAction }) {
     const { data, error } = usePolled("/v1/policy/versions?limit=200", tick, onUnauthorized);
     const [busy, setBusy] = useState(null);
@@ -268,6 +308,7 @@
       ${error ? html`<div class="notice error">${error.message}</div>` : null}
       ${busy ? html`<div class="notice">${busy}…</div>` : null}
       <table id="versions-table"><thead><tr><th>version</th><th>parent</th><th>made</th><th>gate</th><th>checks</th>
+        <th title="the gate's collapse detectors on its probe answers (alarms only: they do not reject)">collapse</th>
         <th>samples</th><th>KL</th><th>weights</th>${admin ? html`<th></th>` : null}</tr></thead>
       <tbody>${versions.map((v) => html`
         <tr data-version=${v.version} key=${v.version}>
@@ -277,6 +318,7 @@
           <td>${fmt.datetime(v.created_at)}${v.train_step ? html`<div class="muted">step ${v.train_step}</div>` : null}</td>
           <td>${gateBadge(v.gate)}${v.reason ? html`<div class="muted">${v.reason}</div>` : null}</td>
           <td class="text muted">${checksText(v)}</td>
+          <td class="collapse">${collapseCell(v)}</td>
           <td>${v.samples ? v.samples.count : 0}
               ${v.samples && v.samples.by_user ? html`<div class="muted users">${Object.entries(v.samples.by_user)
                   .map(([u, n]) => `${u} ${n}`).join(", ")}</div>` : null}</td>
@@ -336,15 +378,18 @@
       </section>`)}`;
   }
 
-  function LearningView({ tick, onUnauthorized }) {
+  function LearningView({ tick, admin, onUnauthorized }) {
     const { data, error } = usePolled("/v1/dashboard/learning", tick, onUnauthorized);
     if (error && !data) return html`<div class="notice error">${error.message}</div>`;
     if (!data) return html`<p class="muted">Loading…</p>`;
     const t = data.turns, s = data.sessions, v = data.versions, run = data.run;
     const index = (values) => values.map((_, i) => i + 1);
     const hasScore = v.score_delta.some((x) => x !== null && x !== undefined);
+    const collapse = v.collapse.map((c) => c || {});
+    const hasCollapse = v.collapse.some((c) => c);
     return html`
       <h2>Learning</h2>
+      <${ServedCollapse} tick=${tick} admin=${admin} onUnauthorized=${onUnauthorized} />
       <div class="charts">
         <${Chart} title="mean reward over time (last 20 judged turns)" time=${true} id="chart-reward" x=${t.at} extent=${[-1, 1]}
                   series=${[{ label: "mean reward", values: t.mean }]} empty="no judged turns yet" />
@@ -356,6 +401,10 @@
                   series=${[{ label: "KL", values: v.kl }]} />
         <${Chart} title="gate rejections (cumulative, by version)" id="chart-gate" x=${v.version} extent=${[0, 1]}
                   empty="no gated versions yet" series=${[{ label: "rejected", values: v.rejections }]} />
+        ${hasCollapse ? html`<${Chart} title="collapse detectors of the gate's decisions" id="chart-collapse"
+                  x=${v.version} extent=${[0, 1]}
+                  series=${[{ label: "entropy ratio", values: collapse.map((c) => c.entropy_ratio) },
+                            { label: "self-ROUGE-L", values: collapse.map((c) => c.self_rouge_l) }]} />` : null}
         ${hasScore ? html`<${Chart} title="probe score change (candidate − served)" id="chart-probe" x=${v.version}
                   series=${[{ label: "score Δ", values: v.score_delta }]} />` : null}
         ${run ? html`<${Chart} title=${`this ${run.kind} run (${run.method}): ${run.y_label}`} id="chart-run" x=${run.x}

@@ -1,0 +1,82 @@
+"""How far does each of a simulated user's lessons still move a model? The absorption gaps of a run.
+
+    python scripts/absorption.py RUN_DIR [RUN_DIR ...] [--model MODEL_DIR] [--turns 8]
+
+Each RUN_DIR is a `simulate`/`demo` run with the experience on. For each lesson the user
+(`local`) ended with, up to `--turns` of their latest turns served with it are scored with a
+block of that lesson alone and without a block (judge/absorption.py, what
+`POST /v1/experience/absorption` measures), on `--model` (default: the bundled base
+model; for a trained run, export its weights first: `openclaw-rl export RUN/METHOD/data
+OUT`). Printed per lesson and pooled: the mean per-token gap, which is what the
+`absorbed` threshold (judge/absorption.py ABSORBED_GAP) is compared with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from pathlib import Path
+
+from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.engine.local import LocalEngine
+from openclaw_rl.judge.absorption import ABSORBED_GAP, lesson_absorption
+from openclaw_rl.store import Store
+from openclaw_rl.users import LOCAL
+
+
+def served_with_block(store: Store) -> list:
+    turns = [turn for session in store.list_sessions(limit=10**6, owner=LOCAL.name)
+             for turn in store.turns(session.id)
+             if turn.kind == "main" and turn.experience_block and turn.response_token_ids]
+    return sorted(turns, key=lambda turn: turn.created_at, reverse=True)
+
+
+async def measure(engine: LocalEngine, data: Path, turns: int) -> list[tuple[str, float, int]]:
+    store = Store(data)
+    try:
+        served = served_with_block(store)
+        found = []
+        for lesson in store.experience(LOCAL.name).lessons:
+            on = [turn for turn in served if lesson.text in turn.experience_block][:turns]
+            if on:
+                result = await lesson_absorption(engine, engine.tokenizer, lesson, on)
+                found.append((lesson.text, result.gap_per_token, result.turns))
+        return found
+    finally:
+        store.close()
+
+
+async def run(args: argparse.Namespace) -> list[float]:
+    engine = LocalEngine(resolve_model_dir(args.model), threads=2)
+    gaps = []
+    try:
+        for run_dir in args.runs:
+            summary = json.loads((run_dir / "summary.json").read_text())
+            method = next(iter(summary["runs"])) if "runs" in summary else summary["method"]
+            for text, gap, turns in await measure(engine, run_dir / method / "data", args.turns):
+                gaps.append(gap)
+                print(f"| {run_dir.name} | {text} | {gap:+.4f} | {turns} |", flush=True)
+    finally:
+        await engine.aclose()
+    return gaps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="+", type=Path)
+    parser.add_argument("--model", default=None)
+    parser.add_argument("--turns", type=int, default=8)
+    args = parser.parse_args()
+    print("| run | lesson | gap (nats / token) | turns |")
+    print("|---|---|---|---|")
+    gaps = asyncio.run(run(args))
+    if gaps:
+        print(f"\n{len(gaps)} lessons: gap median {statistics.median(gaps):+.4f}, min {min(gaps):+.4f}, "
+              f"max {max(gaps):+.4f}; below the absorbed threshold ({ABSORBED_GAP}): "
+              f"{sum(g < ABSORBED_GAP for g in gaps)}")
+
+
+if __name__ == "__main__":
+    main()
