@@ -268,3 +268,13 @@ def test_a_method_may_not_read_the_experience_beside_the_hint_teacher():
 
     with pytest.raises(ValueError, match="beside the hint teacher's signals"):
         Method("both", ("experience", "teacher_logprobs"), combined_term_advantages)
+
+
+@pytest.mark.parametrize("gaps, expected", [
+    ([], None), ([0.3], None),  # nothing to compare with
+    ([0.01, 0.0], None),  # a first gap within what base weights show: cannot tell
+    ([0.3, 0.2], False), ([0.3, 0.075], True), ([0.3, 0.5, 0.05], True), ([0.3, 0.05, 0.2], False)])
+def test_a_lesson_is_absorbed_when_its_gap_fell_to_a_quarter_of_its_first(gaps, expected):
+    from openclaw_rl.judge.absorption import absorbed
+
+    assert absorbed([{"gap": gap, "policy_version": i} for i, gap in enumerate(gaps)]) is expected

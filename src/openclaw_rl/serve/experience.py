@@ -43,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
 from openclaw_rl.experience.lessons import step
-from openclaw_rl.judge.absorption import ABSORBED_GAP, lesson_absorption
+from openclaw_rl.judge.absorption import ABSORBED_SHARE, MEASURABLE_GAP, absorbed, lesson_absorption
 from openclaw_rl.judge.screen import screen_hint
 from openclaw_rl.serve.schema import ApiError, Whole, body_doc
 from openclaw_rl.serve.server import Server, caller_of, owner_for
@@ -194,18 +194,18 @@ def _view(store, owner: str, limit: int) -> dict[str, Any]:
     places = store.lesson_turns(owner, [x for lesson in experience.lessons for x in lesson.sources])
     measured = store.absorption(owner)
     return {"object": "experience", "user": owner, "version": experience.version,
-            "absorbed_gap": ABSORBED_GAP,
+            "absorbed_rule": {"share_of_first_gap": ABSORBED_SHARE, "measurable_first_gap": MEASURABLE_GAP},
             "lessons": [_lesson_view(lesson, places, measured.get(lesson.id, [])) for lesson in experience.lessons],
             "changes": [_change_view(change) for change in changes]}
 
 
 def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]], measured: list[dict]) -> dict[str, Any]:
     """The lesson, `from`: the session and turn index of each source still stored (provenance),
-    and `absorption`: its measurements, oldest policy version first; `absorbed` by the latest
-    (None: never measured)."""
+    and `absorption`: its measurements, oldest policy version first; `absorbed` by the rule
+    (judge/absorption.py `absorbed`; None: cannot tell)."""
     found = [(turn_id, places[turn_id]) for turn_id in lesson.sources if turn_id in places]
     return {**asdict(lesson), "sources": list(lesson.sources), "absorption": measured,
-            "absorbed": measured[-1]["gap"] < ABSORBED_GAP if measured else None,
+            "absorbed": absorbed(measured),
             "from": [{"turn_id": turn_id, "session_id": shown_session_id(session, lesson.owner), "index": index}
                      for turn_id, (session, index) in found]}
 

@@ -450,7 +450,8 @@
     if (!all.length) return html`<span class="muted">not measured</span>`;
     const last = all[all.length - 1];
     const trend = all.length > 1 ? ` (from ${all[0].gap.toFixed(3)} at v${all[0].policy_version})` : "";
-    return html`<${Badge}>${lesson.absorbed ? "yes" : "no"}<//>
+    const state = lesson.absorbed === null ? "cannot tell" : lesson.absorbed ? "yes" : "no";
+    return html`<${Badge}>${state}<//>
       <span class="muted">${last.gap.toFixed(3)} at v${last.policy_version}${trend}</span>`;
   }
 
@@ -500,7 +501,8 @@
                 onClick=${() => act("/v1/experience/absorption", { method: "POST" })}>measure absorption</button></p>
       <table id="lessons-table"><thead><tr><th>id</th><th>lesson</th><th>support</th><th>came from</th>
         <th>last backed</th><th title="has the policy absorbed it? the gap (nats per token) it still makes,
-on the turns served with it; absorbed below ${data ? data.absorbed_gap : "–"}">absorbed</th><th></th></tr></thead>
+on the turns served with it; absorbed when it fell to a quarter of its first gap, which must be at least
+${data ? data.absorbed_rule.measurable_first_gap : "–"} to tell">absorbed</th><th></th></tr></thead>
       <tbody>${lessons.map((l) => html`
         <tr data-lesson=${l.id} key=${l.id}><td>${l.id}</td><td class="text lesson">${l.text}</td>
           <td>${l.support}</td>
