@@ -168,6 +168,19 @@ def test_the_dashboard_shows_each_user_their_own_adapter_and_the_admin_all(runni
             row = page.locator(".adapters-table[data-user=alice] tr[data-version='1']")
             expect(row).to_contain_text("serving")
             expect(row).to_contain_text("ungated")
+            switch = page.locator("section:has(.adapters-table[data-user=alice]) [data-action=switch]")
+            if user != "root":
+                expect(switch).to_have_count(0)  # the switch is the admins'
+                continue
+            page.once("dialog", lambda dialog: dialog.accept())
+            switch.click()
+            expect(page.locator("#notice")).to_have_text("alice's adapter turned off")
+            expect(page.locator("section:has(.adapters-table[data-user=alice]) h3")).to_contain_text("turned off")
+            assert running.adapters("alice")["data"][0]["on"] is False
+            page.once("dialog", lambda dialog: dialog.accept())
+            switch.click()
+            expect(page.locator("#notice")).to_have_text("alice's adapter turned on")
+            assert running.adapters("alice")["data"][0]["on"] is True
         finally:
             context.close()
 

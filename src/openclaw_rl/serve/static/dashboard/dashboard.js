@@ -344,7 +344,8 @@
       try {
         const r = await api(path, { method: "POST", body });
         onAction(r.object === "adapter.rollback" ? `${r.user}'s adapter v${r.version} serves the weights of v${r.weights_of}`
-                                                  : `${r.user}'s adapter v${r.version} ${r.pinned ? "pinned" : "unpinned"}`);
+                 : r.object === "adapter.switch" ? `${r.user}'s adapter turned ${r.on ? "on" : "off"}`
+                 : `${r.user}'s adapter v${r.version} ${r.pinned ? "pinned" : "unpinned"}`);
       } catch (e) { onAction(e.message, true); }
     };
     const users = data ? data.data : [];
@@ -354,7 +355,12 @@
       ${data && data.personal_adapters !== "on" ? html`<p class="muted">Personal adapters are off on this server
         (serve --personal-adapters on): everyone is served the shared model.</p>` : null}
       ${users.map((a) => html`<section key=${a.user}>
-        <h3>${a.user} <span class="muted">${a.serving === null ? "served the base model" : `serving v${a.serving}`}</span></h3>
+        <h3>${a.user} <span class="muted">${a.on === false ? "turned off by an admin: served the shared model"
+                                          : a.serving === null ? "served the base model" : `serving v${a.serving}`}</span>
+          ${admin && data.personal_adapters === "on" ? html` <button class="action" data-action="switch"
+              onClick=${() => act(`Turn ${a.user}'s adapter ${a.on === false ? "on" : "off"}`,
+                                  `/v1/adapters/${a.on === false ? "on" : "off"}?user=${encodeURIComponent(a.user)}`)}>
+              turn ${a.on === false ? "on" : "off"}</button>` : null}</h3>
         <table class="adapters-table" data-user=${a.user}><thead><tr><th>version</th><th>parent</th><th>made</th>
           <th>gate</th><th>samples</th><th>weights</th><th></th></tr></thead>
         <tbody>${a.versions.map((v) => {
