@@ -520,3 +520,16 @@ def test_without_a_system_message_first_one_is_inserted():
     messages = [{"role": "user", "content": "Hi"}, {"role": "system", "content": "late"}]
     assert merge_system(messages, "BLOCK") == [{"role": "system", "content": "BLOCK"}, *messages]
     assert merge_system(messages, "") == messages and merge_system([], "B") == [{"role": "system", "content": "B"}]
+
+
+@pytest.mark.parametrize("older, newer", [
+    ("Show every step.", "Do not show the working."),
+    ("Show every step.", "Skip the calculations and just tell me the answer."),
+    ("Show every step.", "Leave out the steps, just the final number."),
+    ("Show your working.", "Cut out the steps."),
+])
+def test_a_shifted_preference_about_the_working_replaces_the_old_one(older, newer):
+    """A user who wanted every step and now wants only the result (simulate --shift-to, measured:
+    the old and the new rule stood side by side in the block) contradicts themselves on one point."""
+    assert contradiction(older, newer) and contradiction(newer, older)
+    assert agreement("Show all the steps with the numbers.", "Explain the calculation step by step.")

@@ -30,6 +30,11 @@ The embedding similarity says "same topic" (consolidate.py checks it); this modu
 `agreement` is the converse that a merge needs: a shared content word or graded axis on
 the same side, and no contradiction.
 
+The words for a solution's working ("working", "calculations", "steps") count as one word,
+and "leave out" / "cut out" as negators: a preference shift in `simulate --shift-to`
+(student to parent) left "Show every step." beside "Do not show the working." in one
+user's block before they did.
+
 Measured (tests/test_experience.py, 62 labelled pairs): the rule alone flags 19 of the 21
 contradictions and none of the 41 other pairs. Misses it accepts: opposite choices with
 no polar cue ("Reply in English" / "Reply in Spanish", "first" / "at the end"); and
@@ -65,6 +70,11 @@ _LIMIT = re.compile(r"\b(?:no more than|not more than|at most|up to|under|fewer 
 _ONE_LINER = re.compile(r"\b(?:one|a single|single) (?:sentence|line|word)s?\b")
 _CLAUSE = re.compile(rf"[,;.:!?]|\b(?:and|but|then)\s+(?=(?:{_VERBS})\b)")  # a new verb, a new scope
 _WORD = re.compile(r"[a-z_]+(?:'[a-z]+)?")
+# Stems that name one thing: a user who wanted "every step" and now says "don't show the working" or
+# "skip the calculations" has changed their mind about the same point (measured: a preference shift in
+# `simulate --shift-to`, docs/experiments.md, kept both sides in the block before these met).
+_SAME_THING = {"worki": "step", "calcu": "step"}
+_PHRASES = (("leave out", "omit"), ("cut out", "omit"), ("get rid of", "remove"))
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,8 @@ class Stance:
 
 def stance(text: str) -> Stance:
     text = text.lower().replace("\u2019", "'").replace("do not", "don't")
+    for phrase, word in _PHRASES:
+        text = text.replace(phrase, word)
     text = _ONE_LINER.sub(" _oneliner ", _LIMIT.sub(" _limit ", text))
     objects: set[tuple[str, int]] = set()
     axes: set[tuple[str, int]] = set()
@@ -143,5 +155,7 @@ def _singular(word: str) -> str:
 
 
 def _stem(word: str) -> str:
-    """Plural "s" off, then the first 5 letters: "steps"/"step", "explain"/"explanation"."""
-    return _singular(word)[:5]
+    """Plural "s" off, then the first 5 letters: "steps"/"step", "explain"/"explanation";
+    the words for a solution's working meet as one ("working", "calculations", "steps")."""
+    stem = _singular(word)[:5]
+    return _SAME_THING.get(stem, stem)
