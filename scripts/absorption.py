@@ -7,8 +7,8 @@ Each RUN_DIR is a `simulate`/`demo` run with the experience on. For each lesson 
 block of that lesson alone and without a block (judge/absorption.py, what
 `POST /v1/experience/absorption` measures), on `--model` (default: the bundled base
 model; for a trained run, export its weights first: `openclaw-rl export RUN/METHOD/data
-OUT`). Printed per lesson and pooled: the mean per-token gap, which is what the
-`absorbed` threshold (judge/absorption.py ABSORBED_GAP) is compared with.
+OUT`). Printed per lesson and pooled: the mean per-token gap, and how many lessons reach
+the first gap the `absorbed` rule needs to tell anything (judge/absorption.py MEASURABLE_GAP).
 """
 
 from __future__ import annotations
@@ -21,29 +21,19 @@ from pathlib import Path
 
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.engine.local import LocalEngine
-from openclaw_rl.judge.absorption import ABSORBED_GAP, lesson_absorption
+from openclaw_rl.judge.absorption import MEASURABLE_GAP, experience_absorption, served_with_block
 from openclaw_rl.store import Store
 from openclaw_rl.users import LOCAL
-
-
-def served_with_block(store: Store) -> list:
-    turns = [turn for session in store.list_sessions(limit=10**6, owner=LOCAL.name)
-             for turn in store.turns(session.id)
-             if turn.kind == "main" and turn.experience_block and turn.response_token_ids]
-    return sorted(turns, key=lambda turn: turn.created_at, reverse=True)
 
 
 async def measure(engine: LocalEngine, data: Path, turns: int) -> list[tuple[str, float, int]]:
     store = Store(data)
     try:
-        served = served_with_block(store)
-        found = []
-        for lesson in store.experience(LOCAL.name).lessons:
-            on = [turn for turn in served if lesson.text in turn.experience_block][:turns]
-            if on:
-                result = await lesson_absorption(engine, engine.tokenizer, lesson, on)
-                found.append((lesson.text, result.gap_per_token, result.turns))
-        return found
+        lessons = store.experience(LOCAL.name).lessons
+        served = served_with_block(store, LOCAL.name, 10**6)
+        found = {a.lesson_id: a for a in await experience_absorption(engine, engine.tokenizer, lessons, served, turns)}
+        return [(lesson.text, found[lesson.id].gap_per_token, found[lesson.id].turns)
+                for lesson in lessons if lesson.id in found]
     finally:
         store.close()
 
@@ -74,8 +64,8 @@ def main() -> None:
     gaps = asyncio.run(run(args))
     if gaps:
         print(f"\n{len(gaps)} lessons: gap median {statistics.median(gaps):+.4f}, min {min(gaps):+.4f}, "
-              f"max {max(gaps):+.4f}; below the absorbed threshold ({ABSORBED_GAP}): "
-              f"{sum(g < ABSORBED_GAP for g in gaps)}")
+              f"max {max(gaps):+.4f}; at or above the floor the absorbed rule can tell from ({MEASURABLE_GAP}): "
+              f"{sum(g >= MEASURABLE_GAP for g in gaps)}")
 
 
 if __name__ == "__main__":

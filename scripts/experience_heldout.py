@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import random
 import statistics
 from pathlib import Path
+
+from openclaw_rl.eval.metrics import bootstrap_mean_ci
 
 
 def evaluations(out_dir: Path) -> dict[int, dict]:
@@ -41,12 +42,6 @@ def evaluations(out_dir: Path) -> dict[int, dict]:
     if 0 not in found:
         raise SystemExit(f"{path} has no evaluation before play (sessions 0)")
     return found
-
-
-def bootstrap_mean_ci(values: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    rng = random.Random(seed)
-    means = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def first_scores(out_dir: Path) -> dict[int, float]:

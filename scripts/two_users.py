@@ -46,7 +46,7 @@ from openclaw_rl import cli
 from openclaw_rl.compose import StackSpec, build_stack
 from openclaw_rl.config import ServeConfig, SimulateConfig
 from openclaw_rl.drivers.simulate import CONTROL, _judged_all
-from openclaw_rl.eval.metrics import acceptance, first_answers
+from openclaw_rl.eval.metrics import acceptance, bootstrap_mean_ci, first_answers
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
@@ -213,12 +213,6 @@ def run(args: argparse.Namespace, demo_flags: list[str]) -> None:
               f"{user['sessions_to_adaptation']}, served held-out {user['served'][0][1]:.3f} -> "
               f"{user['served'][-1][1]:.3f}, weights alone {user['weights'][-1][1]:.3f}")
     print(f"turns served with another user's lesson: {crossed}")
-
-
-def bootstrap_mean_ci(values: list[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
-    rng = random.Random(seed)
-    means = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(resamples))
-    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def summarize(paths: list[str]) -> None:

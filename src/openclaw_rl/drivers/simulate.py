@@ -121,7 +121,7 @@ class _SnapshotEvaluator:
                  serving: Server | None = None, experience: Callable[[], tuple[str, int | None]] | None = None,
                  persona_now: Callable[[], Any] | None = None):
         self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0)
-        self._config, self._persona, self._heldout, self._on_score = config, persona, heldout, on_score
+        self._config, self._heldout, self._on_score = config, heldout, on_score
         self._serving, self._experience = serving, experience
         self._persona_now = persona_now or (lambda: persona)  # whose rubric scores now (a preference shift)
         self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store

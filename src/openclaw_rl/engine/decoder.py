@@ -196,7 +196,8 @@ class FusedDecoder:
     def park(self, row: int, tokens: list[int], scope: str | None, adapter: PersonalAdapter | None = None) -> None:
         n = min(len(tokens), self._lengths[row])  # positions whose keys are written (the last sample is not fed)
         if self.prefixes.budget_bytes and n:  # keys computed under an adapter serve only that adapter version
-            self.prefixes.add(_scoped(scope, adapter), tokens[:n], self._keys[:, row, :, :n].clone(), self._values[:, row, :, :n].clone())
+            self.prefixes.add(_scoped(scope, adapter), tokens[:n], self._keys[:, row, :, :n].clone(),
+                              self._values[:, row, :, :n].clone())
 
     def forget(self) -> None:
         self.prefixes.clear()

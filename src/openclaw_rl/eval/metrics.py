@@ -9,6 +9,8 @@ but never pairs or trains on them, so measuring never leaks into training.
 from __future__ import annotations
 
 import logging
+import random
+import statistics
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +134,13 @@ def sessions_to_adaptation(accepted: list[bool], run: int = 3) -> int | None:
         if streak == run:
             return index - run + 1
     return None
+
+
+def bootstrap_mean_ci(values: Sequence[float], resamples: int = 10_000, seed: int = 0) -> tuple[float, float]:
+    """The 95 % percentile bootstrap interval of the mean of `values` (a study's runs or pairs)."""
+    rng = random.Random(seed)
+    means = sorted(statistics.mean(rng.choices(values, k=len(values))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
 
 
 def acceptance(accepted: list[bool], last: int = 10) -> dict[str, float | int | None]:

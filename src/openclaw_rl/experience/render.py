@@ -76,7 +76,7 @@ def merge_system(messages: list[Message], block: str) -> list[Message]:
         return list(messages)
     if messages and messages[0].get("role") in _SYSTEM_ROLES:
         first = messages[0]
-        return [{**first, "content": _appended(first.get("content"), block)}, *messages[1:]]
+        return [{**first, "content": _joined(first.get("content"), block, front=False)}, *messages[1:]]
     return [{"role": "system", "content": block}, *messages]
 
 
@@ -96,29 +96,23 @@ def prepend_first_user(messages: list[Message], block: str) -> list[Message]:
         return list(messages)
     for i, message in enumerate(messages):
         if message.get("role") == "user":
-            return [*messages[:i], {**message, "content": _prepended(message.get("content"), block)}, *messages[i + 1:]]
+            placed = {**message, "content": _joined(message.get("content"), block, front=True)}
+            return [*messages[:i], placed, *messages[i + 1:]]
     return merge_system(messages, block)
 
 
-def _prepended(content: str | list | None, block: str) -> str | list:
+def _joined(content: str | list | None, block: str, front: bool) -> str | list:
+    """`content` with `block` in front of it (`front`) or after it, a blank line between."""
     if content is None or content == "":
         return block
     if isinstance(content, str):
-        return f"{block}\n\n{content}"
+        return f"{block}\n\n{content}" if front else f"{content}\n\n{block}"
     text_types = [part.get("type", "text") for part in content if isinstance(part, dict) and "text" in part]
     if not text_types:
-        return [{"type": "text", "text": block}, *content]
-    return [{"type": text_types[0], "text": f"{block}\n"}, *content]
-
-
-def _appended(content: str | list | None, block: str) -> str | list:
-    if content is None or content == "":
-        return block
-    if isinstance(content, str):
-        return f"{content}\n\n{block}"
-    text_types = [part.get("type", "text") for part in content if isinstance(part, dict) and "text" in part]
-    if not text_types:
-        return [*content, {"type": "text", "text": block}]
-    # Parts are joined by one newline when flattened (chat.content_text, vLLM), so the
-    # leading newline gives the same blank line as the string case: the same prompt text.
+        part = {"type": "text", "text": block}
+        return [part, *content] if front else [*content, part]
+    # Parts are joined by one newline when flattened (chat.content_text, vLLM), so the newline
+    # on the block's side gives the same blank line as the string case: the same prompt text.
+    if front:
+        return [{"type": text_types[0], "text": f"{block}\n"}, *content]
     return [*content, {"type": text_types[-1], "text": f"\n{block}"}]

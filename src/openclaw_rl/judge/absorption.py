@@ -64,22 +64,56 @@ async def lesson_absorption(engine, tokenizer, lesson: Lesson, turns: Sequence[T
     turns = [turn for turn in turns if turn.response_token_ids]
     if not turns:
         raise ValueError(f"lesson {lesson.id} needs at least one turn with a response to be measured on")
-    block = lesson_block(lesson)
+    (found,) = await _absorptions(engine, tokenizer, [(lesson, turns)], threshold, f"lesson {lesson.id}")
+    return found
 
-    async def once() -> list[float]:
+
+async def experience_absorption(engine, tokenizer, lessons: Sequence[Lesson], served: Sequence[Turn],
+                                per_lesson: int) -> list[Absorption]:
+    """Each lesson's gap on up to `per_lesson` of `served` (newest first) whose block held it, all on
+    one policy version; a lesson no turn was served with is left out."""
+    pairs = [(lesson, [turn for turn in served if turn.response_token_ids
+                       and lesson.text in turn.experience_block][:per_lesson]) for lesson in lessons]
+    pairs = [(lesson, turns) for lesson, turns in pairs if turns]
+    return await _absorptions(engine, tokenizer, pairs, ABSORBED_GAP, "the lessons") if pairs else []
+
+
+def served_with_block(store, owner: str, sessions: int) -> list[Turn]:
+    """`owner`'s main turns served with an experience block and answered, of their `sessions`
+    latest sessions, newest first: what `experience_absorption` measures on."""
+    found = []
+    for session in store.list_sessions(limit=sessions, owner=owner):
+        found += [turn for turn in reversed(store.turns(session.id))
+                  if turn.kind == "main" and turn.experience_block and turn.response_token_ids]
+    return found
+
+
+async def _absorptions(engine, tokenizer, pairs: list[tuple[Lesson, list[Turn]]], threshold: float,
+                       what: str) -> list[Absorption]:
+    """Each (lesson, its turns)'s mean gap, on one version; a turn several lessons share is scored
+    without a block once."""
+
+    async def once() -> list[list[float]]:
+        plain: dict[int, list[float]] = {}
         gaps = []
-        for turn in turns:
-            tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
-            with_lesson = render_prompt(tokenizer, place(turn.prompt_messages, block, turn.experience_placement), tools, tool_choice)
-            params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn))
-            taught = await engine.score(with_lesson, turn.response_token_ids, **params)
-            plain = await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids, **params)
-            gaps.append(sum(t - s for t, s in zip(taught.logprobs, plain.logprobs)) / len(plain.logprobs))
+        for lesson, turns in pairs:
+            block, mine = lesson_block(lesson), []
+            for turn in turns:
+                tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
+                params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn))
+                if turn.id not in plain:
+                    plain[turn.id] = (await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids,
+                                                         **params)).logprobs
+                prompt = render_prompt(tokenizer, place(turn.prompt_messages, block, turn.experience_placement), tools,
+                                       tool_choice)
+                taught = (await engine.score(prompt, turn.response_token_ids, **params)).logprobs
+                mine.append(sum(t - s for t, s in zip(taught, plain[turn.id])) / len(taught))
+            gaps.append(mine)
         return gaps
 
-    gaps, version = await at_one_version(engine, f"lesson {lesson.id}", once)
-    gap = sum(gaps) / len(gaps)
-    return Absorption(lesson.id, gap, len(gaps), gap < threshold, version)
+    gaps, version = await at_one_version(engine, what, once)
+    return [Absorption(lesson.id, sum(g) / len(g), len(g), sum(g) / len(g) < threshold, version)
+            for (lesson, _), g in zip(pairs, gaps)]
 
 
 def absorbed(measurements: Sequence[Mapping[str, Any]]) -> bool | None:

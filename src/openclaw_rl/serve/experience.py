@@ -43,7 +43,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
 from openclaw_rl.experience.lessons import step
-from openclaw_rl.judge.absorption import ABSORBED_SHARE, MEASURABLE_GAP, absorbed, lesson_absorption
+from openclaw_rl.judge.absorption import (
+    ABSORBED_SHARE, MEASURABLE_GAP, absorbed, experience_absorption, served_with_block,
+)
 from openclaw_rl.judge.screen import screen_hint
 from openclaw_rl.serve.schema import ApiError, Whole, body_doc
 from openclaw_rl.serve.server import Server, caller_of, owner_for
@@ -138,26 +140,12 @@ def _absorption_route(app: FastAPI, server: Server) -> None:
         turns served with it, on the policy version served now; the view with the measurements."""
         owner = owner_for(request, user)
         experience = await run_in_threadpool(store.experience, owner)
-        served = await run_in_threadpool(_served_with_block, store, owner, 50)
-        measured = []
-        for lesson in experience.lessons:
-            on = [turn for turn in served if lesson.text in turn.experience_block][:turns]
-            if on:
-                result = await lesson_absorption(server.engine, server.tokenizer, lesson, on)
-                measured.append((lesson.id, result.policy_version, result.gap_per_token, result.turns))
+        served = await run_in_threadpool(served_with_block, store, owner, 50)
+        found = await experience_absorption(server.engine, server.tokenizer, experience.lessons, served, turns)
+        measured = [(a.lesson_id, a.policy_version, a.gap_per_token, a.turns) for a in found]
         await run_in_threadpool(store.record_absorption, owner, measured)
         view = await run_in_threadpool(_view, store, owner, 20)
         return {**view, "measured": len(measured)}
-
-
-def _served_with_block(store, owner: str, sessions: int) -> list:
-    """`owner`'s latest main turns (of their `sessions` latest sessions) served with an
-    experience block and answered, newest first."""
-    found = []
-    for session in store.list_sessions(limit=sessions, owner=owner):
-        found += [turn for turn in reversed(store.turns(session.id))
-                  if turn.kind == "main" and turn.experience_block and turn.response_token_ids]
-    return found
 
 
 async def _change(store, owner: str, lesson_id: int | None,
