@@ -11,15 +11,15 @@ still changes what the model says.
 **The rule** (`absorbed`, what the API and the dashboard show): a lesson is absorbed when
 its gap has fallen to a quarter (`ABSORBED_SHARE`) of its first measured gap, and only a
 lesson whose first gap was at least `MEASURABLE_GAP` can be told; otherwise "cannot tell".
-Relative, because an absolute threshold was measured to mean nothing on the default
-model: on SmolLM2-135M's *base* weights the 10 lessons of two parent-persona runs
-(`python scripts/absorption.py RUNS --turns 4`, docs/experience.md) move the responses
-served with them by only -0.005 to +0.009 nats per token (median +0.002), so the earlier
-placeholder (absorbed below 0.05) called every lesson of an untrained model absorbed.
-The block changes which answer greedy decoding picks (the served held-out score rose
-0.23 -> 0.6) while the mean per-token log-prob of sampled answers hardly moves: on this
-model the per-token gap is too small to track, and the rule says so. Nothing retires or
-shrinks a lesson by it (docs/experience.md, "Into the weights"). A small gap also comes
+Relative, because the size of a gap depends on where the lesson sits and on the lesson,
+not only on the weights. Measured on SmolLM2-135M (`python scripts/absorption.py RUNS
+--turns 4`, docs/experience.md): on the *base* weights, lessons served in the system
+message move their responses by -0.003 to +0.010 nats per token (5 lessons) and lessons
+in front of the user's message by +0.060 to +0.148 (9 lessons, two runs); after
+`--method consolidate` trained one of those runs (its last checkpoint), the same 4
+lessons' gaps fell to 0.33-0.37 of their base gaps (+0.020 to +0.049). No absolute
+threshold fits both placements, and none says how far a lesson has gone. Nothing retires
+or shrinks a lesson by the rule (docs/experience.md, "Into the weights"). A small gap also comes
 from prompts the lesson does not bear on, so the turns should be ones it applies to.
 """
 
