@@ -1,17 +1,20 @@
 """Judge quality and cost on CPU (a benchmark, not a test).
 
     .venv/bin/python bench/judge_agreement.py [--backends embedding,local] [--local-cases 30]
-        [--openai-url URL --openai-model M] [--teacher] [--label NAME]
+        [--openai-url URL --openai-model M] [--teacher] [--label NAME] [--splits tuning,measured,...]
 
-1. Agreement of each judge backend with the hand-labelled cases of both splits,
+1. Agreement of each judge backend with the hand-labelled cases of the splits,
    tests/data/judge_tuning.jsonl (what the default judge was tuned on) and
    tests/data/judge_measured.jsonl (written apart from it, never tuned on), and
    tests/data/judge_agent_states.jsonl (agent next states the judge used to miss, per
-   `category`: action_target, gui_state, neutral_noise, short_doubt): the majority
-   score equals the expected score; a hint is produced exactly when one is expected.
-   Overall, per kind of next state (chat, feedback, tool-call, terminal, SWE, GUI) and
-   per PRM category (approval, progression, correction, ambiguity), each with a 95%
-   Wilson interval; the confusion matrix of scores; hint precision and recall.
+   `category`: action_target, gui_state, neutral_noise, short_doubt), and, only when
+   named in `--splits`, tests/data/judge_heldout.jsonl (written apart from the judge and
+   its rules, never tuned on, measured once; docs/judge.md): the majority score equals
+   the expected score; a hint is produced exactly when one is expected. Overall, per kind
+   of next state (chat, feedback, tool-call, terminal, SWE, GUI), agent states (tool-call,
+   terminal, SWE, GUI) against what people wrote (chat, feedback), and per PRM category
+   (approval, progression, correction, ambiguity), each with a 95% Wilson interval; the
+   confusion matrix of scores; hint precision and recall.
 2. Judge latency per turn (p50, p95), one turn at a time over every measured case: the
    verdict alone, and with `--teacher` also the teacher scoring of its hints by the
    default policy model (one prefill per hint plus one for the student).
@@ -21,7 +24,8 @@ seconds per vote on 2 cores, so it is measured on `--local-cases` cases of each 
 spread evenly over the file. `OPENCLAW_SRC=DIR` imports openclaw_rl from DIR instead of
 this checkout, with `--label`, to measure an older judge on the same cases (docs/judge.md).
 
-Writes bench/results/judge_agreement.json (results of other labels are kept).
+Writes bench/results/judge_agreement.json (results of other labels, and of the splits
+not measured this time, are kept).
 """
 
 from __future__ import annotations
@@ -50,7 +54,9 @@ from openclaw_rl.chat import render_prompt  # noqa: E402
 from openclaw_rl.store import Store  # noqa: E402
 from openclaw_rl.types import NextState, TurnRecord  # noqa: E402
 
-SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl" for name in ("tuning", "measured", "agent_states")}
+SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl"
+          for name in ("tuning", "measured", "agent_states", "heldout")}
+AGENT_DOMAINS = ("toolcall", "terminal", "swe", "gui")  # machine next states; chat and feedback are people's
 SCORES = (1, 0, -1)
 RESULTS = ROOT / "bench" / "results" / "judge_agreement.json"
 
@@ -113,6 +119,8 @@ def summarise(cases: list[dict], verdicts: list) -> dict:
         "cases": len(rows), **agreement(rows),
         "no_verdict": sum(r["status"] != "ok" for r in rows),
         "by_domain": {d: agreement([r for r in rows if r["domain"] == d]) for d in sorted({r["domain"] for r in rows})},
+        "by_state": {"agent": agreement([r for r in rows if r["domain"] in AGENT_DOMAINS]),
+                     "people": agreement([r for r in rows if r["domain"] not in AGENT_DOMAINS])},
         "by_kind": {k: agreement([r for r in rows if r["kind"] == k]) for k in sorted({r["kind"] for r in rows})},
         "by_category": {c: agreement([r for r in rows if r["category"] == c])
                         for c in sorted({r["category"] for r in rows} - {None})},
@@ -147,12 +155,15 @@ def spread(cases: list[dict], n: int) -> list[dict]:
 
 
 def print_split(label: str, split: str, out: dict) -> None:
-    s, h = out["score"], out["hint"]
+    s, h, precision, recall = out["score"], out["hint"], out["hint_precision"], out["hint_recall"]
     print(f"{label} / {split}: score {s['agreement']:.3f} {s['ci95']} ({s['correct']}/{s['n']}), "
-          f"hint {h['agreement']:.3f} {h['ci95']}, hint precision {out['hint_precision']['agreement']}, "
-          f"recall {out['hint_recall']['agreement']}", flush=True)
-    for group in ("by_domain", "by_kind", "by_category"):
+          f"hint {h['agreement']:.3f} {h['ci95']}, hint precision {precision['agreement']} {precision['ci95']} "
+          f"({precision['correct']}/{precision['n']}), recall {recall['agreement']} {recall['ci95']} "
+          f"({recall['correct']}/{recall['n']})", flush=True)
+    for group in ("by_domain", "by_state", "by_kind", "by_category"):
         for name, a in out[group].items():
+            if not a["score"]["n"]:
+                continue
             print(f"    {name:12s} n={a['score']['n']:3d} score {a['score']['agreement']:.2f} {a['score']['ci95']}"
                   f"  hint {a['hint']['agreement']:.2f} {a['hint']['ci95']}")
     print("    confusion (rows expected +1/0/-1, columns got +1/0/-1/none):",
@@ -168,7 +179,8 @@ async def main() -> None:
     parser.add_argument("--openai-model", default="")
     parser.add_argument("--judge-max-tokens", type=int, default=96)
     parser.add_argument("--teacher", action="store_true", help="time teacher scoring of the hints too")
-    parser.add_argument("--splits", default="tuning,measured,agent_states")
+    parser.add_argument("--splits", default="tuning,measured,agent_states",
+                        help="comma-separated, of " + ",".join(SPLITS) + "; heldout only when named")
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b] + (["openai"] if args.openai_url else [])
     model_dir = resolve_model_dir(None)
@@ -184,7 +196,8 @@ async def main() -> None:
                              local_weights="current", call_timeout_s=1800,
                              openai_base_url=args.openai_url, openai_model=args.openai_model)
         judge = build_judge(config, model_dir, engine)
-        out = results["backends"][label] = {"m": 1 if backend == "embedding" else config.votes}
+        out = results["backends"].setdefault(label, {})  # the splits not measured now keep their results
+        out["m"] = 1 if backend == "embedding" else config.votes
         for split, path in SPLITS.items():
             if split not in args.splits.split(","):
                 continue

@@ -4,6 +4,7 @@ and the training pieces do what the weights rely on (judge/classifier.py, judge/
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import random
 from pathlib import Path
@@ -27,6 +28,7 @@ from openclaw_rl.judge.evidence import material_from_parts
 from openclaw_rl.judge.rules import correction_hints
 
 DATA = Path(__file__).parent / "data"
+AGENT_DOMAINS = ("toolcall", "terminal", "swe", "gui")
 
 
 def _cases(name: str) -> list[dict]:
@@ -44,14 +46,22 @@ def test_the_shipped_weights_were_trained_on_the_tuning_split_as_it_is():
 
 
 def test_the_splits_share_no_case():
-    tuning, measured = _cases("tuning"), _cases("measured")
-    assert len(tuning) + len(measured) >= 300
-    seen = {(c["request"], c["next_state"]) for c in tuning}
-    assert not [c["id"] for c in measured if (c["request"], c["next_state"]) in seen]
-    people = ("user", "feedback")  # tool output such as "(no output)" may repeat
-    assert not ({c["next_state"] for c in tuning if c["next_state_role"] in people}
-                & {c["next_state"] for c in measured if c["next_state_role"] in people})
-    for case in tuning + measured:
+    splits = {name: _cases(name) for name in ("tuning", "measured", "agent_states", "heldout")}
+    assert len(splits["tuning"]) + len(splits["measured"]) >= 300
+    heldout = splits.pop("heldout")
+    assert len(heldout) >= 130 and sum(c["domain"] in AGENT_DOMAINS for c in heldout) >= 45
+    people = ("user", "feedback")  # tool output such as "(no output)" may repeat among the older splits
+    for (name, first), (other, second) in itertools.combinations(splits.items(), 2):
+        seen = {(c["request"], c["next_state"]) for c in first}
+        assert not [c["id"] for c in second if (c["request"], c["next_state"]) in seen], (name, other)
+        assert not ({c["next_state"] for c in first if c["next_state_role"] in people}
+                    & {c["next_state"] for c in second if c["next_state_role"] in people}), (name, other)
+    # the held-out split was written apart from the others: none of its next states, tool output
+    # included, appears in them or twice in it
+    elsewhere = {c["next_state"] for cases in splits.values() for c in cases}
+    assert not [c["id"] for c in heldout if c["next_state"] in elsewhere]
+    assert len({c["next_state"] for c in heldout}) == len(heldout)
+    for case in [c for cases in splits.values() for c in cases] + heldout:
         assert case["expected_score"] == {"approval": 1, "progression": 1, "correction": -1,
                                           "ambiguity": 0}[case["kind"]], case["id"]
         assert case["expected_hint"] is None or case["expected_score"] == -1, case["id"]
