@@ -85,7 +85,7 @@ test-slow: $(STAMP)
 
 # On a GPU machine, with its own CUDA build of torch (GPU_PY): the engine, decoder, precision,
 # trainer, methods, gate, loop, checkpoint and weights tests (bench/gpu_check.py's tests phase;
-# `$(GPU_PY) bench/gpu_check.py` runs it with every other GPU measurement, docs/gpu.md).
+# `$(GPU_PY) bench/gpu_check.py` runs it with every other GPU measurement (with --loop, the online loop too), docs/gpu.md).
 GPU_PY ?= python3
 test-gpu:
 	PYTHONPATH=src $(GPU_PY) bench/gpu_check.py --phases tests --out bench/results/gpu_check_tests.json

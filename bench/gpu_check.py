@@ -1,10 +1,12 @@
 """A GPU check: everything issue 42 measures, in one command that writes one JSON (a benchmark, not a test).
 
-    python bench/gpu_check.py [--smoke] [--phases decode,train,loop,tests] [--methods combined|all]
-                              [--ranks N] [--out PATH]
+    python bench/gpu_check.py --loop [--smoke] [--phases decode,train,tests] [--methods combined|all]
+                                     [--ranks N] [--out PATH]
 
-Phases, each timed, each written to the JSON as soon as it ends (a phase that fails or
-runs out of time leaves the others' numbers, with its error):
+`--loop` adds the online loop (phase 3) to the phases, which are decode, train and tests unless
+`--phases` names others (`--phases loop` alone runs it too). Phases, each timed, each written
+to the JSON as soon as it ends (a phase that fails or runs out of time leaves the others'
+numbers, with its error):
 
 1. decode: a randomly initialised model of Qwen3-4B's shape built from a config (no
    download; the bundled model's tokenizer, whose ids are all below Qwen3's vocabulary);
@@ -20,13 +22,14 @@ runs out of time leaves the others' numbers, with its error):
 3. loop: `openclaw-rl demo --judge oracle` (the gate on) on random weights of the default
    model's shape (SmolLM2-135M, from its config), `--loop-sessions` sessions: sessions
    per minute, wall time, updates, the trainer's step seconds and tokens/s, and the
-   gate's decision seconds (both from the trainer's step lines, train/runner.py);
+   gate's decision seconds (both from the trainer's step lines, train/runner.py); only with
+   `--loop` or when `--phases` names it, since it adds minutes to the check;
 4. tests: pytest `-m "not slow and not vllm"` on the engine, decoder, precision, trainer,
    methods, gate, loop, checkpoint and weights tests (`GPU_TESTS`; `make test-gpu` runs
    this phase alone): counts and the failing tests' ids.
 
-`--smoke` runs every phase at tiny sizes (a tiny shape, 4 new tokens, one session pair,
-one test) so the whole script is checked on a CPU in well under a minute
+`--smoke` runs the same phases at tiny sizes (a tiny shape, 4 new tokens, one session pair,
+one test), so `--smoke --loop` checks the whole script on a CPU in about a minute
 (tests/test_gpu_check.py). On one H200 the full check is sized for about 8 minutes
 (docs/gpu.md says what was measured). Writes bench/results/gpu_check.json (or --out).
 `ms_per_step` is a batch's seconds over its decode steps, its prefill included.
@@ -79,6 +82,7 @@ LOOP_TINY = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num
                  num_key_value_heads=2)  # over the default model's config in --smoke
 BATCHES = (1, 8, 32)
 PHASES = ("decode", "train", "loop", "tests")
+DEFAULT_PHASES = ("decode", "train", "tests")  # --loop adds the loop
 GPU_TESTS = ("test_engine", "test_decoder", "test_precision", "test_trainer", "test_methods", "test_gate",
              "test_online_loop", "test_checkpoint", "test_weights_channels")
 SMOKE_TEST = "tests/test_precision.py::test_logprob_tolerance_is_stated_per_device_and_decides_the_importance_correction"
@@ -307,15 +311,16 @@ def table(result: dict) -> str:
             lines.append(f"decode batch {row['batch']:>2}: {row['tokens_per_s']:>9.1f} tokens/s  {row['ms_per_step']} ms/step")
     for row in result.get("train") or []:
         if isinstance(row, dict) and "method" in row:
-            mfu = 100 * row["model_tflops_per_s"] / result["peak_tflops"] if result.get("peak_tflops") else 0.0
             lines.append(f"train {row['method']} {'lora' if row['lora'] else 'full'}: {row['seconds']} s/step, "
-                         f"{row['model_tflops_per_s']} TFLOP/s ({mfu:.0f} % of the matmul peak), "
-                         f"peak {row['peak_memory_gb']} GB")
+                         f"{row['tokens_per_s']} tokens/s, {row['model_tflops_per_s']} TFLOP/s, MFU "
+                         f"{row.get('mfu_percent', 0.0):.1f} % (of the matmul peak), peak {row['peak_memory_gb']} GB")
     loop_row = result.get("loop") or {}
     if "sessions" in loop_row:
-        lines.append(f"loop: {loop_row['sessions']} sessions in {loop_row['wall_time_s']} s "
-                     f"({loop_row['sessions_per_minute']}/min), {loop_row['updates']} updates, trainer step "
-                     f"{loop_row['train_step_s_median']} s, gate {loop_row['gate_decision_s_median']} s")
+        lines.append(f"loop: {loop_row['sessions']} sessions in {loop_row['wall_time_s']} s, "
+                     f"{loop_row['sessions_per_minute']} sessions/min, {loop_row['updates']} updates, gate decision "
+                     f"{_or_none(loop_row['gate_decision_s_median'], 's')} ({loop_row['gate_decisions']} decisions), "
+                     f"trainer {_or_none(loop_row['train_tokens_per_s_median'], 'tokens/s')}, step "
+                     f"{_or_none(loop_row['train_step_s_median'], 's')}")
     test_row = result.get("tests") or {}
     if "returncode" in test_row:
         lines.append(f"tests: {test_row.get('passed', 0)} passed, {test_row.get('failed', 0)} failed, "
@@ -326,11 +331,26 @@ def table(result: dict) -> str:
     return "\n".join(lines)
 
 
-def parse_args() -> argparse.Namespace:
+def _or_none(value: float | None, unit: str) -> str:
+    """A median the loop may not have (no step, no gate decision in a short run): 'none' then."""
+    return "none" if value is None else f"{value:g} {unit}"
+
+
+def selected_phases(args: argparse.Namespace) -> list[str]:
+    """`--phases` (default: decode, train, tests), with the loop when `--loop` asks for it, in order."""
+    phases = set(args.phases.split(",")) | ({"loop"} if args.loop else set())
+    unknown = phases - set(PHASES)
+    if unknown:
+        raise SystemExit(f"unknown phases {sorted(unknown)}; choose from {', '.join(PHASES)}")
+    return [name for name in PHASES if name in phases]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cuda = torch.cuda.is_available()
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, every phase: the script checked on a CPU")
-    parser.add_argument("--phases", default=",".join(PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes: the script checked on a CPU")
+    parser.add_argument("--loop", action="store_true", help="add the online loop (the demo, gate on) to the phases")
+    parser.add_argument("--phases", default=",".join(DEFAULT_PHASES), help=f"comma-separated, of {', '.join(PHASES)}")
     parser.add_argument("--shape", choices=sorted(SHAPES), default=None, help="default: qwen3-4b on CUDA, else tiny")
     parser.add_argument("--methods", default="combined", help="comma-separated methods to step, or all")
     parser.add_argument("--ranks", type=int, default=max(1, torch.cuda.device_count()))
@@ -347,7 +367,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=0, help="torch threads on a CPU (0: torch's default)")
     parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_check.json"))
     parser.add_argument("--model-dir", default="", help="internal: the ranks of --ranks train on this model")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.smoke:
         args.new_tokens, args.batch, args.micro_batch, args.prompt_tokens, args.response_tokens = 4, 2, 1, 8, 4
         args.ranks, args.shape = 1, args.shape or "tiny"
@@ -365,7 +385,14 @@ def decode_and_train(result: dict, args: argparse.Namespace, device: str, work: 
         run_phase(result, "decode", out, lambda: asyncio.run(decode(model_dir, args.new_tokens)))
         result["decode_peak_memory_gb"] = round(peak_memory_gb(device), 2)
     if "train" in phases:
-        run_phase(result, "train", out, lambda: sharded_train(model_dir, args, device, work))
+        run_phase(result, "train", out, lambda: with_mfu(sharded_train(model_dir, args, device, work),
+                                                         result["peak_tflops"]))
+
+
+def with_mfu(rows: list[dict], peak_tflops: float) -> list[dict]:
+    """Each step's model FLOP/s as a percentage of the measured matmul peak (a lower bound of the MFU:
+    attention is not counted)."""
+    return [{**row, "mfu_percent": round(100 * row["model_tflops_per_s"] / peak_tflops, 1)} for row in rows]
 
 
 def sharded_train(model_dir: Path, args: argparse.Namespace, device: str, work: Path) -> list[dict]:
@@ -389,24 +416,21 @@ def main() -> None:
         if int(os.environ.get("RANK", "0")) == 0:
             Path(args.out).write_text(json.dumps(rows))
         return
-    phases = set(args.phases.split(","))
-    unknown = phases - set(PHASES)
-    if unknown:
-        raise SystemExit(f"unknown phases {sorted(unknown)}; choose from {', '.join(PHASES)}")
+    phases = selected_phases(args)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     result = {"shape": args.shape, "smoke": args.smoke, "device": torch.cuda.get_device_name() if cuda else "cpu",
               "gpus": torch.cuda.device_count(), "ranks": args.ranks, "torch": torch.__version__,
               "machine": platform.processor() or platform.machine(), "cpu_threads": torch.get_num_threads(),
-              "date": time.strftime("%Y-%m-%d"), "phases": sorted(phases, key=PHASES.index),
+              "date": time.strftime("%Y-%m-%d"), "phases": phases,
               "batch": args.batch, "prompt_tokens": args.prompt_tokens, "response_tokens": args.response_tokens}
     if "train" in phases:
         result["peak_tflops"] = float(f"{peak_tflops(device):.3g}")
     work = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     try:
-        if phases & {"decode", "train"}:
-            decode_and_train(result, args, device, work, out, phases)
+        if {"decode", "train"} & set(phases):
+            decode_and_train(result, args, device, work, out, set(phases))
         if "loop" in phases:
             run_phase(result, "loop", out, lambda: loop(work, args))
         if "tests" in phases:

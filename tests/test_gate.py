@@ -15,7 +15,8 @@ import torch
 from conftest import LiveServer
 from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.store import Store
-from openclaw_rl.train.gate import Gate, compare, grouped_kl, is_non_answer, repetition_rate
+from openclaw_rl.train import gate as gate_module
+from openclaw_rl.train.gate import Gate, compare, grouped_kl, is_non_answer, repetition_rate, score_chunks
 from openclaw_rl.train.runner import run_trainer
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.versions import VersionArchive
@@ -116,6 +117,13 @@ def _prompts(tokenizer) -> list[list[int]]:
     return [tokenizer.encode(f"Question {i}: what is {i} plus {i}?") for i in range(3)]
 
 
+def _forced(trainer: Trainer, prompt: list[int], answer: list[int]) -> torch.Tensor:
+    """The reference: log-probs (T, V) at the answer's positions from one unpadded forward of the pair."""
+    with torch.no_grad():
+        logits = trainer.model(input_ids=torch.tensor([prompt + answer]), use_cache=False).logits
+    return torch.log_softmax(logits[0, len(prompt) - 1:-1].float(), dim=-1)
+
+
 def _sharpen(trainer: Trainer, factor: float) -> None:
     """A policy far from the served one: the (tied) output embedding scaled, so every
     distribution turns peaked, as an update with a huge learning rate does."""
@@ -159,13 +167,111 @@ def test_the_fused_decoder_gives_the_probes_the_answers_of_transformers_generate
         assert fused == generated
         assert all(0 < len(a) <= 16 for a in fused)
         for prompt, answer, (values, ids) in zip(prompts, fused, tops):  # the top-k read off decoding
-            forced = gate._answer_logprobs(prompt, answer)  # (T, V): a teacher-forced pass
+            forced = _forced(trainer, prompt, answer)  # (T, V): a teacher-forced pass
             assert values.shape == ids.shape == (len(answer), 32)
             assert torch.allclose(forced.gather(1, ids), values, atol=1e-4)
             assert torch.allclose(forced.topk(32, dim=1).values, values, atol=1e-4)
     stop = fused[-1][-1]  # a token the last answer emits: answers end at its first occurrence
     ended, _ = gate._greedy_fused(prompts, {stop})
     assert ended[-1] == fused[-1][:fused[-1].index(stop)] and ended == gate._generate(prompts, {stop})
+
+
+def test_pairs_are_scored_longest_first_in_chunks_of_rows_and_padded_tokens():
+    assert score_chunks([10, 8, 5, 3, 1], rows=2, tokens=100) == [[0, 1], [2, 3], [4]]
+    # 2 x 8 = 16 padded tokens > 15: 8 alone; 2 x 5 = 10 fits
+    assert score_chunks([10, 8, 5, 3, 1], rows=8, tokens=15) == [[0], [1], [2, 3, 4]]
+    assert score_chunks([20], rows=8, tokens=15) == [[0]]  # a pair longer than the budget still gets a pass
+    assert score_chunks([], rows=8) == []
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_batched_scoring_gives_each_answer_the_log_probs_of_its_own_pass(tiny_model_dir, tokenizer, lora):
+    """Right-padded, masked pairs of different lengths in one forward: the same (T, V) log-probs
+    as one unpadded forward per pair, and the KL and drift of the per-probe computation."""
+    config = TrainConfig(lr=1e-3, gate="on", gate_max_new_tokens=12, lora=lora)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    gate = Gate(trainer, config, tokenizer, lambda: [])
+    prompts = [tokenizer.encode("Hi"), *_prompts(tokenizer), tokenizer.encode("Tell me a long story " * 5)]
+    served = gate._answer(prompts, keep_top=True)
+    answers = [served.ids[0][:3], [], served.ids[2], served.ids[3][:5], served.ids[4]]  # one empty, two cut short
+    assert len({len(p) + len(a) for p, a in zip(prompts, answers) if a}) == 4  # each pair padded to another width
+    for rows in (8, 2):
+        batched = gate._score(prompts, answers, rows=rows)
+        for prompt, answer, scored in zip(prompts, answers, batched):
+            if answer:
+                torch.testing.assert_close(scored, _forced(trainer, prompt, answer), atol=1e-5, rtol=0)
+            else:
+                assert scored.shape[0] == 0
+    _sharpen(trainer, 20.0)  # a candidate apart from the served answers: KL and drift above 0
+    kl, drift = gate._kl(prompts, served)
+    forced = [_forced(trainer, p, a) for p, a in zip(prompts, served.ids)]
+    total = sum(float(grouped_kl(top, ids, f).sum())
+                for top, ids, f in zip(served.top_logprobs, served.top_ids, forced))
+    tokens = sum(len(a) for a in served.ids)
+    lost = sum(float((top[:, 0] - f.gather(1, torch.tensor(a)[:, None])[:, 0]).sum())
+               for top, f, a in zip(served.top_logprobs, forced, served.ids))
+    assert kl > 0.01 and kl == pytest.approx(total / tokens, abs=1e-5)
+    assert drift == pytest.approx(lost / tokens, abs=1e-5)
+
+
+class _Counted(torch.Tensor):
+    """A tensor that records each move of its values to the host (a sync on CUDA)."""
+
+    moves: list[str] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        name = getattr(func, "__name__", "")
+        if name in ("tolist", "item", "cpu", "numpy", "__bool__", "__float__", "__int__", "__index__") or (
+                name == "to" and "cpu" in map(str, [*args[1:], *(kwargs or {}).values()])):
+            cls.moves.append(name)
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+class _ScriptedDecoder:
+    """The fused decoder's calls, with logits that make prompt p answer LENGTHS[p] tokens then end."""
+
+    LENGTHS, VOCAB, EOS = (3, 0, 5, 1), 50, 2
+
+    def __init__(self, model) -> None:
+        self.rows: list[int] = []
+        self.step_count = 0
+
+    def prefill(self, prompts):
+        self.rows = list(range(len(prompts)))
+        return self._logits()
+
+    def keep(self, rows):
+        self.rows = [self.rows[r] for r in rows]
+
+    def step(self, tokens, positions):
+        self.step_count += 1
+        return self._logits()
+
+    def _logits(self) -> torch.Tensor:
+        logits = torch.zeros(len(self.rows), self.VOCAB)  # (rows, V)
+        for row, prompt in enumerate(self.rows):
+            done = self.step_count >= self.LENGTHS[prompt]
+            logits[row, self.EOS if done else 10 + prompt + self.step_count] = 5.0
+        return logits.as_subclass(_Counted)
+
+
+def test_greedy_decoding_moves_every_row_s_token_to_the_host_in_one_transfer_a_step(tiny_model_dir, tokenizer,
+                                                                                    monkeypatch):
+    """On CUDA each move to the host waits for the device: one a step for all rows, and the top-k
+    log-probs of every step in one move each (values, ids) when the answers end."""
+    config = TrainConfig(gate="on", gate_max_new_tokens=16)
+    gate = Gate(Trainer(tiny_model_dir, config, device="cpu"), config, tokenizer, lambda: [])
+    monkeypatch.setattr(gate_module, "FusedDecoder", _ScriptedDecoder)
+    _Counted.moves = []
+    prompts = [[5 + p] for p in range(len(_ScriptedDecoder.LENGTHS))]
+    answers, tops = gate._greedy_fused(prompts, {_ScriptedDecoder.EOS}, keep_top=True)
+    assert answers == [[10 + p + t for t in range(n)] for p, n in enumerate(_ScriptedDecoder.LENGTHS)]
+    steps = max(_ScriptedDecoder.LENGTHS) + 1  # the last step reads the longest answer's end
+    assert _Counted.moves == ["tolist"] * steps + ["cpu", "cpu"]
+    for answer, (values, ids) in zip(answers, tops):
+        assert values.shape == ids.shape == (len(answer), 32)
+        assert ids[:, 0].tolist() == answer  # greedy: the top log-prob is the chosen token's
 
 
 def test_a_lora_trainer_s_gate_decodes_with_generate(tiny_model_dir, tokenizer):

@@ -12,6 +12,7 @@ import math
 import os
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -20,7 +21,7 @@ from conftest import LOGPROB_ATOL
 from openclaw_rl.config import ConfigError, TrainConfig
 from openclaw_rl.train.batch import collate, split_micro_batches
 from openclaw_rl.train.methods import METHODS
-from openclaw_rl.train.trainer import MICRO_BATCH, Trainer
+from openclaw_rl.train.trainer import ADAPTER, MICRO_BATCH, Trainer, adamw_options
 from openclaw_rl.types import Sample, TurnRecord
 
 TEST_LR = {False: 1e-3, True: 1e-2}  # large enough to see a tiny model move in a few steps
@@ -388,6 +389,30 @@ def test_kl_penalty_measures_distance_from_the_initial_policy(tiny_llama, lora) 
     assert history[-1]["ref_kl"] > 1e-6
     if not lora:
         assert all(not p.requires_grad for p in trainer.reference.parameters())
+
+
+def test_adamw_is_fused_exactly_when_every_trainable_parameter_is_floating_point_on_cuda() -> None:
+    # the decision reads each parameter's device type and dtype; stand-ins carry a CUDA device here
+    def param(device: str, dtype: torch.dtype = torch.float32) -> SimpleNamespace:
+        return SimpleNamespace(device=torch.device(device), dtype=dtype)
+
+    assert adamw_options([param("cuda"), param("cuda:1", torch.bfloat16)]) == {"fused": True}
+    assert adamw_options([param("cuda"), param("cpu")]) == {}  # mixed: torch's default
+    assert adamw_options([param("cuda", torch.int64)]) == {}  # fused AdamW takes floating point only
+    assert adamw_options([torch.zeros(2), torch.zeros(2, device="meta")]) == {}
+    assert adamw_options([]) == {}
+
+
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+def test_a_cpu_trainer_uses_torch_s_default_adamw_and_lora_trains_the_adapter_alone(tiny_llama, lora) -> None:
+    trainer = Trainer(tiny_llama, TrainConfig(method="binary", lora=lora), device="cpu")
+    assert not trainer.optimizer.defaults["fused"]
+    if not lora:
+        return
+    names = {name for name, p in trainer.model.named_parameters() if p.requires_grad}
+    assert names and all("lora_" in name for name in names)  # the base is frozen
+    dropouts = [m for name, m in trainer.model.named_modules() if name.endswith("lora_dropout." + ADAPTER)]
+    assert dropouts and all(isinstance(m, torch.nn.Identity) for m in dropouts)  # lora_dropout 0: no dropout
 
 
 def test_lora_policy_state_dict_loads_into_a_fresh_base_model_and_reproduces_the_trainer(tiny_llama) -> None:

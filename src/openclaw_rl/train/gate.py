@@ -44,7 +44,14 @@ Decisions and why:
   held whole (not sharded, not a LoRA wrapper); otherwise by transformers' `generate` as
   one left-padded batch of 8. The fused decoder also gives each answer's top-k log-probs
   off the logits that picked its tokens, where generate's answers need a teacher-forced
-  pass each (bench/gate_decision.py times both).
+  pass (bench/gate_decision.py times both). Decoding syncs with the device once per step
+  (every row's greedy token in one transfer); the top-k stay on the device until the
+  answers end.
+- Teacher-forced passes (the KL, generate's top-k) score the (prompt + answer) pairs right-padded
+  and masked, longest first, up to SCORE_ROWS pairs and SCORE_TOKENS padded tokens a forward on
+  CUDA, and one a forward on a CPU, where padding a short pair to a long one's width costs more
+  than the wider product saves (as the trainer's micro-batches, train/trainer.py). What they give
+  is reduced on the device and moved to the host once.
 - KL is measured on the served version's own answers: the served model's top-k
   log-probs (and the mass outside them) are kept from its pass, so the candidate needs one
   teacher-forced pass, not the served model beside it. The grouped estimate
@@ -98,6 +105,8 @@ Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt id
 TOP_K = 32  # served log-probs kept per answer token for the KL estimate
 GENERATE_BATCH = 8  # probes decoded at once by transformers' generate
 FUSED_BATCH = kernels.MAX_ROWS  # ... and by the fused decoder (its compiled step's most rows)
+SCORE_ROWS = {False: 1, True: 8}  # (prompt + answer) pairs per teacher-forced forward, by "on CUDA"
+SCORE_TOKENS = 4096  # ... and at most this many padded tokens in one (its logits: tokens x vocabulary)
 
 _NON_ANSWER = re.compile(
     r"^\s*$|^\W*(i'?m sorry|i apologi[sz]e|sorry,? (but )?i|as an ai\b|i (can ?not|can't|am unable to|won't)\b"
@@ -470,7 +479,7 @@ class Gate:
                 rows, tops = self._greedy_fused(chunk, eos, keep_top)
             else:
                 rows = self._generate(chunk, eos)
-                tops = [self._top(self._answer_logprobs(p, a)) for p, a in zip(chunk, rows)] if keep_top else []
+                tops = _to_host([_top(lp) for lp in self._score(chunk, rows)]) if keep_top else []
             for prompt, answer in zip(chunk, rows):
                 answers.ids.append(answer)
                 answers.texts.append(self.tokenizer.decode(answer, skip_special_tokens=True))
@@ -480,32 +489,29 @@ class Gate:
                 answers.top_ids.append(ids)
         return answers
 
-    @staticmethod
-    def _top(logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        top = logprobs.topk(min(TOP_K, logprobs.shape[-1]), dim=-1)
-        return top.values.cpu(), top.indices.cpu()
-
     def _greedy_fused(self, prompts: list[list[int]], eos: set[int], keep_top: bool = False,
                       ) -> tuple[list[list[int]], list[tuple[torch.Tensor, torch.Tensor]]]:
         """Greedy answers (up to the first end of turn, at most gate_max_new_tokens) by the fused
         decoder over the trainer's parameters as they are now: a row leaves the batch when it ends.
         With `keep_top`, each answer's top-k log-probs (T, k), read off the logits that picked its
-        tokens: the distribution a teacher-forced pass gives at those positions, without the pass."""
+        tokens: the distribution a teacher-forced pass gives at those positions, without the pass.
+        One host transfer a step (the rows' tokens); the top-k follow in one when decoding ends."""
         limit = self.config.gate_max_new_tokens
         decoder = FusedDecoder(self.trainer.model)
         logits = decoder.prefill(prompts)
         answers: list[list[int]] = [[] for _ in prompts]
-        tops: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in prompts]
+        step_tops: list[tuple[torch.Tensor, torch.Tensor]] = []  # (rows, k) per step, on the device
+        owners: list[int] = []  # per row of the steps' top-k: the prompt whose answer it scores (-1: an end)
         live = list(range(len(prompts)))  # the prompt of each decoder row
         while live:
             keep = []
-            top = self._top(torch.log_softmax(logits.float(), dim=-1)) if keep_top else None
+            if keep_top:
+                step_tops.append(_top(torch.log_softmax(logits.float(), dim=-1)))
             for row, (i, token) in enumerate(zip(live, logits.argmax(dim=-1).tolist())):
+                owners.append(-1 if token in eos else i)
                 if token in eos:
                     continue
                 answers[i].append(token)
-                if top is not None:
-                    tops[i].append((top[0][row], top[1][row]))
                 if len(answers[i]) < limit:
                     keep.append(row)
             if not keep:
@@ -515,9 +521,9 @@ class Gate:
             logits = decoder.step([answers[i][-1] for i in live], [len(prompts[i]) + len(answers[i]) - 1 for i in live])
         if not keep_top:
             return answers, []
-        k = min(TOP_K, logits.shape[-1])
-        return answers, [(torch.stack([v for v, _ in t]), torch.stack([i for _, i in t])) if t
-                         else (torch.zeros(0, k), torch.zeros(0, k, dtype=torch.long)) for t in tops]
+        (values, ids), = _to_host([(torch.cat([v for v, _ in step_tops]), torch.cat([i for _, i in step_tops]))])
+        owner = torch.tensor(owners)
+        return answers, [(values[owner == i], ids[owner == i]) for i in range(len(prompts))]
 
     def _generate(self, prompts: list[list[int]], eos: set[int]) -> list[list[int]]:
         """The same answers by transformers' generate, as one left-padded, masked batch."""
@@ -532,29 +538,43 @@ class Gate:
         return [row[:next((i for i, token in enumerate(row) if token in eos), len(row))]
                 for row in out[:, width:].tolist()]
 
-    def _answer_logprobs(self, prompt: list[int], answer: list[int]) -> torch.Tensor:
-        """Log-probs (T, V) of the trainer's model at each answer position, teacher-forced."""
-        if not answer:
-            return torch.zeros(0, 1)
-        ids = torch.tensor([prompt + answer], device=self.trainer.device)
-        logits = self.trainer.model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False).logits
-        return torch.log_softmax(logits[0, len(prompt) - 1:-1].float(), dim=-1)  # (T, V)
+    @torch.no_grad()
+    def _score(self, prompts: list[list[int]], answers: list[list[int]], rows: int | None = None,
+               ) -> list[torch.Tensor]:
+        """Log-probs (T, V) of the trainer's model at each answer's positions, teacher-forced, on its
+        device ((0, 1) for an empty answer): the pairs right-padded and masked, longest first, `rows`
+        a forward (default SCORE_ROWS by device) and at most SCORE_TOKENS padded tokens."""
+        device = self.trainer.device
+        scored: list[torch.Tensor] = [torch.zeros(0, 1, device=device)] * len(prompts)
+        lengths = [len(p) + len(a) if a else 0 for p, a in zip(prompts, answers)]
+        order = sorted((i for i, n in enumerate(lengths) if n), key=lambda i: -lengths[i])
+        for chunk in score_chunks([lengths[i] for i in order], rows or SCORE_ROWS[device.type == "cuda"]):
+            chunk = [order[c] for c in chunk]
+            width = lengths[chunk[0]]
+            ids = torch.tensor([prompts[i] + answers[i] + [0] * (width - lengths[i]) for i in chunk], device=device)
+            mask = torch.tensor([[1] * lengths[i] + [0] * (width - lengths[i]) for i in chunk], device=device)
+            logits = self.trainer.model(input_ids=ids, attention_mask=mask, use_cache=False).logits  # (B, L, V)
+            for row, i in enumerate(chunk):
+                start = len(prompts[i]) - 1  # the logits at position t predict token t + 1
+                scored[i] = torch.log_softmax(logits[row, start:start + len(answers[i])].float(), dim=-1)  # (T, V)
+        return scored
 
     @torch.no_grad()
     def _kl(self, prompts: list[list[int]], served: Answers) -> tuple[float, float | None]:
         """KL(served || candidate) per token on the served answers, and the log-prob those answers
-        lose under the candidate per token (the collapse detectors' drift), from one pass each."""
-        total, tokens = 0.0, 0
-        served_tops, chosen = [], []
-        for prompt, answer, top, ids in zip(prompts, served.ids, served.top_logprobs, served.top_ids):
-            if not answer:
-                continue
-            candidate = self._answer_logprobs(prompt, answer).cpu()
-            total += float(grouped_kl(top, ids, candidate).sum())
-            tokens += len(answer)
-            served_tops.append(top)
-            chosen.append(candidate.gather(1, torch.tensor(answer)[:, None])[:, 0])
-        return (total / tokens if tokens else 0.0), logprob_drift(served_tops, chosen)
+        lose under the candidate per token (the collapse detectors' drift), from batched passes."""
+        kept = [i for i, answer in enumerate(served.ids) if answer]
+        if not kept:
+            return 0.0, None
+        device, lengths = self.trainer.device, [len(served.ids[i]) for i in kept]
+        served_tops = [served.top_logprobs[i] for i in kept]
+        tops = torch.cat(served_tops).to(device).split(lengths)  # one copy each way, not one per answer
+        top_ids = torch.cat([served.top_ids[i] for i in kept]).to(device).split(lengths)
+        tokens = torch.tensor([t for i in kept for t in served.ids[i]], device=device).split(lengths)
+        candidates = self._score([prompts[i] for i in kept], [served.ids[i] for i in kept])
+        kl = torch.cat([grouped_kl(top, ids, c) for top, ids, c in zip(tops, top_ids, candidates)])
+        chosen = torch.cat([c.gather(1, t[:, None])[:, 0] for c, t in zip(candidates, tokens)]).cpu()
+        return float(kl.sum()) / sum(lengths), logprob_drift(served_tops, list(chosen.split(lengths)))
 
     def _with_retention(self, decision: Decision) -> Decision:
         """The decision with each retention probe's check against the served version and the base
@@ -596,6 +616,43 @@ class Gate:
         if self.tokenizer.eos_token_id is not None:
             found.append(self.tokenizer.eos_token_id)
         return sorted({int(i) for i in found if i is not None})
+
+
+def _top(logprobs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The top-k log-probs (T, k) of log-probs (T, V) and their token ids, where they are."""
+    top = logprobs.topk(min(TOP_K, logprobs.shape[-1]), dim=-1)
+    return top.values, top.indices
+
+
+def _to_host(tops: list[tuple[torch.Tensor, torch.Tensor]]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Top-k pairs moved to the host in one transfer each of values and ids, not one per answer
+    (an empty answer's become (0, TOP_K))."""
+    kept = [(v, i) for v, i in tops if v.shape[0]]
+    if not kept:
+        return [(torch.zeros(0, TOP_K), torch.zeros(0, TOP_K, dtype=torch.long)) for _ in tops]
+    k, lengths = kept[0][0].shape[1], [v.shape[0] for v, _ in tops]
+    values = torch.cat([v for v, _ in kept]).cpu()
+    ids = torch.cat([i for _, i in kept]).cpu()
+    values, ids = _split_rows(values, lengths, k), _split_rows(ids, lengths, k)
+    return list(zip(values, ids))
+
+
+def _split_rows(rows: torch.Tensor, lengths: list[int], k: int) -> list[torch.Tensor]:
+    """`rows` (sum of the non-zero lengths, k) split by `lengths`, a zero length getting (0, k)."""
+    parts = iter(rows.split([n for n in lengths if n]))
+    return [next(parts) if n else rows.new_zeros(0, k) for n in lengths]
+
+
+def score_chunks(lengths: list[int], rows: int, tokens: int = SCORE_TOKENS) -> list[list[int]]:
+    """Indices of pairs of these lengths (longest first) in forwards of at most `rows` pairs and
+    `tokens` padded tokens (the first, longest pair's length times the pairs), one at least."""
+    chunks: list[list[int]] = []
+    for index, length in enumerate(lengths):
+        if chunks and len(chunks[-1]) < rows and (len(chunks[-1]) + 1) * lengths[chunks[-1][0]] <= tokens:
+            chunks[-1].append(index)
+        else:
+            chunks.append([index])
+    return chunks
 
 
 def _mean_delta(candidate: list[float], held: list[float]) -> float | None:

@@ -25,7 +25,8 @@ Decisions, and why:
   and the sum divided by the batch's count: the gradient equals the full batch's
   whatever the split, even when some samples are masked out entirely.
 - AdamW without weight decay: decay pulls weights toward zero, not toward the initial
-  policy; `kl_beta` is the regulariser that does the latter.
+  policy; `kl_beta` is the regulariser that does the latter. On CUDA it is torch's fused
+  AdamW (one kernel for every parameter's update, `adamw_options`); elsewhere torch's default.
 - A batch in which no sample carries a signal (every reward 0, no teacher) takes no
   optimizer step and does not bump the policy version: the weights did not change.
 - LoRA (peft): the reference policy of the KL term is the same model with the adapter
@@ -143,7 +144,8 @@ class Trainer:
         forward = (model.get_base_model() if config.lora else model).forward
         self._accepts_logits_to_keep = "logits_to_keep" in inspect.signature(forward).parameters
         self.trainable = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate, weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=config.learning_rate, weight_decay=0.0,
+                                           **adamw_options(self.trainable))
         self.train_step = 0  # training steps taken (batches consumed)
         self.policy_version = initial_version  # version of the weights held now
         self.parent_version: int | None = None  # the version those weights came from (None: the base)
@@ -562,6 +564,14 @@ def _dense(p: torch.Tensor) -> torch.Tensor:
     import bitsandbytes.functional as bnbf  # only a 4-bit weight gets here: the optional extra qlora
 
     return bnbf.dequantize_4bit(p.data, state)
+
+
+def adamw_options(params: Sequence[Tensor]) -> dict[str, bool]:
+    """How AdamW updates these parameters: `fused=True` (one CUDA kernel for every parameter's update,
+    FSDP2's shards too) when each is a floating-point tensor on CUDA; otherwise nothing, so torch's
+    default (foreach where the device has it, the per-parameter loop on a CPU)."""
+    on_cuda = bool(params) and all(p.device.type == "cuda" and p.dtype.is_floating_point for p in params)
+    return {"fused": True} if on_cuda else {}
 
 
 def _add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
