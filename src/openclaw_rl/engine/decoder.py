@@ -275,14 +275,14 @@ class FusedDecoder:
         device = self.embed.device
         lengths = [len(p) for p in prompts]
         lora = lora_pass(adapters, lengths)
-        ends = torch.tensor(lengths, device=device).cumsum(0)
-        starts = [int(e) - n for e, n in zip(ends, lengths)]
+        starts = [sum(lengths[:i]) for i in range(len(lengths))]  # on the host: no read from the device
+        ends = torch.tensor([start + n for start, n in zip(starts, lengths)], device=device)
         positions = torch.cat([torch.arange(n, device=device) for n in lengths])
         x = F.embedding(torch.tensor([t for p in prompts for t in p], device=device), self.embed)[None]  # (1, T, hidden)
         cos, sin = self._cos[positions][None], self._sin[positions][None]  # (1, T, D)
         mask = None
         if len(prompts) > 1:
-            segment = torch.repeat_interleave(torch.arange(len(prompts), device=device), torch.tensor(lengths, device=device))
+            segment = torch.tensor([i for i, n in enumerate(lengths) for _ in range(n)], device=device)
             mask = (segment[:, None] == segment[None, :]) & (positions[:, None] >= positions[None, :])
         total = x.shape[1]
         for i, layer in enumerate(self.layers):
@@ -310,15 +310,15 @@ class FusedDecoder:
         cos, sin = self._cos[pos][:, None], self._sin[pos][:, None]  # (B, 1, D)
         rows = torch.arange(b, device=device)
         # keys beyond a row's own length are another row's padding: masked out
-        mask = (torch.arange(length, device=device)[None] <= pos[:, None])[:, None, None]  # (B, 1, 1, S)
+        beyond = torch.arange(length, device=device)[None] > pos[:, None]  # (B, S)
+        bias = torch.zeros(b, 1, 1, length, dtype=x.dtype, device=device).masked_fill(beyond[:, None, None], float("-inf"))
         for i, layer in enumerate(self.layers):
             q, k, v = layer.qkv(x, cos, sin, self.n_heads, self.n_kv, self.head_dim, lora)  # (B, H, 1, D)
             keys, values = self._keys[i], self._values[i]
             keys[rows, :, pos] = k[:, :, 0]
             values[rows, :, pos] = v[:, :, 0]
-            attn = F.scaled_dot_product_attention(q, keys[:b, :, :length], values[:b, :, :length], attn_mask=mask,
-                                                  scale=self.scale, enable_gqa=self.n_kv != self.n_heads)
-            x = layer.finish(x, attn.reshape(b, 1, -1), lora)
+            attn = _decode_attention(q, keys[:b, :, :length], values[:b, :, :length], bias, self.scale)
+            x = layer.finish(x, attn, lora)
         self._lengths = [p + 1 for p in positions]
         return self._linear(_norm(self.norm, x[:, 0]), self.lm_head, None)
 
@@ -414,6 +414,20 @@ class _Layer:
         x = x + self.proj("o_proj", attn, lora)
         h = _norm(self.post_norm, x)
         return x + self.proj("down_proj", F.silu(self.proj("gate_proj", h, lora)) * self.proj("up_proj", h, lora), lora)
+
+
+def _decode_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor,
+                      scale: float) -> torch.Tensor:
+    """One new position per row against its cache: q (B, H, 1, D), keys and values (B, H_kv, S, D),
+    `bias` (B, 1, 1, S) 0 or -inf; (B, 1, H * D). The H / H_kv query heads that share a key head are
+    that head's rows of one batched product, so no key or value is copied per query head; SDPA with
+    `enable_gqa` and a mask (which a padded batch needs) took a slow path instead, in bfloat16 5x
+    slower at batch 8 on a CPU (bench/decode_step.py --torch-path). Softmax in float32."""
+    b, h, _, d = q.shape
+    grouped = q.view(b, keys.shape[1], h // keys.shape[1], d)  # (B, H_kv, H / H_kv, D)
+    scores = torch.matmul(grouped, keys.transpose(-1, -2)) * scale + bias
+    probs = torch.softmax(scores.float(), dim=-1).to(values.dtype)
+    return torch.matmul(probs, values).reshape(b, 1, h * d)
 
 
 def _scoped(scope: str | None, adapter: PersonalAdapter | None) -> str | None:

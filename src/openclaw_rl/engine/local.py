@@ -380,7 +380,7 @@ class LocalEngine:
     def _generator(self, params: SamplingParams) -> torch.Generator | None:
         if params.greedy:
             return None
-        generator = torch.Generator(device=self.device)
+        generator = torch.Generator()  # on the host: sampling draws one number per row from it (sampling.py)
         generator.manual_seed(params.seed if params.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1)
         return generator
 
@@ -413,21 +413,29 @@ class LocalEngine:
         self._prune()
 
     def _sample(self, rows: list[_Row], logits: torch.Tensor) -> None:
+        """Sample every row's next token. The parameters stay on the host (so the top-p
+        decision reads no device value) and the step's results come back in one transfer:
+        on an accelerator that is the step's only wait for the device."""
         params = [row.request.params for row in rows]
-        temperature = torch.tensor([p.temperature for p in params], device=logits.device)
-        top_p = torch.tensor([p.top_p for p in params], device=logits.device)
+        temperature = torch.tensor([p.temperature for p in params])
+        top_p = torch.tensor([p.top_p for p in params])
         grammars = [row.request.grammar for row in rows]
         logits = self._grammars.mask_logits(logits, grammars)  # a constrained row samples from its grammar's tokens
         logprobs = sampling_logprobs(logits, temperature, top_p)  # (B, V)
-        tokens = sample_tokens(logprobs, temperature <= 0, [row.generator for row in rows])
-        self._grammars.advance(grammars, tokens.tolist())
+        tokens = sample_tokens(logprobs, [row.generator for row in rows])
         chosen = logprobs.gather(-1, tokens[:, None])[:, 0]
         n_top = max(p.top_logprobs for p in params)
         top_ids = top_lps = None
+        results = [tokens.double(), chosen.double()]  # ids are exact in float64 (< 2**53)
         if n_top:
             top_ids, top_lps = top_alternatives(logprobs, n_top)
-            top_ids, top_lps = top_ids.tolist(), top_lps.tolist()
-        for i, (row, token, logprob) in enumerate(zip(rows, tokens.tolist(), chosen.tolist())):
+            results += [top_ids.double().T, top_lps.double().T]
+        host = torch.cat([r.reshape(-1, len(rows)) for r in results]).cpu()
+        token_ids, chosen_lps = host[0].long().tolist(), host[1].tolist()
+        if n_top:
+            top_ids, top_lps = host[2 : 2 + n_top].long().T.tolist(), host[2 + n_top :].T.tolist()
+        self._grammars.advance(grammars, token_ids)
+        for i, (row, token, logprob) in enumerate(zip(rows, token_ids, chosen_lps)):
             want = row.request.params.top_logprobs
             top = tuple(zip(top_ids[i][:want], top_lps[i][:want])) if want else ()
             row.pending_token = token
@@ -472,12 +480,11 @@ class LocalEngine:
         # the parameters stay on the host: sampling_logprobs moves what it computes with to the logits' device
         logprobs = sampling_logprobs(logits, torch.full((t,), float(temperature)), torch.full((t,), float(top_p)))
         chosen = logprobs.gather(-1, torch.tensor(response_ids, device=logits.device)[:, None])[:, 0]
-        top_ids: list[list[int]] = [[] for _ in range(t)]
-        top_lps: list[list[float]] = [[] for _ in range(t)]
-        if top_k:
-            ids_k, lps_k = top_alternatives(logprobs, top_k)
-            top_ids, top_lps = ids_k.tolist(), lps_k.tolist()
-        return Score(chosen.tolist(), top_ids, top_lps)
+        if not top_k:
+            return Score(chosen.tolist(), [[] for _ in range(t)], [[] for _ in range(t)])
+        ids_k, lps_k = top_alternatives(logprobs, top_k)
+        host = torch.cat([chosen.double()[:, None], ids_k.double(), lps_k.double()], dim=1).cpu()  # one transfer
+        return Score(host[:, 0].tolist(), host[:, 1 : 1 + top_k].long().tolist(), host[:, 1 + top_k :].tolist())
 
     def _load(self, state_dict: dict[str, torch.Tensor], policy_version: int) -> None:
         params = dict(self.model.named_parameters())

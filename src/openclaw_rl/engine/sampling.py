@@ -43,15 +43,18 @@ _NUCLEUS_SEARCH = 1024  # look for the nucleus among this many best tokens first
 def _top_p_renormalise(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Tensor:
     """Keep the smallest set of most likely tokens whose mass reaches top_p; renormalise.
 
-    The nucleus is found among the top `_NUCLEUS_SEARCH` tokens (topk, not a sort of the
-    whole vocabulary: ~10x cheaper at 49k tokens); rows whose nucleus is wider than that
-    fall back to the full sort. Either way the kept set is the same.
+    On a CPU the nucleus is found among the top `_NUCLEUS_SEARCH` tokens first (topk, not a
+    sort of the whole vocabulary: ~10x cheaper at 49k tokens), and rows whose nucleus is
+    wider than that fall back to the full sort; deciding that reads a value, which on an
+    accelerator would wait for the device, so there the whole vocabulary is sorted (cheap
+    on a GPU). Either way the kept set is the same.
     """
     vocab = logprobs.shape[-1]
-    k = min(vocab, _NUCLEUS_SEARCH)
-    top_lp, top_ids = torch.topk(logprobs, k, dim=-1)  # (R, k), descending
-    wide = top_lp.exp().sum(-1) < top_p  # the nucleus does not end inside the top k
-    if k < vocab and bool(wide.any()):
+    if logprobs.device.type == "cpu" and vocab > _NUCLEUS_SEARCH:
+        top_lp, top_ids = torch.topk(logprobs, _NUCLEUS_SEARCH, dim=-1)  # (R, k), descending
+        if bool((top_lp.exp().sum(-1) < top_p).any()):  # a nucleus does not end inside the top k
+            top_lp, top_ids = torch.sort(logprobs, dim=-1, descending=True)
+    else:
         top_lp, top_ids = torch.sort(logprobs, dim=-1, descending=True)
     probs = top_lp.exp()
     mass_before = torch.cumsum(probs, dim=-1) - probs  # mass of strictly better tokens
@@ -62,21 +65,28 @@ def _top_p_renormalise(logprobs: torch.Tensor, top_p: torch.Tensor) -> torch.Ten
     return torch.log_softmax(kept, dim=-1)
 
 
-def sample_tokens(
-    logprobs: torch.Tensor,
-    greedy: torch.Tensor,
-    generators: list[torch.Generator | None],
-) -> torch.Tensor:
-    """One token per row: argmax for greedy rows, else a draw from exp(logprobs).
+def sample_tokens(logprobs: torch.Tensor, generators: list[torch.Generator | None]) -> torch.Tensor:
+    """One token per row: argmax where the row's generator is None (greedy), else a draw
+    from exp(logprobs), for the whole batch at once and without waiting for the device.
 
-    Each row draws from its own generator so a seeded request gives the same tokens
-    whatever else shares its batch.
+    Each drawn row takes one uniform number from its own generator, a host generator (so
+    a seeded request gives the same tokens whatever else shares its batch, on any
+    device), and the numbers go to the device in one copy; the draw is then the inverse of
+    each row's cumulative distribution (`searchsorted`), one batched call. With u in
+    (0, 1] the point u * total lands on a token of positive probability: a token cut by
+    top-p (probability 0) adds nothing to the cumulative sum, so it is never the first
+    index to reach the point.
     """
-    tokens = logprobs.argmax(dim=-1)  # (B,)
-    probs = logprobs.exp()
-    for row in (~greedy).nonzero(as_tuple=True)[0].tolist():
-        tokens[row] = torch.multinomial(probs[row], 1, generator=generators[row])[0]
-    return tokens
+    best = logprobs.argmax(dim=-1)  # (B,)
+    if all(generator is None for generator in generators):
+        return best
+    device = logprobs.device
+    u = torch.cat([torch.ones(1) if g is None else torch.rand(1, generator=g) for g in generators]).to(device)
+    cdf = logprobs.exp().cumsum(dim=-1)  # (B, V), float32
+    point = (1.0 - u) * cdf[:, -1]  # in (0, total]
+    drawn = torch.searchsorted(cdf, point[:, None]).squeeze(-1).clamp_(max=logprobs.shape[-1] - 1)
+    drawn_rows = torch.tensor([g is not None for g in generators], device=device)
+    return torch.where(drawn_rows, drawn, best)
 
 
 def top_alternatives(logprobs: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
