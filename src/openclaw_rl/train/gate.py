@@ -104,7 +104,8 @@ log = logging.getLogger(__name__)
 Scorer = Callable[[list[list[int]], list[str]], list[float]]  # (probe prompt ids, answers) -> a score each (NaN: none)
 TOP_K = 32  # served log-probs kept per answer token for the KL estimate
 GENERATE_BATCH = 8  # probes decoded at once by transformers' generate
-FUSED_BATCH = kernels.MAX_ROWS  # ... and by the fused decoder (its compiled step's most rows)
+FUSED_BATCH = {False: kernels.MAX_ROWS, True: 32}  # ... and by the fused decoder, by "on CUDA": on a CPU its
+# compiled step's most rows; on a GPU its torch step, where more rows cost little more than one
 SCORE_ROWS = {False: 1, True: 8}  # (prompt + answer) pairs per teacher-forced forward, by "on CUDA"
 SCORE_TOKENS = 4096  # ... and at most this many padded tokens in one (its logits: tokens x vocabulary)
 
@@ -471,7 +472,7 @@ class Gate:
         answer, the top-k log-probs at its positions (for the KL, once it is the served answer)."""
         eos = set(self.trainer_eos())
         fused = self.fused_unsupported is None
-        batch = FUSED_BATCH if fused else GENERATE_BATCH
+        batch = FUSED_BATCH[torch.device(self.trainer.device).type == "cuda"] if fused else GENERATE_BATCH
         answers = Answers([], [])
         for start in range(0, len(prompts), batch):
             chunk = prompts[start:start + batch]
