@@ -6,20 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
+import httpx
 import pytest
 import torch
 from safetensors.torch import load_file
 
 from openclaw_rl.config import ConfigError, ServeConfig
 from openclaw_rl.engine import weight_files
-from openclaw_rl.engine.base import ContextLengthError, EngineError, LoraAdapter, StoredWeights
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, LoraAdapter, Started, StoredWeights
 from openclaw_rl.engine.remote import RemoteWeights, UpdateGate
 from openclaw_rl.engine.sglang import parse_generate_chunk, parse_input_logprobs
 from openclaw_rl.engine.remote import parse_sse_line, sse_lines
-from openclaw_rl.engine.vllm import _request_error, parse_completion_chunk, parse_prompt_logprobs
+from openclaw_rl.engine.vllm import VLLMEngine, _request_error, parse_completion_chunk, parse_prompt_logprobs
+from openclaw_rl.engine.vllm_personal import BASE_NAME, lora_name, user_key
 from openclaw_rl.engine.vllm_server import resolve_vllm_python, untied_copy
-from openclaw_rl.types import TokenStep
+from openclaw_rl.types import SamplingParams, TokenStep
 
 
 def test_sse_lines():
@@ -240,3 +243,105 @@ def test_a_child_started_like_the_vllm_server_dies_with_its_parent():
         time.sleep(0.1)
     else:
         raise AssertionError(f"the child {child} outlived its parent")
+
+
+class FakeVLLM:
+    """vLLM's HTTP surface as far as personal adapters use it: every request recorded, each
+    completion one token whose log-prob says which model (base or LoRA name) answered."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, dict]] = []
+        self.loras: dict[str, str] = {}  # name -> path, as /v1/models would list them
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content or b"{}")
+        self.calls.append((request.url.path, body))
+        if request.url.path == "/v1/load_lora_adapter":
+            self.loras[body["lora_name"]] = body["lora_path"]
+        elif request.url.path == "/v1/unload_lora_adapter":
+            if self.loras.pop(body["lora_name"], None) is None:
+                return httpx.Response(404, json={"error": "not loaded"})
+        elif request.url.path == "/v1/completions":
+            if body["model"] != "tiny" and body["model"] not in self.loras:
+                return httpx.Response(404, json={"error": f"no model {body['model']}"})
+            logprob = -1.0 if body["model"] in ("tiny", BASE_NAME) else -2.0
+            chunk = {"choices": [{"token_ids": [5], "finish_reason": "stop",
+                                  "logprobs": {"token_logprobs": [logprob], "top_logprobs": [{}]}}]}
+            return httpx.Response(200, content=f"data: {json.dumps(chunk)}\n\ndata: [DONE]\n\n".encode(),
+                                  headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, text="Success")
+
+    def completions(self) -> list[str]:
+        return [body["model"] for path, body in self.calls if path == "/v1/completions"]
+
+
+def _fake_vllm_engine(tiny_model_dir, tmp_path, monkeypatch) -> tuple[VLLMEngine, FakeVLLM]:
+    fake = FakeVLLM()
+    card = {"data": [{"id": "tiny", "max_model_len": 256}]}
+    monkeypatch.setattr(httpx, "get",
+                        lambda url, **_: httpx.Response(200, json=card, request=httpx.Request("GET", url)))
+    real_client = httpx.AsyncClient
+    monkeypatch.setattr(httpx, "AsyncClient",
+                        lambda **kwargs: real_client(transport=httpx.MockTransport(fake.handle), **kwargs))
+    return VLLMEngine("http://vllm.test", tiny_model_dir, weights_dir=tmp_path, check_logprobs_mode=False), fake
+
+
+def test_vllm_serves_each_users_adapter_as_a_lora_of_its_own(tiny_model_dir, tmp_path, monkeypatch):
+    """load_adapter writes the user's version in peft's format and loads it under a name of its
+    own; that user's requests name it (their log-probs are the LoRA's), others the adapter of
+    zeros (the base); the next version is loaded before the previous is unloaded; drop_adapter
+    unloads."""
+    engine, fake = _fake_vllm_engine(tiny_model_dir, tmp_path, monkeypatch)
+    adapter = LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)}, {"r": 2, "peft_type": "LORA"})
+
+    async def answer(user: str | None) -> tuple[Started, list[TokenStep]]:
+        events = [e async for e in engine.stream([1, 2, 3], SamplingParams(max_new_tokens=4, adapter=user))]
+        return events[0], [e for e in events if isinstance(e, TokenStep)]
+
+    async def scenario() -> None:
+        started, _ = await answer("bob")  # no adapter loaded yet: the plain base model
+        assert started == Started(0, 3) and fake.completions() == ["tiny"]
+        await engine.load_adapter("alice@example.com", adapter, 1)
+        v1 = lora_name("alice@example.com", 1)
+        zeros = load_file(str(Path(fake.loras[BASE_NAME]) / "adapter_model.safetensors"))
+        assert set(zeros) == {"a.lora_A.weight"} and not zeros["a.lora_A.weight"].any()
+        assert fake.calls[-1] == ("/v1/load_lora_adapter", {
+            "lora_name": v1, "lora_path": str(tmp_path / "personal" / user_key("alice@example.com") / "v000001")})
+        assert (Path(fake.loras[v1]) / "adapter_config.json").is_file()
+        started, steps = await answer("alice@example.com")
+        assert started == Started(0, 3, adapter_version=1) and steps == [TokenStep(5, -2.0, ())]
+        started, steps = await answer("bob")  # no adapter of their own: the base, as the adapter of zeros
+        assert started == Started(0, 3) and steps == [TokenStep(5, -1.0, ())]
+        assert fake.completions()[1:] == [v1, BASE_NAME]
+        await engine.load_adapter("alice@example.com", adapter, 2)
+        v2 = lora_name("alice@example.com", 2)
+        assert [c[0] for c in fake.calls[-2:]] == ["/v1/load_lora_adapter", "/v1/unload_lora_adapter"]
+        assert fake.calls[-2][1]["lora_name"] == v2 and fake.calls[-1][1] == {"lora_name": v1}
+        assert engine.adapter_versions() == {"alice@example.com": 2} and list(fake.loras) == [BASE_NAME, v2]
+        await answer("alice@example.com")
+        assert fake.completions()[-1] == v2
+        await engine.drop_adapter("alice@example.com")
+        assert fake.calls[-1] == ("/v1/unload_lora_adapter", {"lora_name": v2}) and list(fake.loras) == [BASE_NAME]
+        started, _ = await answer("alice@example.com")
+        assert started.adapter_version is None and fake.completions()[-1] == BASE_NAME
+        await engine.aclose()
+
+    asyncio.run(scenario())
+
+
+def test_a_replaced_vllm_adapter_is_unloaded_only_once_its_requests_finish(tiny_model_dir, tmp_path, monkeypatch):
+    engine, fake = _fake_vllm_engine(tiny_model_dir, tmp_path, monkeypatch)
+    adapter = LoraAdapter({"a.lora_A.weight": torch.zeros(2, 2)}, {"r": 2, "peft_type": "LORA"})
+
+    async def scenario() -> None:
+        await engine.load_adapter("alice", adapter, 1)
+        stream = engine.stream([1, 2, 3], SamplingParams(max_new_tokens=4, adapter="alice"))
+        assert (await anext(stream)).adapter_version == 1  # in flight under version 1
+        await engine.load_adapter("alice", adapter, 2)
+        assert lora_name("alice", 1) in fake.loras  # still in use: kept
+        assert [e async for e in stream][-1] == Finished("stop")
+        await engine.drop_adapter("alice")
+        assert list(fake.loras) == [BASE_NAME] and engine.stats()["personal_adapters"] == 0
+        await engine.aclose()
+
+    asyncio.run(scenario())

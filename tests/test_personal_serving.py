@@ -297,11 +297,12 @@ def test_a_candidate_the_gate_accepts_serves_and_records_the_gates_checks(tiny_m
         running.stop()
 
 
-def test_personal_adapters_need_the_local_engine_and_the_trainer_here(tiny_model_dir, tmp_path):
+def test_personal_adapters_need_the_local_or_vllm_engine_and_the_trainer_here(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="personal_adapters.*'maybe'.*on or off"):
         ServeConfig(personal_adapters="maybe")
-    with pytest.raises(ConfigError, match="engine.*'vllm'.*local with --personal-adapters on"):
-        ServeConfig(personal_adapters="on", engine="vllm")
+    with pytest.raises(ConfigError, match="engine.*'sglang'.*local or vllm with --personal-adapters on"):
+        ServeConfig(personal_adapters="on", engine="sglang", engine_url="http://127.0.0.1:30000")
+    ServeConfig(personal_adapters="on", engine="vllm")  # vLLM serves each user's adapter as a LoRA of its own
     with pytest.raises(ConfigError, match="train.*False.*--personal-adapters on"):
         ServeConfig(personal_adapters="on", train=False)
     serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), personal_adapters="on",

@@ -40,6 +40,7 @@ from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.precision import dtype_name, needs_importance_correction, resolve_dtype
 from openclaw_rl.engine.sglang import SGLangEngine
 from openclaw_rl.engine.vllm import VLLMEngine
+from openclaw_rl.engine.vllm_personal import MAX_LORAS
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.eval.bfcl import bfcl_probe
 from openclaw_rl.eval.instructions import instruction_probe
@@ -154,7 +155,10 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     lend = training == "in_process" and threads == 1 and not train.train_threads and (os.cpu_count() or 1) >= 2
     if trains:
         train = _train_beside_serving(config, train)
-    server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
+    if config.personal_adapters == "on":  # every user's adapter beside the base (a vLLM server's LoRA slots)
+        server = build_server(config, threads, lora_rank=personal_config(train).lora_rank, max_loras=MAX_LORAS)
+    else:
+        server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
     stack = Stack(server, [status_loop(server, config.status_interval_s)] if config.status_interval_s else [],
                   training, train, flush=spec.flush)
     # the judge writes signals for any method; a teacher that only this process's trainer would read, and
@@ -252,9 +256,10 @@ def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: S
     stack.loops.append(lambda stop: run_personal(server.store, personal, train, stop, spec.flush))
 
 
-def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "") -> Server:
+def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "",
+                 max_loras: int = 1) -> Server:
     model_dir = resolve_model_dir(config.model or None)
-    engine = build_engine(config, model_dir, threads, lora_rank, name)
+    engine = build_engine(config, model_dir, threads, lora_rank, name, max_loras)
     store = open_store(config.store, config.data_dir, config.log_text, config.redact)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics(), users=Users(config.data_dir, config.api_key))
@@ -271,10 +276,11 @@ def open_store(url: str, data_dir: str | Path, log_text: str = "redacted", redac
 
 
 def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
-                 name: str = "") -> Engine:
+                 name: str = "", max_loras: int = 1) -> Engine:
     """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
-    `--engine vllm` without `--engine-url` starts a vLLM server here (with LoRA slots of
-    `lora_rank` when the trainer trains an adapter) that stops with the engine. `name`
+    `--engine vllm` without `--engine-url` starts a vLLM server here (with `max_loras` LoRA
+    slots of `lora_rank` when the trainer trains an adapter, or users get their own) that
+    stops with the engine. `name`
     keeps the weights dir and server log of several engines sharing a data dir apart
     (Ray replicas)."""
     if config.engine == "local":
@@ -288,7 +294,7 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
         return SGLangEngine(config.engine_url, model_dir, weights_dir=weights_dir)
     launched = None
     if not config.engine_url:
-        launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank,
+        launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank, max_loras=max_loras,
                               log_path=Path(config.data_dir) / (f"vllm-{name}.log" if name else "vllm.log"),
                               dtype=dtype_name(resolve_dtype(config.dtype, _device())),
                               gpu_memory_utilization=config.gpu_memory_utilization)

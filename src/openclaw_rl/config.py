@@ -128,8 +128,8 @@ class ServeConfig:
         "on = each user's samples train a LoRA adapter of their own (rank 8 on every attention and MLP projection), "
         "served to them alone beside everyone else's, each with its own update gate, history and rollback; a user "
         "with no accepted adapter yet (fewer than 4 ready samples) gets the base model, which is not trained. Needs "
-        "--engine local and the trainer in this process (docs/personal-adapters.md). off = one shared model learns "
-        "from everyone", default="off")
+        "--engine local or vllm and the trainer in this process (docs/personal-adapters.md). off = one shared model "
+        "learns from everyone", default="off")
     resume: bool = setting("continue from the latest checkpoint in the data dir", default=False)
     status_interval_s: float = setting("seconds between live status lines (0 = none)", default=30.0)
     engine: str = setting("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
@@ -167,8 +167,8 @@ class ServeConfig:
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
         check(self.personal_adapters in ("on", "off"), "personal_adapters", self.personal_adapters, "on or off")
         if self.personal_adapters == "on":
-            check(self.engine == "local", "engine", self.engine,
-                  "local with --personal-adapters on (only the local engine serves many adapters in one batch)")
+            check(self.engine in ("local", "vllm"), "engine", self.engine,
+                  "local or vllm with --personal-adapters on (they serve many adapters in one batch)")
             check(self.train and self.train_nproc == 1, "train_nproc" if self.train else "train",
                   self.train_nproc if self.train else self.train,
                   "the trainer in this process (--train, --train-nproc 1) with --personal-adapters on")

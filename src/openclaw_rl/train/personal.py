@@ -81,7 +81,7 @@ def personal_claims(method: str) -> str:
 
 
 class AdapterReceiver(Protocol):
-    """What serves personal adapters (engine/local.py's LocalEngine)."""
+    """What serves personal adapters (engine/local.py's LocalEngine, engine/vllm.py's VLLMEngine)."""
 
     async def load_adapter(self, user: str, adapter: LoraAdapter, version: int) -> None: ...
 
