@@ -248,3 +248,56 @@ def test_a_prefix_kept_from_an_adapted_answer_serves_only_that_adapter_version(t
     assert started.adapter_version is None
     expected = _reference(base, prompt + adapted[1], tokens)
     assert torch.allclose(torch.tensor(logprobs), torch.tensor(expected), atol=1e-4)
+
+
+def test_the_judges_teacher_scores_a_users_turn_under_that_users_adapter(tiny_model_dir, adapters, base):
+    """The hint teacher and the experience pass score alice's turn under alice's adapter (what
+    sampled it, what her trainer steps), and bob's, who has none, under the shared model."""
+    from transformers import AutoTokenizer
+
+    from openclaw_rl.chat import render_prompt
+    from openclaw_rl.judge.teacher import HINT_PREFIX, score_experience, score_hints
+    from openclaw_rl.types import Turn
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    block = "Lessons: answer in one sentence."
+    served = render_prompt(tokenizer, [{"role": "system", "content": block}, *messages], None, None)
+    response = [5, 6, 7, 8]
+
+    def turn(owner: str) -> Turn:
+        return Turn(id=1, session_id="s", index=0, kind="main", policy_version=0, prompt_messages=messages,
+                    prompt_token_ids=served, response_token_ids=response, behaviour_logprobs=[-1.0] * 4,
+                    response_text="", tool_calls=[], sampling={"temperature": 0.0}, finish_reason="stop",
+                    created_at=0.0, owner=owner, experience_version=1, experience_block=block,
+                    experience_placement="system")
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            await engine.load_adapter("alice", adapters["alice"][0], 3)
+            found = {}
+            for owner in ("alice", "bob"):
+                hinted = await score_hints(engine, tokenizer, turn(owner), ["be brief"], strategy="first",
+                                           select_k=1, teacher_k=1)
+                found[owner] = hinted, await score_experience(engine, tokenizer, turn(owner))
+            return found
+        finally:
+            await engine.aclose()
+
+    found = asyncio.run(main())
+    hinted_prompt = render_prompt(tokenizer, [{"role": "system", "content": block},
+                                              {"role": "user", "content": f"What is 2 + 3?\n\n{HINT_PREFIX} be brief]"}],
+                                  None, None)
+    student_prompt = render_prompt(tokenizer, messages, None, None)
+    for owner, model in (("alice", adapters["alice"][1]), ("bob", base)):
+        hinted, experience = found[owner]
+        assert torch.allclose(torch.tensor(hinted.logprobs), torch.tensor(_reference(model, hinted_prompt, response)),
+                              atol=1e-4), owner
+        assert torch.allclose(torch.tensor(experience.teacher_logprobs),
+                              torch.tensor(_reference(model, served, response)), atol=1e-4), owner
+        assert torch.allclose(torch.tensor(experience.student_logprobs),
+                              torch.tensor(_reference(model, student_prompt, response)), atol=1e-4), owner
+    # the adapter moved alice's numbers: scoring her turn under the base would not have passed
+    assert not torch.allclose(torch.tensor(found["alice"][0].logprobs), torch.tensor(found["bob"][0].logprobs),
+                              atol=1e-3)

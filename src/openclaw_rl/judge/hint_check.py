@@ -39,7 +39,7 @@ from typing import Callable, Literal, Protocol
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.judge.prompts import NEXT_STATE_ROLES, comparison_prompt
-from openclaw_rl.judge.teacher import hinted_messages, served_messages
+from openclaw_rl.judge.teacher import hinted_messages, personal_adapter, served_messages
 from openclaw_rl.judge.votes import parse_preference
 from openclaw_rl.types import SamplingParams, TokenStep, Turn
 
@@ -86,7 +86,8 @@ async def teacher_answer(engine, tokenizer, turn: Turn, hint: str | None, max_to
     if room < 1:
         raise ValueError(f"turn {turn.id}: the hinted prompt ({len(prompt)} tokens) leaves no room to answer "
                          f"in the engine's context ({engine.max_context})")
-    params = SamplingParams(max_new_tokens=min(max_tokens, room), temperature=0.0)
+    params = SamplingParams(max_new_tokens=min(max_tokens, room), temperature=0.0,
+                            adapter=personal_adapter(engine, turn).get("adapter"))  # the user's own, if served
     ids = [e.token_id async for e in engine.stream(prompt, params) if isinstance(e, TokenStep)]
     return tokenizer.decode(ids, skip_special_tokens=True)
 

@@ -32,6 +32,13 @@ with one engine and one kind of pass leaves the block as the only difference; th
 is one prefill, of a prompt that serving's prefix cache mostly holds. The served ids are
 re-rendered first, and a turn whose served prompt does not re-render to its ids is not
 scored (the student's ids would not be its prompt without the block).
+
+Personal adapters (docs/personal-adapters.md): when the engine serves the turn's owner an
+adapter of their own, every pass scores under that adapter (`personal_adapter`), since
+that adapter sampled the turn and is what the user's trainer steps; scoring under the
+shared base would add the adapter's whole difference from the base to every token's
+advantage and pull the adapter back toward the base. The version check then covers the
+adapter's version too.
 """
 
 from __future__ import annotations
@@ -85,6 +92,19 @@ def logprob_top_p(turn: Turn) -> float:
     return _sampling(turn).logprob_top_p
 
 
+def personal_adapter(engine, turn: Turn) -> dict[str, str]:
+    """`adapter=` for `engine.score` when the engine serves `turn`'s owner a personal adapter
+    now; nothing otherwise (the shared model, and engines without personal adapters)."""
+    served = getattr(engine, "adapter_versions", None)
+    return {"adapter": turn.owner} if served is not None and turn.owner in served() else {}
+
+
+def _scored_by(engine, owner: str | None) -> tuple[int, int | None]:
+    """The weights a scoring runs on: the engine's version, and `owner`'s adapter version (None: none)."""
+    served = getattr(engine, "adapter_versions", None)
+    return engine.policy_version, (served().get(owner) if served is not None and owner else None)
+
+
 def grammar_mask(turn: Turn) -> dict[str, Constraint]:
     """`constraint=` for `engine.score` when the turn was sampled under a grammar: scored under the
     same mask, as the trainer measures it (engine/grammar.py); nothing for a free turn."""
@@ -114,7 +134,7 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
         return await _score_hints_once(engine, tokenizer, turn, hints, strategy=strategy, select_k=select_k,
                                        teacher_k=teacher_k, rng=rng)
 
-    result, version = await at_one_version(engine, f"turn {turn.id}", once)
+    result, version = await at_one_version(engine, f"turn {turn.id}", once, owner=turn.owner)
     return replace(result, policy_version=version)
 
 
@@ -138,26 +158,28 @@ async def score_experience(engine, tokenizer, turn: Turn) -> ExperienceTargets |
     temperature, top_p = logprob_temperature(turn), logprob_top_p(turn)
 
     async def once() -> tuple[Score, Score]:
+        mask = {**grammar_mask(turn), **personal_adapter(engine, turn)}
         student = await engine.score(student_ids, turn.response_token_ids, temperature=temperature, top_p=top_p,
-                                     **grammar_mask(turn))
+                                     **mask)
         teacher = await engine.score(turn.prompt_token_ids, turn.response_token_ids, temperature=temperature,
-                                     top_p=top_p, **grammar_mask(turn))
+                                     top_p=top_p, **mask)
         return student, teacher
 
-    (student, teacher), version = await at_one_version(engine, f"turn {turn.id}", once)
+    (student, teacher), version = await at_one_version(engine, f"turn {turn.id}", once, owner=turn.owner)
     return ExperienceTargets(prompt_token_ids=student_ids, student_logprobs=list(student.logprobs),
                              teacher_logprobs=list(teacher.logprobs), policy_version=version,
                              experience_version=turn.experience_version)
 
 
-async def at_one_version(engine, what: str, scoring):
-    """(what `scoring()` returns, the version) from a run during which the engine's version did not
-    change; TeacherVersionError naming `what` (e.g. "turn 7") when every run saw it change."""
+async def at_one_version(engine, what: str, scoring, owner: str | None = None):
+    """(what `scoring()` returns, the version) from a run during which the engine's version (and
+    `owner`'s personal adapter version) did not change; TeacherVersionError naming `what`
+    (e.g. "turn 7") when every run saw it change."""
     for _ in range(VERSION_ATTEMPTS):
-        version = engine.policy_version
+        before = _scored_by(engine, owner)
         result = await scoring()
-        if engine.policy_version == version:
-            return result, version
+        if _scored_by(engine, owner) == before:
+            return result, before[0]
     raise TeacherVersionError(
         f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of {what} "
         f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")
@@ -169,16 +191,17 @@ async def _score_hints_once(engine, tokenizer, turn: Turn, hints: list[str], *, 
     tools = turn.sampling.get("tools")
     tool_choice = turn.sampling.get("tool_choice")
     response = turn.response_token_ids
+    mask = {**grammar_mask(turn), **personal_adapter(engine, turn)}
     teachers: list[Score] = []
     for hint in hints:
         prompt = render_prompt(tokenizer, hinted_messages(served_messages(turn), hint), tools, tool_choice)
         teachers.append(await engine.score(prompt, response, temperature=temperature, top_p=top_p,
-                                           top_k=max(select_k, teacher_k), **grammar_mask(turn)))
+                                           top_k=max(select_k, teacher_k), **mask))
     if len(hints) == 1:  # nothing to choose between: skip the student's forward pass (a second prefill)
         selection = HintSelection(strategy, 0, None, [])
     else:
         student = await engine.score(turn.prompt_token_ids, response, temperature=temperature, top_p=top_p,
-                                     top_k=select_k, **grammar_mask(turn))
+                                     top_k=select_k, **mask)
         selection = select_hint(
             strategy, hints, student_top=student.top_ids,
             teachers=[[row[:select_k] for row in t.top_ids] for t in teachers], rng=rng, k=select_k,
