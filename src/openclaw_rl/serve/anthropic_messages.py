@@ -386,7 +386,7 @@ class _MessageView:
         return {"id": self.id, "type": "message", "role": "assistant", "model": self.server.model_name,
                 "content": content, "stop_reason": stop[0], "stop_sequence": stop[1],
                 "usage": self._usage(output_tokens),
-                "policy_version": self.turn.started.policy_version, "session_id": self.opened.ref.shown_id}
+                "policy_version": self.opened.served_version, "session_id": self.opened.ref.shown_id}
 
     def message(self) -> dict[str, Any]:
         turn = self.turn

@@ -74,7 +74,7 @@ class _ChatView:
             "id": self.id, "object": "chat.completion", "created": self.created, "model": self.server.model_name,
             "choices": [self._choice(i, turn) for i, turn in enumerate(turns)],
             "usage": self.opened.usage(),
-            "policy_version": turns[0].generation.policy_version,
+            "policy_version": self.opened.served_version,
             "session_id": self.opened.ref.shown_id,
         }
 

@@ -163,7 +163,7 @@ class _CompletionView:
             choices.append({"index": i, "text": echo + generation.text, "finish_reason": generation.finish_reason,
                             "logprobs": logprobs})
         return {"id": self.id, "object": "text_completion", "created": self.created, "model": self.server.model_name,
-                "choices": choices, "policy_version": self.opened.turns[0].generation.policy_version,
+                "choices": choices, "policy_version": self.opened.served_version,
                 "session_id": self.opened.ref.shown_id,
                 "usage": self.opened.usage()}
 

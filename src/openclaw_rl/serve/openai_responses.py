@@ -395,7 +395,7 @@ class _ResponseView:
             "tool_choice": body.tool_choice or "auto",
             "tools": [t.model_dump() for t in body.tools or []], "top_p": body.top_p, "truncation": "disabled",
             "usage": None, "user": body.user, "metadata": body.metadata or {},
-            "session_id": self.opened.ref.shown_id, "policy_version": self.turn.started.policy_version, **extra,
+            "session_id": self.opened.ref.shown_id, "policy_version": self.opened.served_version, **extra,
         }
 
     @property

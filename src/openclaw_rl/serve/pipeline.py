@@ -112,10 +112,18 @@ class Opened:
     turns: list[TurnInProgress]
 
     @property
+    def served_version(self) -> int:
+        """The version of the weights that answered, as X-Policy-Version and the body's `policy_version`
+        name it: the caller's personal adapter version when their adapter answered (docs/personal-adapters.md),
+        else the shared model's. The stored turn keeps both (`policy_version`, `sampling.adapter_version`)."""
+        started = self.turns[0].started
+        return started.policy_version if started.adapter_version is None else started.adapter_version
+
+    @property
     def headers(self) -> dict[str, str]:
         started = self.turns[0].started
-        headers = {"X-Policy-Version": str(started.policy_version), "X-Session-Id": self.ref.shown_id}
-        if started.adapter_version is not None:  # served under the caller's personal adapter (docs/personal-adapters.md)
+        headers = {"X-Policy-Version": str(self.served_version), "X-Session-Id": self.ref.shown_id}
+        if started.adapter_version is not None:  # served under the caller's personal adapter
             headers["X-Adapter-Version"] = str(started.adapter_version)
         return headers
 
