@@ -154,3 +154,25 @@ def test_the_agent_seeds_script_pools_held_out_episodes_and_intervals_the_mean(t
     assert cells[4].startswith("0.375 [0.250, 0.500]") and cells[5] == "0.25, 0.50"
     missing = subprocess.run([sys.executable, str(script), f"x={tmp_path / 'nowhere'}"], capture_output=True, text=True)
     assert missing.returncode != 0 and "episodes.jsonl" in missing.stderr
+
+
+def test_the_retention_table_counts_lost_and_gained_items_and_flags_a_fall_beyond_the_band():
+    """scripts/retention_table.py's summary: per run, items lost and gained against the base with
+    the gate's sign test; a probe fell only when the CI of its mean change lies below -band."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "retention_table.py"
+    spec = importlib.util.spec_from_file_location("retention_table", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = {"kept": [True] * 10 + [False] * 10, "broken": [True] * 10 + [False] * 10}
+    runs = {f"s{i}": {"kept": [True] * 9 + [False] + [True] + [False] * 9,  # one lost, one gained
+                      "broken": [False] * 20}  # every right item lost
+            for i in range(3)}
+    table = module.summarize(base, runs)
+    kept, broken = table["kept"], table["broken"]
+    assert kept["runs"]["s0"] == {"correct": 10, "lost": 1, "gained": 1, "p": 0.75}
+    assert kept["mean_change"] == 0 and not kept["fell"]
+    assert broken["runs"]["s1"]["lost"] == 10 and broken["runs"]["s1"]["p"] == 0.001
+    assert broken["mean_change"] == -0.5 and broken["fell"] and 0.1 < broken["noise_band"] < 0.25
