@@ -16,8 +16,8 @@ import pytest
 from openclaw_rl import config as config_module
 from openclaw_rl.cli import _parser, main
 from openclaw_rl.config import (PRESETS, AgentConfig, ConfigError, JudgeConfig, JudgeProcessConfig, PoolConfig,
-                                ServeConfig, SimulateConfig, TrainConfig, TrainProcessConfig, build, driver_values,
-                                flag_of, load_preset, sections_of, set_by_driver, settings_of)
+                                PromoteConfig, ServeConfig, SimulateConfig, TrainConfig, TrainProcessConfig, build,
+                                driver_values, flag_of, load_preset, sections_of, set_by_driver, settings_of)
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_BLOCKS = {"README.md": "## CLI", "docs/cli.md": "## Commands"}  # page: the heading over its CLI block
@@ -76,7 +76,7 @@ def test_every_command_is_documented(page):
 @pytest.mark.parametrize("command, config", [
     ("serve", ServeConfig), ("serve", TrainConfig), ("agent", AgentConfig), ("envs serve", PoolConfig),
     ("simulate", SimulateConfig), ("demo", SimulateConfig), ("judge", JudgeProcessConfig),
-    ("train", TrainProcessConfig), ("train", TrainConfig),
+    ("train", TrainProcessConfig), ("train", TrainConfig), ("promote", PromoteConfig), ("promote", TrainConfig),
 ])
 def test_a_setting_declared_once_is_a_flag_with_its_help_in_a_group(command, config):
     parser = _subparsers(_parser())[command]

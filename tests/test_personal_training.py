@@ -102,3 +102,34 @@ def test_rollback_reset_and_delete_are_per_user(tiny_model_dir, tmp_path, sample
     assert personal.versions("alice") == [] and not (tmp_path / "personal" / "alice").exists()
     with pytest.raises(ValueError, match="cannot name an adapter directory"):
         personal.versions("../bob")
+
+
+def test_the_loop_steps_a_user_whose_ready_samples_reach_min_samples_with_a_smaller_batch(tiny_model_dir, tmp_path):
+    """run_personal with --batch-size 2 (the demo's) below min_samples 4: a step takes 4 (it claimed
+    2 and min_size 4 before, so no adapter was ever trained in a demo)."""
+    from openclaw_rl.store import Store
+    from openclaw_rl.train.personal import personal_claims, run_personal
+    from openclaw_rl.train.runner import Flush
+    from test_promote import _store_with_samples
+
+    _store_with_samples(tiny_model_dir, tmp_path, users=("alice",))
+    store = Store(tmp_path)
+    personal = _personal(tiny_model_dir, tmp_path)
+    personal.store = store
+    config = TrainConfig(method="binary", batch_size=2, gate="off", train_poll_interval_s=0.05)
+    flush = Flush()
+    flush.requested.set()
+
+    async def main():
+        stop = asyncio.Event()
+        runner = asyncio.create_task(run_personal(store, personal, config, stop, flush))
+        await asyncio.wait_for(asyncio.to_thread(flush.done.wait), 120)
+        stop.set()
+        await runner
+
+    try:
+        asyncio.run(main())
+        assert personal.versions("alice") == [1]
+        assert store.ready_owners(personal_claims(personal.trainer.method.name)) == {}
+    finally:
+        store.close()

@@ -40,6 +40,7 @@ from openclaw_rl.config import (
     JudgeConfig,
     JudgeProcessConfig,
     PoolConfig,
+    PromoteConfig,
     RayConfig,
     ServeConfig,
     SimulateConfig,
@@ -86,6 +87,13 @@ def _parser() -> argparse.ArgumentParser:
     _common(train)
     add_flags(train, TrainProcessConfig)
     add_flags(train, TrainConfig)
+
+    promote = commands.add_parser("promote", help="train the shared model on chosen users' samples (a stopped "
+                                                  "server's data dir); personal adapters then sit on it",
+                                  formatter_class=_FORMAT)
+    _common(promote)
+    add_flags(promote, PromoteConfig)
+    add_flags(promote, TrainConfig)
 
     _simulate_parsers(commands)
 
@@ -276,6 +284,8 @@ def _parts(args: argparse.Namespace, file_values: dict[str, Any]) -> dict[str, A
                 "train": part(TrainConfig, "train"), "ray": part(RayConfig, "ray")}
     if args.command == "judge":
         return {"process": build(JudgeProcessConfig, {}, args), "judge": part(JudgeConfig, "judge")}
+    if args.command == "promote":
+        return {"process": build(PromoteConfig, {}, args), "train": part(TrainConfig, "train")}
     return {"process": build(TrainProcessConfig, {}, args), "train": part(TrainConfig, "train")}
 
 
@@ -361,6 +371,20 @@ def _hints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _print_promotion(done: Any) -> None:
+    """`promote`'s summary (a processes.Promotion): each user's samples, the steps and versions."""
+    for user, claims in done.claims.items():
+        print(f"{user}: {claims['used']} samples trained" + "".join(
+            f", {claims[status]} {status}" for status in ("dropped", "rejected") if claims[status])
+            + (" (dropped: stale, more than --max-staleness versions behind)" if claims["dropped"] else ""))
+    print(f"{done.steps} steps; versions accepted {done.accepted or 'none'}, rejected {done.rejected or 'none'}; "
+          f"the shared model is policy v{done.policy_version}")
+    if done.base is not None:
+        print(f"personal adapters sit on it from the next `serve --personal-adapters on`: {done.base.path}")
+    if done.adapters_reset:
+        print(f"personal adapters reset: {', '.join(done.adapters_reset)}")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse, set up logging, run the command; an error a user can fix exits 2 with its message.
 
@@ -415,6 +439,9 @@ def main(argv: list[str] | None = None) -> int:
             part = build(JudgeProcessConfig, {}, args)
             judged = processes.judge_process(part, build(JudgeConfig, file_values.get("judge", {}), args))
             print(f"judged {judged} turns")
+        elif args.command == "promote":
+            _print_promotion(processes.promote(build(PromoteConfig, {}, args),
+                                               build(TrainConfig, file_values.get("train", {}), args)))
         elif args.command == "train":
             from openclaw_rl.train import sharded  # per command: torch
 

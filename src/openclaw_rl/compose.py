@@ -61,6 +61,7 @@ from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, tra
 from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.personal import GateFor, PersonalAdapters, personal_config, run_personal
+from openclaw_rl.train.promotion import promoted_base
 from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.sharded import refuse_gate_when_sharded
 from openclaw_rl.train.trainer import TIS_CAP, Trainer
@@ -126,6 +127,7 @@ class TrainerLoop:
     archive: VersionArchive
     on_step: Callable[[dict], None] | None = None
     flush: Flush | None = None
+    owners: tuple[str, ...] | None = None  # train only these users' samples (a promotion: processes.promote)
 
     async def catch_up(self) -> None:
         """Deliver the version the trainer holds (resumed or renumbered) to the channels that lack it."""
@@ -136,7 +138,7 @@ class TrainerLoop:
     async def run(self, stop: asyncio.Event) -> None:
         """Claim, step, let the gate decide, publish; until `stop` (train/runner.py)."""
         await run_trainer(self.store, self.trainer, self.config, self.publisher, stop, self.on_step, flush=self.flush,
-                          gate=self.gate, archive=self.archive)
+                          gate=self.gate, archive=self.archive, owners=self.owners)
 
 
 def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spec: StackSpec = StackSpec()) -> Stack:
@@ -156,7 +158,7 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     if trains:
         train = _train_beside_serving(config, train)
     if config.personal_adapters == "on":  # every user's adapter beside the base (a vLLM server's LoRA slots)
-        server = build_server(config, threads, lora_rank=personal_config(train).lora_rank, max_loras=MAX_LORAS)
+        server = _personal_server(config, threads, personal_config(train).lora_rank)
     else:
         server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
     stack = Stack(server, [status_loop(server, config.status_interval_s)] if config.status_interval_s else [],
@@ -256,10 +258,26 @@ def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: S
     stack.loops.append(lambda stop: run_personal(server.store, personal, train, stop, spec.flush))
 
 
+def _personal_server(config: ServeConfig, threads: int | None, lora_rank: int) -> Server:
+    """The server of --personal-adapters on: its base, under every adapter and served to users
+    without one, is the shared model of the data dir's last promotion (train/promotion.py), else
+    the model itself. The personal trainer builds on the engine's model dir, so on the same base."""
+    base = promoted_base(config.data_dir, resolve_model_dir(config.model or None))
+    if base is None:
+        log.info("personal adapters: the base is %s (no promotion in %s)", config.model or "the bundled model",
+                 config.data_dir)
+        return build_server(config, threads, lora_rank=lora_rank, max_loras=MAX_LORAS)
+    log.info("personal adapters: the base is the promoted shared model, policy v%d (%s)", base.policy_version,
+             base.path)
+    return build_server(dataclasses.replace(config, model=str(base.path)), threads, lora_rank=lora_rank,
+                        max_loras=MAX_LORAS, policy_version=base.policy_version)
+
+
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "",
-                 max_loras: int = 1) -> Server:
+                 max_loras: int = 1, policy_version: int = 0) -> Server:
+    """The engine (serving `policy_version` from the start), store and users of a serving process."""
     model_dir = resolve_model_dir(config.model or None)
-    engine = build_engine(config, model_dir, threads, lora_rank, name, max_loras)
+    engine = build_engine(config, model_dir, threads, lora_rank, name, max_loras, policy_version)
     store = open_store(config.store, config.data_dir, config.log_text, config.redact)
     return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
                   model_name=engine.model_name, metrics=Metrics(), users=Users(config.data_dir, config.api_key))
@@ -276,22 +294,22 @@ def open_store(url: str, data_dir: str | Path, log_text: str = "redacted", redac
 
 
 def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = None, lora_rank: int = 0,
-                 name: str = "", max_loras: int = 1) -> Engine:
+                 name: str = "", max_loras: int = 1, policy_version: int = 0) -> Engine:
     """The engine `--engine` names: in this process, or a vLLM / SGLang server over HTTP.
     `--engine vllm` without `--engine-url` starts a vLLM server here (with `max_loras` LoRA
     slots of `lora_rank` when the trainer trains an adapter, or users get their own) that
     stops with the engine. `name`
     keeps the weights dir and server log of several engines sharing a data dir apart
-    (Ray replicas)."""
+    (Ray replicas). `policy_version`: the version `model_dir` holds (a promoted base's)."""
     if config.engine == "local":
         share_the_interpreter()
         return LocalEngine(model_dir, threads=threads or config.threads or None, max_batch_size=config.max_batch_size,
-                           dtype=config.dtype)
+                           dtype=config.dtype, policy_version=policy_version)
     weights_dir = Path(config.data_dir) / "engine-weights"  # the remote server must be able to read it
     if name:
         weights_dir = weights_dir / name
     if config.engine == "sglang":
-        return SGLangEngine(config.engine_url, model_dir, weights_dir=weights_dir)
+        return SGLangEngine(config.engine_url, model_dir, weights_dir=weights_dir, policy_version=policy_version)
     launched = None
     if not config.engine_url:
         launched = VLLMServer(model_dir, python=config.vllm_python, lora_rank=lora_rank, max_loras=max_loras,
@@ -300,7 +318,8 @@ def build_engine(config: ServeConfig, model_dir: Path, threads: int | None = Non
                               gpu_memory_utilization=config.gpu_memory_utilization)
         launched.start()
     try:
-        return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched)
+        return VLLMEngine(config.engine_url or launched.url, model_dir, weights_dir=weights_dir, server=launched,
+                          policy_version=policy_version)
     except BaseException:
         if launched is not None:
             launched.stop()
@@ -430,11 +449,13 @@ def load_trainer(model_dir: Path, data_dir: Path, config: TrainConfig, resume: b
 
 def build_trainer_loop(store: Store, trainer: Trainer, config: TrainConfig, channels: Sequence[WeightsChannel], *,
                        tokenizer=None, scorer: Scorer | None = None, on_step: Callable[[dict], None] | None = None,
-                       flush: Flush | None = None) -> TrainerLoop:
+                       flush: Flush | None = None, owners: Sequence[str] | None = None) -> TrainerLoop:
     """The trainer loop of every deployment: its versions pass the update gate and go to
-    `channels`, in order (the serving engine, the files channel, Ray's object store...)."""
+    `channels`, in order (the serving engine, the files channel, Ray's object store...);
+    `owners`: only their samples train (a promotion)."""
     gate, archive = build_updates(trainer, config, store, tokenizer, scorer)
-    return TrainerLoop(store, trainer, config, Publisher.for_trainer(trainer, channels), gate, archive, on_step, flush)
+    return TrainerLoop(store, trainer, config, Publisher.for_trainer(trainer, channels), gate, archive, on_step, flush,
+                       tuple(owners) if owners is not None else None)
 
 
 def warn_if_short_of_disk(data_dir: str | Path, needed: int) -> bool:

@@ -940,3 +940,27 @@ class TrainProcessConfig:
     def __post_init__(self) -> None:
         check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (no limit) or more steps")
         check(self.nproc >= 1, "nproc", self.nproc, "1 or more trainer processes")
+
+
+@dataclass
+class PromoteConfig:
+    """Promotion: `openclaw-rl promote`, chosen users' samples trained into the shared model."""
+
+    data_dir: str = setting("the data dir of a stopped server (serve --data-dir)", default="", required=True)
+    users: str = setting("whose ready samples to train into the shared model: a comma list of users, e.g. "
+                         "alice,bob", default="", required=True)
+    store: str = setting("the store's database, as serve --store: a postgresql:// URL, or unset for the SQLite "
+                         "file in the data dir", default="")
+    model: str = setting("base model directory, as serve --model; empty: the bundled model", default="")
+    max_steps: int = setting("stop after this many training steps (0 = until no sample of theirs is left)",
+                             default=0)
+    reset_adapters: bool = setting("delete the promoted users' personal adapters and their history, since their "
+                                   "data is now in the shared model (default: they stay, as deltas trained on "
+                                   "the previous base)", default=False)
+
+    @property
+    def user_names(self) -> list[str]:
+        return [name.strip() for name in self.users.split(",") if name.strip()]
+
+    def __post_init__(self) -> None:
+        check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (until no sample is left) or more steps")

@@ -5,6 +5,8 @@
     judge          standalone_judge against the store, until stopped (or --once)
     train          build_trainer_loop publishing to DATA_DIR/weights; under torchrun, one rank
                    of a sharded trainer
+    promote        the same trainer loop on chosen users' samples only, until none is left; then
+                   the checkpoint becomes the base personal adapters sit on (train/promotion.py)
 
 Here is what starts and stops processes: torchrun ranks, subprocess groups, signals.
 What each process runs is built in compose.py (the same builders the drivers and the Ray
@@ -21,6 +23,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -40,11 +43,16 @@ from openclaw_rl.compose import (
     open_store,
     standalone_judge,
 )
-from openclaw_rl.config import JudgeConfig, JudgeProcessConfig, ServeConfig, TrainConfig
+from openclaw_rl.config import JudgeConfig, JudgeProcessConfig, PromoteConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
 from openclaw_rl.serve import http_server
 from openclaw_rl.serve.server import Background, check_exposure
+from openclaw_rl.store import SQLITE_FILE
 from openclaw_rl.train import sharded
+from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.personal import remove_adapter
+from openclaw_rl.train.promotion import PromotedBase, PromotionError, check_promotable, export_promoted, promoted_base
+from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.weights import FilesChannel
 from openclaw_rl.users import Users
 
@@ -188,23 +196,83 @@ def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resum
         torch.distributed.destroy_process_group()
 
 
+@dataclass(frozen=True)
+class Promotion:
+    """What `promote` did: per user, their samples it claimed (used, dropped as stale, rejected by
+    the method), the steps taken, the versions the gate accepted and rejected, the shared model's
+    version now and the promoted model directory personal adapters now sit on (None: none yet)."""
+
+    claims: dict[str, dict[str, int]]
+    steps: int
+    accepted: list[int]
+    rejected: list[int]
+    policy_version: int
+    base: PromotedBase | None
+    adapters_reset: list[str]
+
+
+def promote(part: PromoteConfig, config: TrainConfig) -> Promotion:
+    """`openclaw-rl promote`: train the shared model on the named users' ready samples only, with
+    the standard trainer (`openclaw-rl train`'s loop, resumed from the latest checkpoint so that
+    promotions stack), claimed under the shared method's name, so a sample is promoted once;
+    every step ready is taken, partial batches too (Flush), until none of theirs is left or
+    --max-steps. Then the checkpoint is written as the promoted model that `serve
+    --personal-adapters on` builds on (train/promotion.py). For a stopped server's data dir."""
+    data_dir = Path(part.data_dir)
+    if not part.store and not (data_dir / SQLITE_FILE).is_file():
+        raise PromotionError(f"{data_dir} holds no store ({SQLITE_FILE}): give the data dir a server wrote "
+                             "(serve --data-dir), or --store URL for a PostgreSQL store")
+    store = open_store(part.store, data_dir)
+    users = part.user_names
+    method = get_method(config.method).name
+    check_promotable(store, data_dir, users, method)
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=2)
+    trainer = load_trainer(resolve_model_dir(part.model or None), data_dir, config, True, store)
+    start_step, started_at = trainer.train_step, time.time()
+    loop = build_trainer_loop(store, trainer, config, [FilesChannel(data_dir)], flush=Flush(), owners=users)
+    steps = _run(loop, start_step + part.max_steps if part.max_steps else 0) - start_step
+    base = export_promoted(data_dir) if steps else promoted_base(data_dir, trainer.model_dir)
+    claims = store.claims_by_owner(method, started_at, users)
+    versions = [v for v in store.versions(limit=2 * steps + 10) if (v["train_step"] or 0) > start_step]
+    accepted = sorted(v["version"] for v in versions if v["gate"] in ("accepted", "ungated"))
+    # an adapter goes only where its user's data went into the shared model: trained, and a version accepted
+    reset = [user for user in users if part.reset_adapters and accepted and claims[user]["used"]
+             and remove_adapter(data_dir, user, store)]
+    return Promotion(claims, steps, accepted, sorted(v["version"] for v in versions if v["gate"] == "rejected"),
+                     store.policy_version(), base, reset)
+
+
 def _run(loop: TrainerLoop, max_steps: int, stop_on_sigterm: bool = False) -> int:
     """Run a trainer loop until `max_steps` (0: until stopped); the steps taken. `stop_on_sigterm`:
-    SIGTERM ends the loop after the step in progress, with a final checkpoint."""
+    SIGTERM ends the loop after the step in progress, with a final checkpoint. With the loop's
+    `flush`, it asks for every ready step from the start and ends once none is left."""
     trainer = loop.trainer
+
+    async def until_drained(stop: asyncio.Event) -> None:
+        assert loop.flush is not None
+        loop.flush.requested.set()
+        while not loop.flush.done.is_set() and not stop.is_set():
+            await asyncio.sleep(0.05)
+        stop.set()
 
     async def main() -> int:
         stop = asyncio.Event()
         if stop_on_sigterm:
             asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         await loop.catch_up()  # resumed or renumbered
+        drained = asyncio.ensure_future(until_drained(stop)) if loop.flush is not None else None
 
         def on_step(stats: dict) -> None:
             if max_steps and trainer.train_step >= max_steps:
                 stop.set()
 
         started = time.monotonic()
-        await dataclasses.replace(loop, on_step=on_step).run(stop)
+        try:
+            await dataclasses.replace(loop, on_step=on_step).run(stop)
+        finally:
+            if drained is not None:
+                drained.cancel()
         log.info("trained %d steps in %.0f s", trainer.train_step, time.monotonic() - started)
         return trainer.train_step
 

@@ -51,13 +51,13 @@ from pathlib import Path
 
 from openclaw_rl.privacy import KINDS
 from openclaw_rl.store.adapters import AdaptersMixin
-from openclaw_rl.store.connection import LogText, StoreError, StoreUnavailable, redact_url
+from openclaw_rl.store.connection import SQLITE_FILE, LogText, StoreError, StoreUnavailable, redact_url
 from openclaw_rl.store.experience import ExperienceConflict, ExperienceMixin
 from openclaw_rl.store.schema import add_missing_columns
 from openclaw_rl.store.signals import SignalsMixin
 from openclaw_rl.store.versions import VersionsMixin
 
-__all__ = ["ExperienceConflict", "LogText", "Store", "StoreError", "StoreUnavailable", "add_missing_columns", "make_store", "redact_url"]
+__all__ = ["SQLITE_FILE", "ExperienceConflict", "LogText", "Store", "StoreError", "StoreUnavailable", "add_missing_columns", "make_store", "redact_url"]
 
 
 class Store(SignalsMixin, VersionsMixin, ExperienceMixin, AdaptersMixin):

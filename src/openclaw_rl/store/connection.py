@@ -63,6 +63,9 @@ def chunks(values: list, size: int = 500) -> Iterator[list]:
         yield values[start:start + size]
 
 
+SQLITE_FILE = "openclaw.db"  # the SQLite store in a data dir
+
+
 def marks(values: list) -> str:
     """The `?` placeholders of an `IN (...)` list of `values`."""
     return ",".join("?" * len(values))
@@ -86,7 +89,7 @@ class Connection:
             self.logs_dir = self.logs_dir / socket.gethostname()
             self.path: Path | None = None
         else:
-            self.path = self.data_dir / "openclaw.db"
+            self.path = self.data_dir / SQLITE_FILE
             os.close(os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600))  # SQLite's -wal and -shm copy its mode
             os.chmod(self.path, 0o600)
             self._sql = _SQLite(self.path, busy_timeout_s)

@@ -29,7 +29,7 @@ import collections
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 from openclaw_rl.store.connection import StoreError, chunks, marks
@@ -246,6 +246,7 @@ class SignalsMixin(ConversationsMixin):
                       train_step: int | None, min_size: int | None = None,
                       assemble: Callable[[Sample], Sample | str] | None = None,
                       max_owner_share: float | None = None, owner: str | None = None,
+                      owners: Collection[str] | None = None,
                       ) -> tuple[list[Sample], list[tuple[int, str]]]:
         """Take, for `method`, the oldest `batch_size` samples it has not seen yet, if at least
         `min_size` (default: `batch_size`) are fresh enough and usable; a smaller `min_size` lets
@@ -258,10 +259,13 @@ class SignalsMixin(ConversationsMixin):
         its reason. No user's samples fill more than `max_owner_share` of what `method` trains
         (`OwnerShare`: the rest wait for later batches), so no single user's feedback steers a
         step. With `owner`, only that user's samples (a personal adapter's step: train/personal.py,
-        which passes `train_step` None: its claims name no step of the shared trainer).
+        which passes `train_step` None: its claims name no step of the shared trainer); with
+        `owners`, only theirs (a promotion of their samples into the shared model: processes.promote).
         Returns (claimed samples, dropped (turn id, reason)). Atomic across processes: no
         two claims of one method ever take the same turn.
         """
+        if owner is not None and owners is not None:
+            raise ValueError("claim_samples takes `owner` or `owners`, not both")
         need = batch_size if min_size is None else max(1, min_size)
         taken: list[Sample] = []
         outcomes: list[tuple[int, str, str | None]] = []  # (turn id, status, reason) of turns passed over
@@ -269,7 +273,8 @@ class SignalsMixin(ConversationsMixin):
             share = None if max_owner_share is None else OwnerShare(
                 max_owner_share, batch_size,
                 self._trained_owners(method, OwnerShare.earlier(max_owner_share, batch_size)))
-            for turn_id, version, payload, whose in self._unclaimed(method, batch_size, owner):
+            for turn_id, version, payload, whose in self._unclaimed(
+                    method, batch_size, (owner,) if owner is not None else owners):
                 if share is not None and not share.admits(whose):
                     continue  # stays ready for a later batch
                 if version < current_version - max_staleness:
@@ -328,12 +333,28 @@ class SignalsMixin(ConversationsMixin):
                 "AND c.method = ?) GROUP BY s.owner", (PER_TURN, method, method)).fetchall()
         return {owner: int(count) for owner, count in rows}
 
+    def claims_by_owner(self, method: str, since: float, owners: Collection[str]) -> dict[str, dict[str, int]]:
+        """How many of `owners`' samples `method` claimed from time `since` on, per owner and
+        claim status (used, dropped, rejected): what a promotion took of each user."""
+        found: dict[str, dict[str, int]] = {owner: {"used": 0, "dropped": 0, "rejected": 0} for owner in owners}
+        if not found:
+            return found
+        with self._lock:
+            rows = self._execute(
+                "SELECT t.owner, c.status, COUNT(*) FROM claims c JOIN turns t ON t.id = c.turn_id WHERE c.method = ? "
+                f"AND c.created_at >= ? AND t.owner IN ({marks(list(found))}) GROUP BY t.owner, c.status",
+                (method, since, *found)).fetchall()
+        for owner, status, count in rows:
+            found[owner][status] = int(count)
+        return found
+
     def _unclaimed(self, method: str, batch_size: int,
-                   owner: str | None = None) -> Iterator[tuple[int, int, str, str | None]]:
+                   owners: Collection[str] | None = None) -> Iterator[tuple[int, int, str, str | None]]:
         """(turn id, policy version, payload, owner) of the ready samples `method` has no claim on
-        (only `owner`'s, when given), oldest first, a page at a time (a method may reject many
+        (only `owners`', when given), oldest first, a page at a time (a method may reject many
         before it has a batch)."""
-        whose, mine = ("AND s.owner = ? ", (owner,)) if owner is not None else ("", ())
+        mine = tuple(owners) if owners is not None else ()
+        whose = f"AND s.owner IN ({marks(mine) if mine else 'NULL'}) " if owners is not None else ""
         page = max(batch_size, 64)
         after: tuple[float, int] = (-1.0, -1)
         seen: set[int] = set()  # a database of the per-method era may hold a turn twice

@@ -67,6 +67,7 @@ ADAPTER_DIR = "adapter"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 OPTIMIZER_FILE = "optimizer.pt"
 STATE_FILE = "trainer_state.json"
+PROVENANCE_FILE = "openclaw_rl.json"  # what an export was made from (train step, policy version, base)
 ADAPTER_NAME = "default"  # peft's name for the single adapter the trainer trains
 DCP_DIR = "dcp"  # a sharded trainer's weights and optimizer state (torch.distributed.checkpoint)
 TOKENIZER_FILES = (
@@ -267,7 +268,7 @@ def export(data_dir: str | Path, out_dir: str | Path, *, model_dir: str | Path |
     if not copied:
         log.warning("the base model %s has no tokenizer files; the export has none either", base_dir)
     provenance = {k: checkpoint.state[k] for k in ("train_step", "policy_version", "method", "lora")}
-    (tmp / "openclaw_rl.json").write_text(json.dumps({**provenance, "base_model": str(base_dir)}, indent=2))
+    (tmp / PROVENANCE_FILE).write_text(json.dumps({**provenance, "base_model": str(base_dir)}, indent=2))
     os.replace(tmp, out)  # onto nothing or an empty directory
     log.info("exported policy version %d (step %d) to %s", checkpoint.policy_version, checkpoint.train_step, out)
     return out

@@ -12,7 +12,8 @@ next version to every receiver (the local engine's `load_adapter`: engine/adapte
 Another user's step never starts from, or moves, this user's adapter or moments, so two
 users who want opposite things no longer pull the same weights. The shared model is not
 trained meanwhile: every adapter is a delta on the same frozen base, which is what a user
-without an adapter is served. `run_personal` is the loop that feeds it (`serve
+without an adapter is served (the model, or the shared model of the last promotion:
+train/promotion.py). `run_personal` is the loop that feeds it (`serve
 --personal-adapters on`, compose.py).
 
 Decisions and why (docs/personal-adapters.md):
@@ -78,6 +79,24 @@ def personal_claims(method: str) -> str:
     """The name personal steps claim samples under (store.claims): apart from the shared
     trainer's, so a turn trained into a user's adapter is still there for the shared model."""
     return f"personal:{method}"
+
+
+def adapter_dir(data_dir: str | Path, user: str) -> Path:
+    """DATA_DIR/personal/<user>: the user's adapter versions; a name no directory can have is refused."""
+    if not _USER.match(user):
+        raise ValueError(f"user name {user!r} cannot name an adapter directory: use letters, digits and _.@-")
+    return Path(data_dir) / "personal" / user
+
+
+def remove_adapter(data_dir: str | Path, user: str, store: Store | None) -> bool:
+    """Delete `user`'s adapter files and their history in `store` (what a reset removes, less
+    what a running engine serves: `PersonalAdapters.reset`); whether they had any."""
+    directory = adapter_dir(data_dir, user)
+    had = directory.is_dir()
+    shutil.rmtree(directory, ignore_errors=True)
+    if store is not None:
+        had = store.delete_adapter_history(user) > 0 or had
+    return had
 
 
 class AdapterReceiver(Protocol):
@@ -191,9 +210,7 @@ class PersonalAdapters:
         async with self._lock:
             self._moments.pop(user, None)
             self._gates.pop(user, None)
-            shutil.rmtree(self._dir(user), ignore_errors=True)
-            if self.store is not None:
-                await asyncio.to_thread(self.store.delete_adapter_history, user)
+            await asyncio.to_thread(remove_adapter, self.root.parent, user, self.store)
             for receiver in self.receivers:
                 await receiver.drop_adapter(user)
 
@@ -205,9 +222,7 @@ class PersonalAdapters:
         self._off.discard(user)
 
     def _dir(self, user: str) -> Path:
-        if not _USER.match(user):
-            raise ValueError(f"user name {user!r} cannot name an adapter directory: use letters, digits and _.@-")
-        return self.root / user
+        return adapter_dir(self.root.parent, user)
 
     def _next_number(self, user: str) -> int:
         on_disk = weight_files.highest_version(self._dir(user)) or 0
@@ -267,7 +282,7 @@ class PersonalAdapters:
 async def run_personal(store: Store, personal: PersonalAdapters, config: TrainConfig, stop: asyncio.Event,
                        flush: Flush | None = None) -> None:
     """Until `stop`: each user with `min_samples` ready samples (and their adapter on) gets one
-    step of their adapter on at most `batch_size` of them, the oldest first (claimed as
+    step of their adapter on at most `batch_size` of them (`min_samples` if more), the oldest first (claimed as
     `personal_claims`, so the shared trainer's claims are untouched). The staleness window is the shared policy's: a
     user's behaviour log-probs were sampled under their own adapter, which the trainer's
     importance ratio corrects. `flush`: set `done` once no user has enough ready."""
@@ -278,9 +293,10 @@ async def run_personal(store: Store, personal: PersonalAdapters, config: TrainCo
         ready = await asyncio.to_thread(store.ready_owners, claims)
         stepped = False
         for user in sorted(u for u, count in ready.items() if count >= personal.min_samples and personal.is_on(u)):
+            # a step takes at least min_samples: with a smaller --batch-size (the demo's 2) none ever would
             samples, _ = await asyncio.to_thread(lambda owner=user: store.claim_samples(
-                claims, config.batch_size, store.policy_version(), config.max_staleness, None, personal.min_samples,
-                assemble, None, owner))
+                claims, max(config.batch_size, personal.min_samples), store.policy_version(), config.max_staleness,
+                None, personal.min_samples, assemble, None, owner))
             if samples:
                 await personal.train(user, samples)
                 stepped = True

@@ -34,7 +34,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -99,16 +99,18 @@ async def run_trainer(
     flush: Flush | None = None,
     gate: Gate | None = None,
     archive: VersionArchive | None = None,
+    owners: Collection[str] | None = None,
 ) -> None:
     """Train until `stop` is set. Claims samples as the trainer's method assembles them from
     the store's per-turn samples (a turn it cannot learn from is skipped with the reason)
-    and trains them with that method's loss.
+    and trains them with that method's loss; with `owners`, only those users' samples (a
+    promotion: processes.promote).
     Every new version the `gate` accepts (all, without one) goes to `publisher` and, with an
     `archive`, is kept for rollback. `flush`: see Flush."""
     writer = SummaryWriter(str(store.data_dir / "tensorboard"))
     work = _Work()
     try:
-        await _train(store, trainer, config, publisher, stop, on_step, flush, gate, archive, work, writer)
+        await _train(store, trainer, config, publisher, stop, on_step, flush, gate, archive, work, writer, owners)
     finally:
         work.close()
         writer.close()
@@ -116,7 +118,7 @@ async def run_trainer(
 
 async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher: Publisher, stop: asyncio.Event,
                  on_step: Callable[[dict[str, float]], None] | None, flush: Flush | None, gate: Gate | None,
-                 archive: VersionArchive | None, work: _Work, writer: Any) -> None:
+                 archive: VersionArchive | None, work: _Work, writer: Any, owners: Collection[str] | None) -> None:
     data_dir, method, saved_step = store.data_dir, trainer.method, trainer.train_step
     assemble = _without_probes(method.assemble, config) if gate is not None else method.assemble
     if archive is not None and not archive.has(trainer.policy_version):  # the start is restorable too
@@ -135,7 +137,7 @@ async def _train(store: Store, trainer: Trainer, config: TrainConfig, publisher:
             samples, dropped = await asyncio.to_thread(
                 store.claim_samples, method.name, config.claim_size, trainer.policy_version,
                 config.max_staleness, trainer.train_step + 1, 1 if flushing else config.batch_size, assemble,
-                per_user_share(config, users.shared),
+                per_user_share(config, users.shared), owners=owners,
             )
             if not samples:
                 if flushing and delivery.idle:
