@@ -46,6 +46,7 @@ from openclaw_rl.engine.base import LoraAdapter  # noqa: E402
 from openclaw_rl.engine.decoder import FusedDecoder  # noqa: E402
 from openclaw_rl.engine.local import LocalEngine  # noqa: E402
 from openclaw_rl.engine.loading import default_model_dir  # noqa: E402
+from openclaw_rl.train.personal_state import MAX_RESIDENT, RESIDENT_COPIES  # noqa: E402
 
 BATCHES = (1, 4, 8)
 ADAPTERS = (0, 1, 4, 8, 16)  # 0: the shared model
@@ -56,7 +57,6 @@ GIB, MIB = 2**30, 2**20
 KV_ROWS, KV_POSITIONS = 16, 4096  # the KV cache reserved: --max-batch-size's default rows, 4K positions each
 PREFIX_CACHE_BYTES = 256 * MIB  # the engine's kept prefixes (engine/local.py PREFIX_CACHE_MB)
 RUNTIME_BYTES = {"cpu": 2 * GIB, "cuda": 1.5 * GIB}  # Python, torch, tokenizer, store; CUDA context, activations
-TRAINING_COPIES = 6  # per user trained here: served 1, AdamW moments 2, their gate's snapshot 3 (train/personal.py)
 
 
 def random_adapter(model, rank: int, seed: int) -> LoraAdapter:
@@ -167,7 +167,9 @@ def memory_model(rank: int, measured_135m_bytes: int | None) -> list[dict]:
                          "memory_gib": round(memory / GIB, 1), "base_gib": round(base / GIB, 2),
                          "kv_gib": round(kv / GIB, 2), "other_gib": round(other / GIB, 2),
                          "adapter_mib": round(adapter / MIB, 2), "served": max(int(free // adapter), 0),
-                         "trained_here": max(int(free // (TRAINING_COPIES * adapter)), 0) if device == "cpu" else None})
+                         # the trainer here: the state of MAX_RESIDENT users in memory (train/personal_state.py)
+                         "trained_here": max(int((free - MAX_RESIDENT * RESIDENT_COPIES * adapter) // adapter), 0)
+                         if device == "cpu" else None})
     return rows
 
 

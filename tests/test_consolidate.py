@@ -278,3 +278,24 @@ def test_a_lesson_is_absorbed_when_its_gap_fell_to_a_quarter_of_its_first(gaps, 
     from openclaw_rl.judge.absorption import absorbed
 
     assert absorbed([{"gap": gap, "policy_version": i} for i, gap in enumerate(gaps)]) is expected
+
+
+def test_under_a_personal_adapter_a_lesson_is_compared_along_the_adapters_versions():
+    from openclaw_rl.judge.absorption import absorbed, absorbed_by_adapter_version, weights_line
+
+    def at(gap: float, when: float, adapter: int | None = None, version: int = 0) -> dict:
+        return {"policy_version": version, "adapter_version": adapter, "gap": gap, "measured_at": when}
+
+    base, v1, v2 = at(0.3, 1.0), at(0.2, 2.0, adapter=1), at(0.06, 3.0, adapter=2)
+    assert weights_line([base, v1, v2]) == [base, v1, v2]  # the base the adapter started from, then its versions
+    assert absorbed([base, v1, v2]) is True  # 0.06 <= a quarter of the base's 0.3
+    assert absorbed([v1, v2]) is False  # no base measured: the adapter's first version is the first gap
+    assert absorbed_by_adapter_version([base, v1, v2]) == {1: False, 2: True}  # each version along its line
+    # the adapter turned off and the lesson measured on the shared model again: that line alone (one version)
+    again = at(0.3, 4.0)
+    assert weights_line([again, v1, v2]) == [again] and absorbed([again, v1, v2]) is None
+    assert absorbed_by_adapter_version([again, v1, v2]) == {1: False, 2: True}  # the adapter's line still holds
+    # another base (a promotion): the adapter's line starts at its own base's measurement
+    promoted, on_it = at(0.1, 5.0, version=4), at(0.06, 6.0, adapter=3, version=4)
+    assert weights_line([base, v1, v2, promoted, on_it]) == [promoted, on_it]
+    assert absorbed([base, v1, v2, promoted, on_it]) is False

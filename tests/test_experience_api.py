@@ -195,6 +195,8 @@ def test_absorption_is_measured_on_turns_served_with_the_lesson_and_kept_per_ver
     assert unseen["absorption"] == [] and unseen["absorbed"] is None
     (first,) = served["absorption"]
     assert first["turns"] == 2 and first["policy_version"] == 0 and first["gap"] == first["gap"]  # not NaN
+    # no personal adapters: measured on the shared model, as recorded and answered
+    assert first["adapter_version"] is None and body["measured_on"] == {"policy_version": 0, "adapter_version": None}
     assert served["absorbed"] is None  # one version measured: nothing to compare with yet
     again = httpx.post(f"{server.base_url}/v1/experience/absorption", headers=alice, timeout=120).json()
     assert len(next(x for x in again["lessons"] if x["id"] == served["id"])["absorption"]) == 1  # same version

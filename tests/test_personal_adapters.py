@@ -301,3 +301,51 @@ def test_the_judges_teacher_scores_a_users_turn_under_that_users_adapter(tiny_mo
     # the adapter moved alice's numbers: scoring her turn under the base would not have passed
     assert not torch.allclose(torch.tensor(found["alice"][0].logprobs), torch.tensor(found["bob"][0].logprobs),
                               atol=1e-3)
+
+
+def test_a_lessons_absorption_is_measured_under_its_users_adapter(tiny_model_dir, adapters, base):
+    """POST /v1/experience/absorption's pass: alice's lesson scored with its block and without it
+    under alice's adapter (her weights), recording the adapter version; bob's, who has none, on the base."""
+    from transformers import AutoTokenizer
+
+    from openclaw_rl.chat import render_prompt
+    from openclaw_rl.experience import Lesson, place
+    from openclaw_rl.judge.absorption import experience_absorption, lesson_block
+    from openclaw_rl.types import Turn
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    messages = [{"role": "user", "content": "What is 2 + 3?"}]
+    response = [5, 6, 7, 8]
+
+    def lesson(owner: str) -> Lesson:
+        return Lesson(id=1, owner=owner, text="Answer in one sentence.", support=1, sources=("1",), created_at=0.0,
+                      updated_at=0.0)
+
+    def turn(owner: str) -> Turn:
+        block = lesson_block(lesson(owner))
+        return Turn(id=1, session_id="s", index=0, kind="main", policy_version=0, prompt_messages=messages,
+                    prompt_token_ids=render_prompt(tokenizer, place(messages, block, "user"), None, None),
+                    response_token_ids=response, behaviour_logprobs=[-1.0] * 4, response_text="", tool_calls=[],
+                    sampling={"temperature": 0.0}, finish_reason="stop", created_at=0.0, owner=owner,
+                    experience_version=1, experience_block=block, experience_placement="user")
+
+    async def main():
+        engine = LocalEngine(tiny_model_dir, max_batch_size=4, threads=1)
+        try:
+            await engine.load_adapter("alice", adapters["alice"][0], 3)
+            return {owner: await experience_absorption(engine, tokenizer, [lesson(owner)], [turn(owner)], 8)
+                    for owner in ("alice", "bob")}
+        finally:
+            await engine.aclose()
+
+    found = asyncio.run(main())
+    taught = render_prompt(tokenizer, place(messages, lesson_block(lesson("alice")), "user"), None, None)
+    plain = render_prompt(tokenizer, messages, None, None)
+    for owner, model, adapter in (("alice", adapters["alice"][1], 3), ("bob", base, None)):
+        (measured,) = found[owner]
+        gaps = [t - s for t, s in zip(_reference(model, taught, response), _reference(model, plain, response))]
+        assert (measured.lesson_id, measured.turns, measured.policy_version, measured.adapter_version) == \
+            (1, 1, 0, adapter), owner
+        assert measured.gap_per_token == pytest.approx(sum(gaps) / len(gaps), abs=1e-4), owner
+    # the adapter moved alice's gap: measuring her lesson on the base would not have passed
+    assert abs(found["alice"][0].gap_per_token - found["bob"][0].gap_per_token) > 1e-3

@@ -188,6 +188,70 @@ def test_the_dashboard_shows_each_user_their_own_adapter_and_the_admin_all(runni
             context.close()
 
 
+def _alice_has_a_lesson(running) -> int:
+    """alice's lesson "Show every step." (taught once), its id."""
+    from openclaw_rl.experience import learn
+
+    if not running.store.experience("alice").lessons:
+        running.store.update_experience("alice", lambda e: learn(e, "Show every step.", "t-alice", time.time(),
+                                                                 lambda texts: [[1.0]] * len(texts), len))
+    return running.store.experience("alice").lessons[0].id
+
+
+def test_absorption_measures_a_users_lessons_under_their_adapter_and_says_which(running):
+    lesson = _alice_has_a_lesson(running)
+    assert running.greedy("alice")[0] == "1"  # a turn served with the lesson, by alice's adapter v1
+    r = httpx.post(f"{running.url}/v1/experience/absorption", headers=running.keys["alice"], timeout=120)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["measured"] == 1 and body["measured_on"] == {"policy_version": 0, "adapter_version": 1}
+    (shown,) = [x for x in body["lessons"] if x["id"] == lesson]
+    assert [(m["policy_version"], m["adapter_version"]) for m in shown["absorption"]] == [(0, 1)]
+    assert shown["absorption_line"] == shown["absorption"] and shown["absorbed"] is None  # one version: cannot tell
+    assert [m["adapter_version"] for m in running.store.absorption("alice")[lesson]] == [1]
+    (v1,) = running.adapters("alice")["data"][0]["versions"]
+    assert v1["lessons"] == {"measured": 1, "absorbed": []}
+    # the base measured at 0.4 and v1 at 0.05: absorbed at v1, along alice's adapter line
+    running.store.record_absorption("alice", [(lesson, 0, 0.4, 4)])
+    running.store.record_absorption("alice", [(lesson, 0, 0.05, 4)], adapter_version=1)
+    (v1,) = running.adapters("alice")["data"][0]["versions"]
+    assert v1["lessons"] == {"measured": 1, "absorbed": [{"id": lesson, "text": "Show every step."}]}
+    assert running.adapters("bob")["data"][0]["versions"][0]["lessons"] is None  # not measured
+
+
+def test_the_dashboard_shows_the_lessons_absorbed_at_each_adapter_version(running, chromium):
+    from playwright.sync_api import expect
+
+    lesson = _alice_has_a_lesson(running)
+    running.store.record_absorption("alice", [(lesson, 0, 0.4, 4)])
+    running.store.record_absorption("alice", [(lesson, 0, 0.05, 4)], adapter_version=1)
+    for user in ("alice", "root"):
+        context = chromium.new_context()
+        page = context.new_page()
+        page.set_default_timeout(20_000)
+        errors: list[str] = []
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        try:
+            page.goto(f"{running.url}/dashboard?poll_ms=300#adapters")
+            page.locator("#key-form input").fill(running.raw_keys[user])
+            page.locator("#key-form button").click()
+            page.locator("nav [data-view=adapters]").click()
+            cell = page.locator(".adapters-table[data-user=alice] tr[data-version='1'] .absorbed")
+            expect(cell.locator(f".lesson[data-lesson='{lesson}']")).to_have_text("Show every step.")
+            expect(cell).to_contain_text("1 of 1 measured")
+            if user == "root":  # bob's lessons were never measured under his adapter
+                expect(page.locator(".adapters-table[data-user=bob] tr[data-version='1'] .absorbed")).to_have_text(
+                    "not measured")
+                continue
+            page.locator("nav [data-view=experience]").click()
+            absorbed = page.locator(f"#lessons-table tr[data-lesson='{lesson}'] .absorbed")
+            expect(absorbed).to_contain_text("yes")
+            expect(absorbed).to_contain_text("0.050 at adapter v1 (from 0.400 at v0)")
+            assert errors == []
+        finally:
+            context.close()
+
+
 def _same(a, b) -> bool:
     """The same answer: adapter version and tokens exactly, log-probs to 1e-4 (a prefill on one
     core or two, as the trainer lends them, sums in another order: measured 1e-6 apart)."""

@@ -63,3 +63,20 @@ def test_an_admins_switch_of_a_users_adapter_is_kept_until_turned_on_or_the_user
     assert set(store.adapters_off()) == {"alice"}
     store.delete_sessions(owner="alice")  # deleting the user does not
     assert store.adapters_off() == {}
+
+
+def test_absorption_under_an_adapter_is_kept_per_adapter_version_and_goes_with_its_reset(store):
+    store.record_absorption("alice", [(1, 0, 0.3, 4), (2, 0, 0.1, 4)])  # on the shared model (the base)
+    store.record_absorption("alice", [(1, 0, 0.2, 4)], adapter_version=1)  # one base, one adapter version after another
+    store.record_absorption("alice", [(1, 0, 0.9, 2)], adapter_version=2)
+    store.record_absorption("alice", [(1, 0, 0.05, 4)], adapter_version=2)  # the same weights again: replaces
+    store.record_absorption("bob", [(1, 0, 0.4, 4)], adapter_version=1)
+    measured = store.absorption("alice")
+    assert [(m["policy_version"], m["adapter_version"], m["gap"]) for m in measured[1]] == [
+        (0, None, 0.3), (0, 1, 0.2), (0, 2, 0.05)]  # oldest weights first
+    assert [m["adapter_version"] for m in measured[2]] == [None]
+    store.delete_adapter_history("alice")  # a reset: the numbers start again, so what was measured under them goes
+    assert [m["adapter_version"] for m in store.absorption("alice")[1]] == [None]
+    assert store.absorption("bob")[1][0]["adapter_version"] == 1
+    store.delete_sessions(owner="bob")  # deleting the user's data: every measurement
+    assert store.absorption("bob") == {}

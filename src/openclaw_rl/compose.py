@@ -251,7 +251,8 @@ def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: S
     share_the_interpreter()
     trainer = Trainer(server.engine.model_dir, personal_config(train))
     personal = PersonalAdapters(trainer, config.data_dir, [server.engine], store=server.store,
-                                gate=personal_gates(trainer, train, server.store, server.tokenizer, spec.scorer))
+                                gate=personal_gates(trainer, train, server.store, server.tokenizer, spec.scorer),
+                                max_resident=config.personal_resident)
     loaded = asyncio.run(personal.load_all())
     log.info("personal adapters on: %d users served their own adapter", len(loaded))
     server.personal = personal

@@ -130,6 +130,10 @@ class ServeConfig:
         "with no accepted adapter yet (fewer than 4 ready samples) gets the base model, which is not trained. Needs "
         "--engine local or vllm and the trainer in this process (docs/personal-adapters.md). off = one shared model "
         "learns from everyone", default="off")
+    personal_resident: int = setting(
+        "with --personal-adapters on: the most users whose trainer state (AdamW moments and update gate, 5x their "
+        "adapter) stays in memory between their steps; the least recently trained leave first, their moments kept on "
+        "disk and read back at their next step (docs/personal-adapters.md, Cost)", default=32)
     resume: bool = setting("continue from the latest checkpoint in the data dir", default=False)
     status_interval_s: float = setting("seconds between live status lines (0 = none)", default=30.0)
     engine: str = setting("inference backend: local (transformers, in this process) | vllm (a vLLM OpenAI server) | "
@@ -166,6 +170,8 @@ class ServeConfig:
         check(self.engine != "sglang" or bool(self.engine_url), "engine_url", self.engine_url,
                "the URL of a running SGLang server with --engine sglang (openclaw-rl starts only vLLM servers)")
         check(self.personal_adapters in ("on", "off"), "personal_adapters", self.personal_adapters, "on or off")
+        check(self.personal_resident >= 1, "personal_resident", self.personal_resident,
+              "at least 1 (the user stepping now)")
         if self.personal_adapters == "on":
             check(self.engine in ("local", "vllm"), "engine", self.engine,
                   "local or vllm with --personal-adapters on (they serve many adapters in one batch)")

@@ -21,6 +21,17 @@ lessons' gaps fell to 0.33-0.37 of their base gaps (+0.020 to +0.049). No absolu
 threshold fits both placements, and none says how far a lesson has gone. Nothing retires
 or shrinks a lesson by the rule (docs/experience.md, "Into the weights"). A small gap also comes
 from prompts the lesson does not bear on, so the turns should be ones it applies to.
+
+**Personal adapters** (docs/personal-adapters.md): a user's weights are their adapter on the
+frozen base, so when the engine serves the user one, every pass scores under it
+(`personal_adapter`, as the judge's teacher does) and the measurement records both the
+shared version and the adapter version (`adapter_version`; None: the shared model). The rule
+compares a lesson's measurements along one line of weights (`weights_line`): the line of its
+newest measurement. The shared line is every measurement without an adapter, by shared
+version (all of them with personal adapters off: the rule as before). The adapter line is
+the measurements under the user's adapter on one base, by adapter version, after the
+measurement of that base without an adapter if there is one: the base is what the adapter
+started from (peft's init adds nothing), so its gap is the adapter line's first.
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from typing import Any
 from openclaw_rl.chat import render_prompt
 from openclaw_rl.experience import Experience, Lesson, place, render
 from openclaw_rl.judge.teacher import (
-    at_one_version, grammar_mask, logprob_temperature, logprob_top_p, student_prompt_ids,
+    at_one_weights, grammar_mask, logprob_temperature, logprob_top_p, personal_adapter, student_prompt_ids,
 )
 from openclaw_rl.types import Turn
 
@@ -50,7 +61,8 @@ class Absorption:
     gap_per_token: float  # mean over the turns of each turn's mean log π(y | with) − log π(y | without)
     turns: int  # how many turns it was measured on
     absorbed: bool  # gap_per_token < the threshold
-    policy_version: int  # the weights every pass ran on
+    policy_version: int  # the shared weights every pass ran on
+    adapter_version: int | None = None  # the user's personal adapter every pass ran under; None: none
 
 
 def lesson_block(lesson: Lesson) -> str:
@@ -90,8 +102,8 @@ def served_with_block(store, owner: str, sessions: int) -> list[Turn]:
 
 async def _absorptions(engine, tokenizer, pairs: list[tuple[Lesson, list[Turn]]], threshold: float,
                        what: str) -> list[Absorption]:
-    """Each (lesson, its turns)'s mean gap, on one version; a turn several lessons share is scored
-    without a block once."""
+    """Each (lesson, its turns)'s mean gap, on one version (and under the owner's adapter when the
+    engine serves them one); a turn several lessons share is scored without a block once."""
 
     async def once() -> list[list[float]]:
         plain: dict[int, list[float]] = {}
@@ -100,7 +112,8 @@ async def _absorptions(engine, tokenizer, pairs: list[tuple[Lesson, list[Turn]]]
             block, mine = lesson_block(lesson), []
             for turn in turns:
                 tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
-                params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn))
+                params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn),
+                              **personal_adapter(engine, turn))
                 if turn.id not in plain:
                     plain[turn.id] = (await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids,
                                                          **params)).logprobs
@@ -111,16 +124,48 @@ async def _absorptions(engine, tokenizer, pairs: list[tuple[Lesson, list[Turn]]]
             gaps.append(mine)
         return gaps
 
-    gaps, version = await at_one_version(engine, what, once)
-    return [Absorption(lesson.id, sum(g) / len(g), len(g), sum(g) / len(g) < threshold, version)
+    owners = {turn.owner for _, turns in pairs for turn in turns}
+    if len(owners) != 1:
+        raise ValueError(f"{what}: one user's turns at a time (their adapter is the weights), not {sorted(owners)}")
+    gaps, (version, adapter) = await at_one_weights(engine, what, once, owner=owners.pop())
+    return [Absorption(lesson.id, sum(g) / len(g), len(g), sum(g) / len(g) < threshold, version, adapter)
             for (lesson, _), g in zip(pairs, gaps)]
 
 
 def absorbed(measurements: Sequence[Mapping[str, Any]]) -> bool | None:
-    """A lesson's state from its measurements, oldest policy version first (store.absorption):
-    True when the latest gap is at most `ABSORBED_SHARE` of the first, False when not, None
-    when it cannot be told (fewer than two versions measured, or a first gap below
-    `MEASURABLE_GAP`: the lesson never moved the model measurably)."""
-    if len(measurements) < 2 or measurements[0]["gap"] < MEASURABLE_GAP:
+    """A lesson's state from its measurements (store.absorption, oldest weights first), along the
+    line of its newest (`weights_line`): True when the line's latest gap is at most
+    `ABSORBED_SHARE` of its first, False when not, None when it cannot be told (fewer than two
+    weights measured on the line, or a first gap below `MEASURABLE_GAP`: the lesson never
+    moved the model measurably)."""
+    return _rule(weights_line(measurements))
+
+
+def absorbed_by_adapter_version(measurements: Sequence[Mapping[str, Any]]) -> dict[int, bool | None]:
+    """For each adapter version a lesson was measured under: the rule on its adapter line up to that version."""
+    return {m["adapter_version"]: _rule(weights_line(measurements, m)) for m in measurements
+            if m.get("adapter_version") is not None}
+
+
+def _rule(line: Sequence[Mapping[str, Any]]) -> bool | None:
+    if len(line) < 2 or line[0]["gap"] < MEASURABLE_GAP:
         return None
-    return measurements[-1]["gap"] <= ABSORBED_SHARE * measurements[0]["gap"]
+    return line[-1]["gap"] <= ABSORBED_SHARE * line[0]["gap"]
+
+
+def weights_line(measurements: Sequence[Mapping[str, Any]],
+                 last: Mapping[str, Any] | None = None) -> list[Mapping[str, Any]]:
+    """The measurements the rule compares, oldest first, up to `last` (default: the newest measured,
+    `measured_at`): without an adapter, every one without an adapter; under an adapter, the
+    latest measurement of its base without an adapter, then the adapter's versions on that base
+    up to `last`'s (module docstring)."""
+    if not measurements:
+        return []
+    if last is None:  # the newest measured; a tie (or no times): the last
+        last = max(reversed(measurements), key=lambda m: m.get("measured_at", 0.0))
+    if last.get("adapter_version") is None:
+        return [m for m in measurements if m.get("adapter_version") is None]
+    base = [m for m in measurements if m["policy_version"] == last["policy_version"]]
+    return ([m for m in base if m.get("adapter_version") is None][-1:]
+            + [m for m in base if m.get("adapter_version") is not None
+               and m["adapter_version"] <= last["adapter_version"]])

@@ -175,11 +175,18 @@ async def at_one_version(engine, what: str, scoring, owner: str | None = None):
     """(what `scoring()` returns, the version) from a run during which the engine's version (and
     `owner`'s personal adapter version) did not change; TeacherVersionError naming `what`
     (e.g. "turn 7") when every run saw it change."""
+    result, (version, _) = await at_one_weights(engine, what, scoring, owner)
+    return result, version
+
+
+async def at_one_weights(engine, what: str, scoring, owner: str | None = None):
+    """As `at_one_version`, with the weights: (result, (the engine's version, `owner`'s adapter
+    version or None when the engine serves them none))."""
     for _ in range(VERSION_ATTEMPTS):
         before = _scored_by(engine, owner)
         result = await scoring()
         if _scored_by(engine, owner) == before:
-            return result, before[0]
+            return result, before
     raise TeacherVersionError(
         f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of {what} "
         f"(now v{engine.policy_version}); updates come faster than one turn scores: publish less often")

@@ -1,6 +1,7 @@
 """The personal adapter routes: each user sees, pins, rolls back and resets their own adapter.
 
     GET    /v1/adapters                 the caller's adapter: the version served, the kept ones, the history
+                                        (each version with the lessons measured absorbed under it)
     POST   /v1/adapters/rollback        {"to": N}: serve version N's weights again, as a new version
     POST   /v1/adapters/pin             {"version": N, "pinned": true}: keep N's weights whatever the retention
     DELETE /v1/adapters                 reset: the adapter and its history deleted, the base model served
@@ -25,6 +26,10 @@ Decisions and why:
   user", as for `/v1/experience` and `DELETE /v1/users/{name}/data`.
 - Deleting a user's data (`DELETE /v1/users/{name}/data`) deletes their adapter and its
   history too (serve/app.py, store/conversations.py).
+- **Lessons absorbed, per version**: each version of the history carries `lessons`, what
+  `POST /v1/experience/absorption` measured under it (judge/absorption.py): how many of the
+  user's current lessons were measured (`measured`) and those the rule calls absorbed at that
+  version along the adapter's line (`absorbed`, id and text); null when none was measured.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel
 
+from openclaw_rl.judge.absorption import absorbed_by_adapter_version
 from openclaw_rl.serve.schema import ApiError, PinRequest, RollbackRequest, body_doc
 from openclaw_rl.serve.server import PersonalAdmin, Server, caller_of, owner_for
 from openclaw_rl.store import StoreError
@@ -53,8 +59,10 @@ def adapter_routes(app: FastAPI, server: Server, parse_body: ParseBody) -> None:
         owners = [owner_for(request, user)] if user is not None or not caller.admin else None
         history = await run_in_threadpool(store.adapter_versions, owners[0] if owners else None, 10_000)
         owners = owners if owners is not None else sorted({record["owner"] for record in history})
+        lessons = await run_in_threadpool(lambda: {owner: _lessons_absorbed(store, owner) for owner in owners})
         try:
-            data = [_view(server.personal, owner, [r for r in history if r["owner"] == owner]) for owner in owners]
+            data = [_view(server.personal, owner, [r for r in history if r["owner"] == owner], lessons[owner])
+                    for owner in owners]
         except ValueError as error:  # a name no adapter directory can have
             raise ApiError(400, str(error), param="user") from error
         return {"object": "list", "personal_adapters": server.config.personal_adapters, "data": data}
@@ -117,13 +125,29 @@ def _switch_routes(app: FastAPI, server: Server) -> None:
         return {"object": "adapter.switch", "user": owner, "on": on, "serving": _serving(personal, owner)}
 
 
-def _view(personal: PersonalAdmin | None, owner: str, history: list[dict[str, Any]]) -> dict[str, Any]:
+def _view(personal: PersonalAdmin | None, owner: str, history: list[dict[str, Any]],
+          lessons: dict[int, dict[str, Any]]) -> dict[str, Any]:
     serving = _serving(personal, owner) if personal is not None else None
     kept = set(personal.versions(owner)) if personal is not None else set()
     on = personal.is_on(owner) if personal is not None else True
     return {"user": owner, "on": on, "serving": serving, "kept": sorted(kept),
-            "versions": [{**record, "serving": record["version"] == serving, "kept": record["version"] in kept}
-                         for record in history]}
+            "versions": [{**record, "serving": record["version"] == serving, "kept": record["version"] in kept,
+                          "lessons": lessons.get(record["version"])} for record in history]}
+
+
+def _lessons_absorbed(store, owner: str) -> dict[int, dict[str, Any]]:
+    """Adapter version -> how many of `owner`'s lessons were measured under it, and those absorbed at it."""
+    texts = {lesson.id: lesson.text for lesson in store.experience(owner).lessons}
+    found: dict[int, dict[str, Any]] = {}
+    for lesson_id, measured in sorted(store.absorption(owner).items()):
+        if lesson_id not in texts:  # deleted since: not among the user's lessons
+            continue
+        for version, state in absorbed_by_adapter_version(measured).items():
+            entry = found.setdefault(version, {"measured": 0, "absorbed": []})
+            entry["measured"] += 1
+            if state:
+                entry["absorbed"].append({"id": lesson_id, "text": texts[lesson_id]})
+    return found
 
 
 def _serving(personal: PersonalAdmin, owner: str) -> int | None:

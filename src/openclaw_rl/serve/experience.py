@@ -5,7 +5,8 @@
     DELETE /v1/experience/lessons/{id}     delete one lesson
     DELETE /v1/experience                  delete every lesson (one change: one undo brings them back)
     POST   /v1/experience/undo             undo the latest change, or {"version": N} the change that made N
-    POST   /v1/experience/absorption       measure, on the policy served now, how far each lesson still
+    POST   /v1/experience/absorption       measure, on the policy served now (under the user's personal
+                                           adapter when they are served one), how far each lesson still
                                            moves it (judge/absorption.py); GET shows the measurements
 
 An admin adds `?user=NAME` to any of them to act on that user's experience, and GET
@@ -44,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from openclaw_rl.experience import MAX_LESSON_CHARS, Change, Experience, Lesson, delete_lesson, edit_lesson, revert
 from openclaw_rl.experience.lessons import step
 from openclaw_rl.judge.absorption import (
-    ABSORBED_SHARE, MEASURABLE_GAP, absorbed, experience_absorption, served_with_block,
+    ABSORBED_SHARE, MEASURABLE_GAP, absorbed, experience_absorption, served_with_block, weights_line,
 )
 from openclaw_rl.judge.screen import screen_hint
 from openclaw_rl.serve.schema import ApiError, Whole, body_doc
@@ -137,15 +138,18 @@ def _absorption_route(app: FastAPI, server: Server) -> None:
     async def absorption(request: Request, user: str | None = None,
                          turns: int = Query(8, ge=1, le=64)) -> dict[str, Any]:
         """Measure each lesson of the caller (an admin: of `user`) on up to `turns` of their latest
-        turns served with it, on the policy version served now; the view with the measurements."""
+        turns served with it, on the policy version served now and under their adapter if they are
+        served one; the view with the measurements, and `measured_on` the weights (None: nothing measured)."""
         owner = owner_for(request, user)
         experience = await run_in_threadpool(store.experience, owner)
         served = await run_in_threadpool(served_with_block, store, owner, 50)
         found = await experience_absorption(server.engine, server.tokenizer, experience.lessons, served, turns)
         measured = [(a.lesson_id, a.policy_version, a.gap_per_token, a.turns) for a in found]
-        await run_in_threadpool(store.record_absorption, owner, measured)
+        adapter = found[0].adapter_version if found else None  # one pass: one user's weights
+        await run_in_threadpool(store.record_absorption, owner, measured, adapter)
         view = await run_in_threadpool(_view, store, owner, 20)
-        return {**view, "measured": len(measured)}
+        return {**view, "measured": len(measured), "measured_on": {
+            "policy_version": found[0].policy_version, "adapter_version": adapter} if found else None}
 
 
 async def _change(store, owner: str, lesson_id: int | None,
@@ -189,11 +193,13 @@ def _view(store, owner: str, limit: int) -> dict[str, Any]:
 
 def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]], measured: list[dict]) -> dict[str, Any]:
     """The lesson, `from`: the session and turn index of each source still stored (provenance),
-    and `absorption`: its measurements, oldest policy version first; `absorbed` by the rule
-    (judge/absorption.py `absorbed`; None: cannot tell)."""
+    and `absorption`: its measurements, oldest weights first (`adapter_version`: measured under the
+    user's personal adapter; None: without one); `absorbed` by the rule (judge/absorption.py
+    `absorbed`; None: cannot tell), comparing `absorption_line`, the measurements of one line of
+    weights (the adapter's versions, or the shared model's: `weights_line`)."""
     found = [(turn_id, places[turn_id]) for turn_id in lesson.sources if turn_id in places]
     return {**asdict(lesson), "sources": list(lesson.sources), "absorption": measured,
-            "absorbed": absorbed(measured),
+            "absorbed": absorbed(measured), "absorption_line": weights_line(measured),
             "from": [{"turn_id": turn_id, "session_id": shown_session_id(session, lesson.owner), "index": index}
                      for turn_id, (session, index) in found]}
 

@@ -24,7 +24,8 @@ two trainers of one method never claim the same sample.
 
 `Store` is one class over sixteen tables (sessions, turns, verdicts, samples, claims,
 policy, responses; versions, policy_requests and quarantine for safe updates;
-experience, experience_changes and lesson_absorption for each user's lessons;
+experience, experience_changes, lesson_absorption and lesson_absorption_adapter for each
+user's lessons;
 adapter_versions and adapters_off for each user's personal adapter), because
 it is the whole contract between the processes: one object that each process opens.
 Its methods are written by topic, one module each, every query beside the others of

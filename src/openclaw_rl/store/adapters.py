@@ -80,8 +80,10 @@ class AdaptersMixin(Connection):
                 "SELECT version FROM adapter_versions WHERE owner = ? AND pinned = 1", (owner,)).fetchall()}
 
     def delete_adapter_history(self, owner: str) -> int:
-        """Forget `owner`'s adapter history (an admin's reset); how many versions it held."""
+        """Forget `owner`'s adapter history (a reset), and what lessons measured under it (the
+        numbers start again: store/experience.py); how many versions it held."""
         with self._write():
+            self._execute("DELETE FROM lesson_absorption_adapter WHERE owner = ?", (owner,))
             return max(self._execute("DELETE FROM adapter_versions WHERE owner = ?", (owner,)).rowcount, 0)
 
     def turn_adapter_off(self, owner: str, by: str | None = None) -> None:

@@ -254,6 +254,7 @@ class ConversationsMixin(LogsMixin):
                                                              (owner,)).rowcount
                 self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
                 self._execute("DELETE FROM lesson_absorption WHERE owner = ?", (owner,))
+                self._execute("DELETE FROM lesson_absorption_adapter WHERE owner = ?", (owner,))
                 # their personal adapter's history (store/adapters.py); its weights are the trainer's to delete
                 counts["adapter_versions"] = max(self._execute("DELETE FROM adapter_versions WHERE owner = ?",
                                                                (owner,)).rowcount, 0)

@@ -5,7 +5,11 @@ what serving reads for every request (one primary-key lookup). `experience_chang
 the append-only log, one row per `Change` (`Change.to_dict()`), which the API lists and
 undoes and from which `experience.replay` rebuilds any version. `lesson_absorption` keeps
 each measurement of how far a lesson still moves the policy (judge/absorption.py), per
-lesson and policy version, which the API and the dashboard show.
+lesson and policy version, which the API and the dashboard show; one measured under the
+user's personal adapter goes to `lesson_absorption_adapter`, per lesson, policy version and
+adapter version. A table of its own, not a column: the first table's key (owner, lesson,
+policy version) cannot be widened on a database that has it, and under personal adapters the
+shared version stays one while the adapter's versions follow each other.
 
 Decisions and why:
 
@@ -148,26 +152,37 @@ class ExperienceMixin(Connection):
             rows = self._execute("SELECT owner FROM experience ORDER BY owner").fetchall()
         return [row[0] for row in rows]
 
-    def record_absorption(self, owner: str, measured: list[tuple[int, int, float, int]]) -> None:
+    def record_absorption(self, owner: str, measured: list[tuple[int, int, float, int]],
+                          adapter_version: int | None = None) -> None:
         """Save absorption measurements of `owner`'s lessons: (lesson id, policy version, gap per
-        token, turns measured on) each (judge/absorption.py); a repeat on the same version replaces."""
+        token, turns measured on) each (judge/absorption.py), under `owner`'s adapter
+        `adapter_version` (None: none); a repeat on the same weights replaces."""
         now = time.time()
+        table, key, extra = (("lesson_absorption", "", ()) if adapter_version is None else
+                             ("lesson_absorption_adapter", " AND adapter_version = ?", (adapter_version,)))
+        columns = "owner, lesson_id, policy_version, gap, turns, measured_at" + (", adapter_version" if extra else "")
         with self._write():
             for lesson_id, version, gap, turns in measured:
-                self._execute("DELETE FROM lesson_absorption WHERE owner = ? AND lesson_id = ? AND policy_version = ?",
-                              (owner, lesson_id, version))
-                self._execute("INSERT INTO lesson_absorption (owner, lesson_id, policy_version, gap, turns, "
-                              "measured_at) VALUES (?, ?, ?, ?, ?, ?)", (owner, lesson_id, version, gap, turns, now))
+                self._execute(f"DELETE FROM {table} WHERE owner = ? AND lesson_id = ? AND policy_version = ?{key}",
+                              (owner, lesson_id, version, *extra))
+                self._execute(f"INSERT INTO {table} ({columns}) VALUES (?, ?, ?, ?, ?, ?{', ?' if extra else ''})",
+                              (owner, lesson_id, version, gap, turns, now, *extra))
 
     def absorption(self, owner: str) -> dict[int, list[dict[str, Any]]]:
-        """Every absorption measurement of `owner`'s lessons: lesson id -> its measurements, oldest version first."""
+        """Every absorption measurement of `owner`'s lessons: lesson id -> its measurements, oldest
+        weights first (by policy version, then the shared model before each adapter version);
+        `adapter_version` None: measured without an adapter."""
         with self._lock:
-            rows = self._execute("SELECT lesson_id, policy_version, gap, turns, measured_at FROM lesson_absorption "
-                                 "WHERE owner = ? ORDER BY lesson_id, policy_version", (owner,)).fetchall()
+            rows = self._execute(
+                "SELECT lesson_id, policy_version, NULL, gap, turns, measured_at FROM lesson_absorption WHERE owner = ? "
+                "UNION ALL SELECT lesson_id, policy_version, adapter_version, gap, turns, measured_at "
+                "FROM lesson_absorption_adapter WHERE owner = ?", (owner, owner)).fetchall()
         found: dict[int, list[dict[str, Any]]] = {}
-        for lesson_id, version, gap, turns, at in rows:
+        weights = lambda row: (row[0], row[1], -1 if row[2] is None else row[2])  # noqa: E731 - the base first
+        for lesson_id, version, adapter, gap, turns, at in sorted(rows, key=weights):
             found.setdefault(int(lesson_id), []).append(
-                {"policy_version": int(version), "gap": float(gap), "turns": int(turns), "measured_at": float(at)})
+                {"policy_version": int(version), "adapter_version": None if adapter is None else int(adapter),
+                 "gap": float(gap), "turns": int(turns), "measured_at": float(at)})
         return found
 
     def delete_experience(self, owner: str) -> dict[str, int]:
@@ -177,6 +192,7 @@ class ExperienceMixin(Connection):
             changes = self._execute("DELETE FROM experience_changes WHERE owner = ?", (owner,)).rowcount
             self._execute("DELETE FROM experience WHERE owner = ?", (owner,))
             self._execute("DELETE FROM lesson_absorption WHERE owner = ?", (owner,))
+            self._execute("DELETE FROM lesson_absorption_adapter WHERE owner = ?", (owner,))
         return {"lessons": len(json.loads(current[0])) if current else 0, "experience_changes": changes}
 
 

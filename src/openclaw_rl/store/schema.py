@@ -169,6 +169,16 @@ CREATE TABLE IF NOT EXISTS lesson_absorption (
     measured_at     {real} NOT NULL,
     PRIMARY KEY (owner, lesson_id, policy_version)
 );
+CREATE TABLE IF NOT EXISTS lesson_absorption_adapter (
+    owner           TEXT NOT NULL,
+    lesson_id       INTEGER NOT NULL,
+    policy_version  INTEGER NOT NULL,
+    adapter_version INTEGER NOT NULL,
+    gap             {real} NOT NULL,
+    turns           INTEGER NOT NULL,
+    measured_at     {real} NOT NULL,
+    PRIMARY KEY (owner, lesson_id, policy_version, adapter_version)
+);
 CREATE TABLE IF NOT EXISTS experience_changes (
     owner       TEXT NOT NULL,
     version     INTEGER NOT NULL,

@@ -437,6 +437,18 @@ class Gate:
             self._drift[version] = self._drift[self.snapshot.parent]
         self._candidate = None
 
+    def carried(self) -> dict[str, float]:
+        """What a gate built again over the same snapshot cannot find in the weights, the moments
+        and the anchors file: the served version's score drift from the first (with a scorer).
+        A personal user's gate, evicted from memory, is rebuilt with it (train/personal_state.py)."""
+        drift = self._drift.get(self.snapshot.version)
+        return {} if drift is None else {"score_drift": drift}
+
+    def carry(self, carried: dict[str, float]) -> None:
+        """The inverse of `carried`, on a gate just built over the snapshot it was read from."""
+        if "score_drift" in carried:
+            self._drift[self.snapshot.version] = float(carried["score_drift"])
+
     def restore(self) -> None:
         """Back to the last accepted weights and optimizer state; the trainer's version is theirs again."""
         trainer, snap = self.trainer, self.snapshot

@@ -3,6 +3,7 @@
     DATA_DIR/personal/<user>/v000003/adapter_model.safetensors   the user's adapter, peft's files
     DATA_DIR/personal/<user>/LATEST                              the version served to them
     DATA_DIR/personal/<user>/gate-anchors.json                   their update gate's anchors
+    DATA_DIR/personal/<user>/moments.safetensors                 their AdamW moments (train/personal_state.py)
     store.adapter_versions                                       every candidate: parent, gate decision
 
 One LoRA trainer (train/trainer.py, `lora = true`) serves every user in turn: `train`
@@ -31,8 +32,12 @@ Decisions and why (docs/personal-adapters.md):
 - Version numbers only grow, per user, across rejections, rollbacks and restarts (the
   highest of the files and the store): a number names one set of weights forever.
 - Rollback writes the chosen version's weights as a new version, with fresh moments and
-  a gate rebuilt on them; reset and delete remove the user's directory, their history in
-  the store and unload the adapter.
+  a gate rebuilt on them; reset and delete remove the user's directory (their saved moments
+  with it), their history in the store and unload the adapter.
+- Moments and gates of at most `max_resident` users stay in memory, the least recently
+  stepped leaving first; every user's moments are on disk (train/personal_state.py).
+- During a user's step the trainer's version is theirs (their served version, then the
+  candidate's number), so their gate's snapshot and anchors are named by the user's versions.
 - An admin can turn a user's adapter off (`set_on`, kept in the store's `adapters_off`):
   the user is served the shared model, and the adapter is frozen, not trained (their
   samples wait, unclaimed) and not served, a rollback meanwhile included; on again, its
@@ -43,7 +48,6 @@ Decisions and why (docs/personal-adapters.md):
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import re
 import shutil
@@ -57,6 +61,7 @@ from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.store import Store
 from openclaw_rl.train.gate import Gate
+from openclaw_rl.train.personal_state import MAX_RESIDENT, UserStates
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.types import Sample
@@ -110,8 +115,9 @@ class AdapterReceiver(Protocol):
 class PersonalAdapters:
     def __init__(self, trainer: Trainer, data_dir: str | Path, receivers: Sequence[AdapterReceiver], *,
                  min_samples: int = MIN_SAMPLES, keep: int = 5, store: Store | None = None,
-                 gate: GateFor | None = None) -> None:
-        """`store`: where each version is recorded (and pins read); `gate`: each user's update gate."""
+                 gate: GateFor | None = None, max_resident: int = MAX_RESIDENT) -> None:
+        """`store`: where each version is recorded (and pins read); `gate`: each user's update gate;
+        `max_resident`: the users whose moments and gate stay in memory (train/personal_state.py)."""
         if not trainer.config.lora:
             raise ValueError("personal adapters need a LoRA trainer (build it with personal_config(config))")
         if min_samples < 1:
@@ -120,9 +126,8 @@ class PersonalAdapters:
         self.root = Path(data_dir) / "personal"
         self.min_samples, self.keep, self.store, self.gate = min_samples, keep, store, gate
         self._initial = trainer.trainable_state_dict()  # every new user's adapter starts here (B = 0: the base)
-        self._initial_moments = copy.deepcopy(trainer.optimizer.state_dict())
-        self._moments: dict[str, dict] = {}  # user -> their AdamW state, between their steps
-        self._gates: dict[str, Gate] = {}  # user -> their gate, its snapshot their served adapter
+        # user -> their AdamW moments and gate (its snapshot their served adapter), between their steps
+        self.states = UserStates(self.root, trainer.optimizer.state_dict(), max_resident)
         self._lock = asyncio.Lock()  # one user's step at a time: the trainer holds one adapter
         self._off: set[str] = set(store.adapters_off()) if store is not None else set()  # served the shared model
 
@@ -197,8 +202,8 @@ class PersonalAdapters:
             new = self._next_number(user)
             weight_files.write_version(self._dir(user), new, adapter, keep=self.keep, parent=version,
                                        protect=self._protected(user))
-            self._moments.pop(user, None)  # the moments belong to the weights rolled back from
-            self._gates.pop(user, None)  # rebuilt on the rolled-back weights at the user's next step
+            # the moments belong to the weights rolled back from; the gate is rebuilt on the rolled-back ones
+            self.states.forget(user)
             if self.store is not None:
                 await asyncio.to_thread(self.store.record_adapter_version, user, new, parent=version,
                                         gate="rollback", reason=f"rollback to v{version}")
@@ -208,8 +213,7 @@ class PersonalAdapters:
     async def reset(self, user: str) -> None:
         """Delete `user`'s adapter and its whole history; they are served the shared model."""
         async with self._lock:
-            self._moments.pop(user, None)
-            self._gates.pop(user, None)
+            self.states.forget(user)
             await asyncio.to_thread(remove_adapter, self.root.parent, user, self.store)
             for receiver in self.receivers:
                 await receiver.drop_adapter(user)
@@ -239,10 +243,12 @@ class PersonalAdapters:
         latest = self.current(user)
         state = self._initial if latest is None else self.adapter(user, latest).state_dict
         self.trainer.load_trainable_state_dict(state)
-        self.trainer.optimizer.load_state_dict(self._moments.get(user, self._initial_moments))
+        self.trainer.optimizer.load_state_dict(self.states.moments(user, latest))
+        self.trainer.return_to(latest or 0, None)  # the gate's snapshot: named by the user's version
         gate = self._gate_of(user)
         self.trainer.step(samples)
         version, turn_ids = self._next_number(user), [s.turn_id for s in samples]
+        self.trainer.return_to(version, latest)
         decision = gate.decide() if gate is not None else None
         record = {"parent": latest, "turn_ids": turn_ids,
                   "reason": decision.reason if decision else None, "checks": decision.checks if decision else None}
@@ -252,10 +258,10 @@ class PersonalAdapters:
             return version, None
         if gate is not None:
             gate.accept()
-        self._moments[user] = copy.deepcopy(self.trainer.optimizer.state_dict())
         adapter = self.trainer.lora_adapter()
         weight_files.write_version(self._dir(user), version, adapter, keep=self.keep, parent=latest,
                                    protect=self._protected(user))
+        self.states.save(user, version, self.trainer.optimizer.state_dict(), gate)  # after the version it follows
         self._record(user, version, gate="accepted" if decision else "ungated", **record)
         return version, adapter
 
@@ -263,10 +269,12 @@ class PersonalAdapters:
         """The user's gate, built now (with the user's served adapter in the trainer) if new."""
         if self.gate is None:
             return None
-        if user not in self._gates:
+        make = self.gate
+
+        def build() -> Gate:
             self._dir(user).mkdir(parents=True, exist_ok=True)
-            self._gates[user] = self.gate(self._dir(user) / "gate-anchors.json")
-        return self._gates[user]
+            return make(self._dir(user) / "gate-anchors.json")
+        return self.states.gate(user, build)
 
     def _record(self, user: str, version: int, **record) -> None:
         if self.store is not None:

@@ -335,8 +335,16 @@
       ${data && !versions.length ? html`<p class="muted">No versions yet: the trainer records one per update.</p>` : null}`;
   }
 
+  // The user's lessons measured absorbed under one adapter version (POST /v1/experience/absorption).
+  function adapterLessonsCell(lessons) {
+    if (!lessons) return html`<span class="muted">not measured</span>`;
+    return html`${lessons.absorbed.map((l) => html`
+        <div class="lesson" data-lesson=${l.id} key=${l.id}>${l.text}</div>`)}
+      <span class="muted">${lessons.absorbed.length || "none"} of ${lessons.measured} measured</span>`;
+  }
+
   // Each user's personal adapter (docs/personal-adapters.md): its versions, how the gate decided,
-  // pin and roll back; a user sees their own, an admin everyone's.
+  // the lessons absorbed at each, pin and roll back; a user sees their own, an admin everyone's.
   function AdaptersView({ tick, admin, onUnauthorized, onAction }) {
     const { data, error } = usePolled("/v1/adapters", tick, onUnauthorized);
     const act = async (label, path, body) => {
@@ -362,7 +370,8 @@
                                   `/v1/adapters/${a.on === false ? "on" : "off"}?user=${encodeURIComponent(a.user)}`)}>
               turn ${a.on === false ? "on" : "off"}</button>` : null}</h3>
         <table class="adapters-table" data-user=${a.user}><thead><tr><th>version</th><th>parent</th><th>made</th>
-          <th>gate</th><th>samples</th><th>weights</th><th></th></tr></thead>
+          <th>gate</th><th>samples</th><th title="the user's lessons measured absorbed under this version
+(measure absorption in the Experience view)">lessons absorbed</th><th>weights</th><th></th></tr></thead>
         <tbody>${a.versions.map((v) => {
           const q = `?user=${encodeURIComponent(a.user)}`;
           return html`<tr data-version=${v.version} key=${v.version}>
@@ -372,6 +381,7 @@
             <td>${fmt.datetime(v.created_at)}</td>
             <td>${gateBadge(v.gate)}${v.reason ? html`<div class="muted">${v.reason}</div>` : null}</td>
             <td>${v.samples.length}</td>
+            <td class="absorbed">${adapterLessonsCell(v.lessons)}</td>
             <td>${v.kept ? "kept" : html`<span class="muted">${v.gate === "rejected" ? "never served" : "pruned"}</span>`}</td>
             <td><button class="action" data-action="rollback" disabled=${!v.kept || v.serving}
                         onClick=${() => act(`Roll ${a.user}'s adapter back to v${v.version}`, `/v1/adapters/rollback${q}`,
@@ -450,15 +460,20 @@
 
   // The lessons learned from a user's corrections (docs/experience.md): where each came from, and
   // every change, each undoable. An admin picks any user with lessons.
-  // The latest absorption measurement of a lesson: yes / no, its gap and the version measured on.
+  // The weights a measurement ran on: the shared version, or the user's adapter version.
+  const weights = (m) => (m.adapter_version === null || m.adapter_version === undefined
+    ? `v${m.policy_version}` : `adapter v${m.adapter_version}`);
+
+  // The latest absorption measurement of a lesson along the line of weights the rule compares
+  // (the user's adapter versions, or the shared model's): yes / no, its gap and the weights measured.
   function absorbedCell(lesson) {
-    const all = lesson.absorption || [];
+    const all = lesson.absorption_line || lesson.absorption || [];
     if (!all.length) return html`<span class="muted">not measured</span>`;
     const last = all[all.length - 1];
-    const trend = all.length > 1 ? ` (from ${all[0].gap.toFixed(3)} at v${all[0].policy_version})` : "";
+    const trend = all.length > 1 ? ` (from ${all[0].gap.toFixed(3)} at ${weights(all[0])})` : "";
     const state = lesson.absorbed === null ? "cannot tell" : lesson.absorbed ? "yes" : "no";
     return html`<${Badge}>${state}<//>
-      <span class="muted">${last.gap.toFixed(3)} at v${last.policy_version}${trend}</span>`;
+      <span class="muted">${last.gap.toFixed(3)} at ${weights(last)}${trend}</span>`;
   }
 
   function ExperienceView({ tick, admin, user, onUnauthorized, onAction }) {
