@@ -32,12 +32,11 @@ from pathlib import Path
 import torch
 from transformers import AutoTokenizer
 
+from openclaw_rl.compose import retention_probes
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine.loading import resolve_model_dir
-from openclaw_rl.eval.bfcl import bfcl_probe
-from openclaw_rl.eval.instructions import instruction_probe
 from openclaw_rl.eval.metrics import bootstrap_mean_ci
-from openclaw_rl.eval.retention import RetentionProbe, arithmetic_probe
+from openclaw_rl.eval.retention import RetentionProbe
 from openclaw_rl.judge.hint_check import wilson
 from openclaw_rl.train.checkpoint import export, load_latest
 from openclaw_rl.train.gate import Gate
@@ -46,13 +45,9 @@ from openclaw_rl.train.trainer import Trainer
 
 
 def probes(args: argparse.Namespace, tokenizer) -> list[RetentionProbe]:
-    found = []
-    if args.bfcl:
-        found.append(bfcl_probe(tokenizer, args.bfcl))
-    if args.instructions:
-        found.append(instruction_probe(tokenizer, args.instructions))
-    if args.arithmetic:
-        found.append(arithmetic_probe(tokenizer, args.arithmetic))
+    """The probes asked for, built as the gate builds them (compose.retention_probes)."""
+    found = retention_probes(TrainConfig(gate_retention_problems=args.arithmetic, gate_retention_bfcl=args.bfcl,
+                                         gate_retention_instructions=args.instructions), tokenizer)
     if not found:
         raise SystemExit("every probe is 0: ask for at least one of --bfcl, --instructions, --arithmetic")
     return found
