@@ -283,3 +283,30 @@ def test_the_prefix_cache_keeps_the_longest_match_within_its_budget():
     other = [1000 + i for i in range(50)]
     cache.add(None, other, kv(50), kv(50))  # 110 tokens > 100: the least recently used goes
     assert len(cache) == 1 and cache.match(None, long + [1]) is None and cache.match(None, other + [1])[1] == 50
+
+
+def test_a_kernel_build_killed_midway_does_not_hang_the_next_one(tmp_path):
+    """torch's builder waits forever for a `lock` file its killed builder left; the build lock clears it."""
+    (tmp_path / "lock").touch()
+    with kernels.build_lock(tmp_path):
+        assert not (tmp_path / "lock").exists()
+
+
+def test_a_live_build_holds_the_others_until_it_ends(tmp_path):
+    import threading
+
+    entered, release = threading.Event(), threading.Event()
+    (tmp_path / "lock").touch()
+
+    def other_build():
+        with kernels.build_lock(tmp_path):
+            entered.set()
+
+    with kernels.build_lock(tmp_path):
+        (tmp_path / "lock").touch()  # the live build's own baton: not removed under it
+        thread = threading.Thread(target=other_build)
+        thread.start()
+        assert not entered.wait(0.3)
+        assert (tmp_path / "lock").exists()
+    thread.join(30)
+    assert entered.is_set()

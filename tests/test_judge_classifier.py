@@ -46,22 +46,25 @@ def test_the_shipped_weights_were_trained_on_the_tuning_split_as_it_is():
 
 
 def test_the_splits_share_no_case():
-    splits = {name: _cases(name) for name in ("tuning", "measured", "agent_states", "heldout")}
+    splits = {name: _cases(name) for name in ("tuning", "measured", "agent_states", "heldout", "heldout2")}
     assert len(splits["tuning"]) + len(splits["measured"]) >= 300
-    heldout = splits.pop("heldout")
-    assert len(heldout) >= 130 and sum(c["domain"] in AGENT_DOMAINS for c in heldout) >= 45
+    heldouts = {name: splits.pop(name) for name in ("heldout", "heldout2")}
+    for heldout in heldouts.values():
+        assert len(heldout) >= 130 and sum(c["domain"] in AGENT_DOMAINS for c in heldout) >= 45
     people = ("user", "feedback")  # tool output such as "(no output)" may repeat among the older splits
     for (name, first), (other, second) in itertools.combinations(splits.items(), 2):
         seen = {(c["request"], c["next_state"]) for c in first}
         assert not [c["id"] for c in second if (c["request"], c["next_state"]) in seen], (name, other)
         assert not ({c["next_state"] for c in first if c["next_state_role"] in people}
                     & {c["next_state"] for c in second if c["next_state_role"] in people}), (name, other)
-    # the held-out split was written apart from the others: none of its next states, tool output
-    # included, appears in them or twice in it
-    elsewhere = {c["next_state"] for cases in splits.values() for c in cases}
-    assert not [c["id"] for c in heldout if c["next_state"] in elsewhere]
-    assert len({c["next_state"] for c in heldout}) == len(heldout)
-    for case in [c for cases in splits.values() for c in cases] + heldout:
+    # each held-out split was written apart from the others (heldout2 blind, docs/judge.md): none of
+    # its next states, tool output included, appears in any other split or twice in it
+    for name, heldout in heldouts.items():
+        elsewhere = {c["next_state"] for other, cases in {**splits, **heldouts}.items() if other != name
+                     for c in cases}
+        assert not [c["id"] for c in heldout if c["next_state"] in elsewhere], name
+        assert len({c["next_state"] for c in heldout}) == len(heldout), name
+    for case in [c for cases in [*splits.values(), *heldouts.values()] for c in cases]:
         assert case["expected_score"] == {"approval": 1, "progression": 1, "correction": -1,
                                           "ambiguity": 0}[case["kind"]], case["id"]
         assert case["expected_hint"] is None or case["expected_score"] == -1, case["id"]

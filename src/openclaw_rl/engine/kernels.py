@@ -21,6 +21,8 @@ decoder multiplies with torch (the same result to float rounding, slower).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import logging
 import os
@@ -402,8 +404,29 @@ def _build():
     build_dir.mkdir(parents=True, exist_ok=True)
     if not any(build_dir.glob("*.so")):
         log.info("compiling the decode kernels once (about a minute) into %s", build_dir)
-    return load_inline(name=f"openclaw_decode_{key}", cpp_sources=_SOURCE, extra_cflags=_FLAGS,
-                       build_directory=str(build_dir), verbose=False)
+    with build_lock(build_dir):
+        return load_inline(name=f"openclaw_decode_{key}", cpp_sources=_SOURCE, extra_cflags=_FLAGS,
+                           build_directory=str(build_dir), verbose=False)
+
+
+@contextlib.contextmanager
+def build_lock(build_dir):
+    """Hold the build directory against other processes; clear a baton a killed build left.
+
+    torch's builder marks a build with a `lock` file it deletes when done, and every later
+    process waits for that file to go, forever if its builder was killed. Builders here
+    first take an flock on `openclaw.lock`, which the kernel releases when its holder dies,
+    so a `lock` file found while holding it is a dead build's and is removed."""
+    with open(build_dir / "openclaw.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            baton = build_dir / "lock"
+            if baton.exists():
+                log.warning("removing %s, left by a kernel build that did not finish", baton)
+                baton.unlink(missing_ok=True)
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def ops():
