@@ -130,6 +130,7 @@ def test_a_candidate_pushed_to_repeat_one_token_raises_every_alarm_and_a_healthy
     assert healthy["alarms"] == [], healthy
     assert healthy["entropy_ratio"] == pytest.approx(1.0, abs=1e-3)
     assert healthy["logprob_drift_nats"] == pytest.approx(0.0, abs=1e-3)
+    assert healthy["base_drift_nats"] == pytest.approx(0.0, abs=1e-3)
     assert healthy["self_rouge_l"] == pytest.approx(healthy["base_self_rouge_l"])
     gate.accept()
 
@@ -139,13 +140,14 @@ def test_a_candidate_pushed_to_repeat_one_token_raises_every_alarm_and_a_healthy
     collapsed = decision.checks["collapse"]
     assert collapsed["self_rouge_l"] > 0.85 and collapsed["entropy_ratio"] < 0.6, collapsed
     assert collapsed["logprob_drift_nats"] > 2.0, collapsed
-    assert len(collapsed["alarms"]) == 3
+    assert collapsed["base_drift_nats"] > 2.0, collapsed
+    assert len(collapsed["alarms"]) == 4
     assert seen == [seen[0], decision] and seen[0].checks["collapse"] is healthy
 
     metrics = Metrics()  # what /metrics shows once loop.show_candidates wired the gate to it
     metrics.record_gate_decision(decision)
     shown = metrics.render().decode()
-    assert "openclaw_gate_collapse_alarms 3.0" in shown and "openclaw_gate_self_rouge_l 1.0" in shown
+    assert "openclaw_gate_collapse_alarms 4.0" in shown and "openclaw_gate_self_rouge_l 1.0" in shown
 
 
 def test_metrics_show_nothing_before_a_decision_with_detectors():
@@ -223,7 +225,7 @@ def test_a_collapsed_stream_alarms_a_varied_one_does_not_and_each_user_is_measur
     assert everyone["user"] is None and everyone["entropy_ratio"] == pytest.approx(1.4 / 1.6)
     assert everyone["alarms"] == [] and everyone["calibrated"] is False
     assert everyone["thresholds"] == {"min_entropy_ratio": 0.6, "max_self_rouge_l": 0.85,
-                                      "max_logprob_drift_nats": 2.0}
+                                      "max_logprob_drift_nats": 2.0, "max_base_drift_nats": 0.15}
 
     kept = len(served._kept)
     assert served.of("alice") == alice and len(served._kept) == kept  # no new turn: nothing computed again
@@ -281,3 +283,4 @@ def test_metrics_show_nan_before_any_served_turn():
     shown = metrics.render().decode()
     assert "openclaw_served_entropy_ratio NaN" in shown and "openclaw_served_self_rouge_l 0.5" in shown
     assert "openclaw_served_collapse_alarms 0.0" in shown
+

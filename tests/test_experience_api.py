@@ -83,7 +83,7 @@ def test_a_user_edits_a_lesson_keeping_its_provenance_and_can_undo_it(shared):
     assert body["lessons"][0]["sources"] == ["alice0"]
     assert body["changes_made"] == [{"version": 3, "kind": "edited", "lesson_ids": [1], "before": ["Show every step."],
                                      "after": ["Show every step, briefly."], "turn_id": None,
-                                     "reason": "edited by the user"}]
+                                     "reason": "edited by the user", "gate": None}]
     undone = httpx.post(f"{base}/v1/experience/undo", headers=as_["alice"]).json()
     assert undone["version"] == 4 and undone["lessons"][0]["text"] == "Show every step."
     assert undone["changes_made"][0]["kind"] == "undone"

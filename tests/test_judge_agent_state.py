@@ -57,7 +57,8 @@ def test_rules_read_each_misread_agent_state_as_labelled(case):
 
 @pytest.mark.parametrize("case", [c for c in AGENT_CASES if c["expected_score"] == 1], ids=lambda c: c["id"])
 def test_rules_leave_the_right_actions_alone(case):
-    assert rule_verdict(as_material(case)) is None, case["next_state"]
+    ruled = rule_verdict(as_material(case))  # silence, or the follow-up rule's +1 (judge/people_state.py)
+    assert ruled is None or ruled[0] == 1, (case["next_state"], ruled)
 
 
 @pytest.mark.parametrize("split", ["judge_tuning.jsonl", "judge_measured.jsonl"])

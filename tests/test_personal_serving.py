@@ -32,11 +32,12 @@ class _ByOwner:
 
 class Running:
     def __init__(self, model_dir: Path, data_dir: Path, personal: str, train: TrainConfig | None = None,
-                 raw_keys: dict[str, str] | None = None):
-        """`raw_keys`: the users' keys of an earlier server on `data_dir` (a restart); None: new users."""
+                 raw_keys: dict[str, str] | None = None, train_here: bool = True):
+        """`raw_keys`: the users' keys of an earlier server on `data_dir` (a restart); None: new users.
+        `train_here` False: --no-train, the adapters trained by another process (test_personal_processes.py)."""
         self.flush = Flush()
         serve = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0,
-                            personal_adapters=personal, train=personal == "on")
+                            personal_adapters=personal, train=personal == "on" and train_here)
         self.stack = build_stack(serve, JudgeConfig(poll_interval_s=0.05),
                                  train or TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="off",
                                                       train_poll_interval_s=0.05),
@@ -372,15 +373,16 @@ def test_a_candidate_the_gate_accepts_serves_and_records_the_gates_checks(tiny_m
         running.stop()
 
 
-def test_personal_adapters_need_the_local_or_vllm_engine_and_the_trainer_here(tiny_model_dir, tmp_path):
+def test_personal_adapters_need_the_local_or_vllm_engine_and_one_trainer_here_or_apart(tiny_model_dir, tmp_path):
     with pytest.raises(ConfigError, match="personal_adapters.*'maybe'.*on or off"):
         ServeConfig(personal_adapters="maybe")
     with pytest.raises(ConfigError, match="engine.*'sglang'.*local or vllm with --personal-adapters on"):
         ServeConfig(personal_adapters="on", engine="sglang", engine_url="http://127.0.0.1:30000")
     ServeConfig(personal_adapters="on", engine="vllm")  # vLLM serves each user's adapter as a LoRA of its own
-    with pytest.raises(ConfigError, match="train.*False.*--personal-adapters on"):
-        ServeConfig(personal_adapters="on", train=False)
+    with pytest.raises(ConfigError, match="train_nproc.*2.*1 with --personal-adapters on"):
+        ServeConfig(personal_adapters="on", train_nproc=2)
+    ServeConfig(personal_adapters="on", train=False)  # beside `openclaw-rl train --personal-adapters on`
     serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), personal_adapters="on",
                         status_interval_s=0.0)
-    with pytest.raises(ConfigError, match="trains each user's adapter in this process; this stack trains off"):
+    with pytest.raises(ConfigError, match="beside --no-train; this stack trains off"):
         build_stack(serve, JudgeConfig(judge="off"), TrainConfig(gate="off"), StackSpec(training="off"))

@@ -454,7 +454,9 @@ def main(argv: list[str] | None = None) -> int:
                                   "--nproc-per-node the ranks, or drop --nproc")
             steps = processes.train_process(part.data_dir, part.model,
                                             build(TrainConfig, file_values.get("train", {}), args),
-                                            part.resume, part.max_steps, store_url=part.store)
+                                            part.resume, part.max_steps, store_url=part.store,
+                                            personal_adapters=part.personal_adapters,
+                                            personal_resident=part.personal_resident)
             if int(os.environ.get("RANK", "0")) == 0:  # a follower rank of a sharded trainer counts nothing
                 print(f"trained {steps} steps")
     except (ConfigError, ValueError, FileNotFoundError, StoreError, UserError) as error:

@@ -31,6 +31,10 @@ class CollapseThresholds:
     min_entropy_ratio: float = 0.6
     max_self_rouge_l: float = 0.85
     max_logprob_drift_nats: float = 2.0
+    # the base's own answers under the candidate (the gate): calibrated on SmolLM2-135M, where the
+    # OPD collapse read 0.31-0.42 nats/token from its third version on and healthy demo versions
+    # at most 0.05 (scripts/base_drift.py, docs/safe-updates.md)
+    max_base_drift_nats: float = 0.15
 
     def __post_init__(self) -> None:
         if not 0 < self.min_entropy_ratio < 1:
@@ -39,6 +43,8 @@ class CollapseThresholds:
             raise ValueError(f"max_self_rouge_l must be in (0, 1], got {self.max_self_rouge_l}")
         if self.max_logprob_drift_nats <= 0:
             raise ValueError(f"max_logprob_drift_nats must be positive, got {self.max_logprob_drift_nats}")
+        if self.max_base_drift_nats <= 0:
+            raise ValueError(f"max_base_drift_nats must be positive, got {self.max_base_drift_nats}")
 
 
 def lcs_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -82,4 +88,7 @@ def collapse_alarms(values: dict[str, float | None], thresholds: CollapseThresho
             f" (the base's {base_rouge:.2f})" if limit > thresholds.max_self_rouge_l else ""))
     if drift is not None and drift > thresholds.max_logprob_drift_nats:
         alarms.append(f"log-prob drift {drift:.2f} nats/token > {thresholds.max_logprob_drift_nats:g}")
+    base_drift = values.get("base_drift_nats")
+    if base_drift is not None and base_drift > thresholds.max_base_drift_nats:
+        alarms.append(f"the base's answers drifted {base_drift:.2f} nats/token > {thresholds.max_base_drift_nats:g}")
     return alarms

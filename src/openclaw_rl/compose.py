@@ -4,6 +4,7 @@
     standalone_judge(...)                        the judge worker of `openclaw-rl judge` and the Ray judges
     build_trainer_loop(...)                      the trainer loop of `openclaw-rl train` and the Ray trainer
     _add_personal(...)                           --personal-adapters on: each user's own adapter instead
+    build_personal_trainer(...)                  their trainer in `openclaw-rl train --personal-adapters on`
     build_engine / build_judge / open_store / load_trainer / build_updates   the parts all of them share
 
 `serve`, the drivers (`simulate`, `agent`) and the Ray actors all get their parts from
@@ -45,12 +46,13 @@ from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.eval.bfcl import bfcl_probe
 from openclaw_rl.eval.instructions import instruction_probe
 from openclaw_rl.eval.retention import RetentionProbe, arithmetic_probe
-from openclaw_rl.experience import ConsolidationPolicy
+from openclaw_rl.experience import ConsolidationPolicy, GateDecision
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
+from openclaw_rl.judge.experience_gate import ExperienceGate
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
 from openclaw_rl.judge.lessons import LessonLearner, policy_token_counter
 from openclaw_rl.judge.worker import EmbeddingJudge, Judge, JudgeWorker, LLMJudge
-from openclaw_rl.loop import count_verdicts, record_train_steps, show_candidates, status_loop
+from openclaw_rl.loop import count_experience_gate, count_verdicts, record_train_steps, show_candidates, status_loop
 from openclaw_rl.privacy import parse_kinds
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.metrics import Metrics
@@ -61,6 +63,7 @@ from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, tra
 from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.personal import GateFor, PersonalAdapters, personal_config, run_personal
+from openclaw_rl.train.personal_history import AdapterHistory, follow_adapters
 from openclaw_rl.train.promotion import promoted_base
 from openclaw_rl.train.runner import Flush, run_trainer
 from openclaw_rl.train.sharded import refuse_gate_when_sharded
@@ -149,8 +152,9 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     training = spec.training or training_of(config)
     if training == "sharded":  # before anything loads
         refuse_gate_when_sharded(train, config.train_nproc, "--train-nproc")
-    if config.personal_adapters == "on" and training != "in_process":
-        raise ConfigError(f"--personal-adapters on trains each user's adapter in this process; this stack trains "
+    if config.personal_adapters == "on" and training not in ("in_process", "follow_files"):
+        raise ConfigError(f"--personal-adapters on trains each user's adapter in this process, or in `openclaw-rl "
+                          f"train --personal-adapters on` beside --no-train; this stack trains "
                           f"{training.replace('_', ' ')}: use --train with --train-nproc 1")
     trains = training in ("in_process", "sharded")
     threads = 1 if trains and not config.threads else None  # one core each for serving and training
@@ -176,6 +180,8 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     teacher = _add_judge(stack, config, judge, spec, teacher_targets or experience_targets, threads)
     if training == "in_process" and config.personal_adapters == "on":
         _add_personal(stack, config, train, spec)
+    elif config.personal_adapters == "on":  # --no-train: the adapters `openclaw-rl train` writes, the base frozen
+        _follow_personal(stack, config)
     elif training == "in_process":
         _add_trainer(stack, config, train, spec, lend, teacher)
     elif training != "off":
@@ -219,7 +225,9 @@ def _add_judge(stack: Stack, config: ServeConfig, judge: JudgeConfig, spec: Stac
         comparer = spec.comparer or hint_comparer(stack.judge, judge)
     worker = _judge_worker(server.store, stack.judge, judge, (teacher or server.engine) if teacher_targets else None,
                            tokenizer=server.tokenizer, comparer=comparer, write_samples=spec.write_samples, on_verdict=count_verdicts(server),
-                           max_staleness=stack.train.max_staleness if stack.training in ("in_process", "sharded") else None)
+                           max_staleness=stack.train.max_staleness if stack.training in ("in_process", "sharded") else None,
+                           experience_gate=build_experience_gate(server.store, judge, config, server.engine,
+                                                                 count_experience_gate(server)))
     stack.loops.append(worker.run)
     if teacher is not None:
         stack.loops.append(_closed_at_stop(teacher))
@@ -257,6 +265,34 @@ def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: S
     log.info("personal adapters on: %d users served their own adapter", len(loaded))
     server.personal = personal
     stack.loops.append(lambda stop: run_personal(server.store, personal, train, stop, spec.flush))
+
+
+def _follow_personal(stack: Stack, config: ServeConfig) -> None:
+    """Personal adapters trained by `openclaw-rl train --personal-adapters on` (`build_personal_trainer`):
+    each user is served the version the store names, loaded from the data dir within a second of
+    its record (train/personal_history.py); rollback, pin, reset and the switch stay this server's."""
+    server = stack.server
+    history = AdapterHistory(config.data_dir, [server.engine], store=server.store)
+    loaded = asyncio.run(history.sync())
+    log.info("personal adapters on, trained by another process: %d users served their own adapter", len(loaded))
+    server.personal = history
+    stack.loops.append(follow_adapters(history))
+
+
+def build_personal_trainer(store: Store, data_dir: str | Path, model: str, train: TrainConfig,
+                           max_resident: int) -> PersonalAdapters:
+    """The trainer of `openclaw-rl train --personal-adapters on`: each user's adapter trained here and
+    written to the data dir and the store, where `serve --personal-adapters on --no-train` picks it up.
+    Built on the base that server serves (the data dir's promoted model, else `model`), with each
+    user's update gate as in one process."""
+    model_dir = resolve_model_dir(model or None)
+    base = promoted_base(data_dir, model_dir)
+    model_dir = base.path if base is not None else model_dir
+    share_the_interpreter()
+    trainer = Trainer(model_dir, personal_config(train))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir) if train.gate != "off" else None
+    return PersonalAdapters(trainer, data_dir, [], store=store, max_resident=max_resident,
+                            gate=personal_gates(trainer, train, store, tokenizer) if tokenizer is not None else None)
 
 
 def _personal_server(config: ServeConfig, threads: int | None, lora_rank: int) -> Server:
@@ -376,13 +412,14 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
     follow_files = config.teacher == "current" if follow_files is None else follow_files
     return _judge_worker(store, judge, config, engine, tokenizer=engine.tokenizer,
                          comparer=hint_comparer(judge, config) if config.hint_check == "on" else None,
-                         refresh=(lambda: channel.refresh(engine)) if follow_files else None)
+                         refresh=(lambda: channel.refresh(engine)) if follow_files else None,
+                         experience_gate=build_experience_gate(store, config, serve, engine))
 
 
 def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *, tokenizer,
                   comparer: Comparer | None = None, refresh: Callable[[], Awaitable[object]] | None = None,
                   write_samples: bool = True, on_verdict: Callable[[Verdict], None] | None = None,
-                  max_staleness: int | None = None) -> JudgeWorker:
+                  max_staleness: int | None = None, experience_gate: ExperienceGate | None = None) -> JudgeWorker:
     """Every judge worker of every deployment; `teacher` None: no teacher targets. `tokenizer`
     (the policy's) counts the tokens of the lessons it learns (--lessons on). `max_staleness`:
     the trainer's, where it trains in this stack (older turns are passed over unjudged)."""
@@ -391,7 +428,19 @@ def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engi
              "on" if teacher is not None and config.teacher_targets and write_samples else "off", config.lessons)
     return JudgeWorker(store, judge, config, teacher_engine=teacher, tokenizer=teacher.tokenizer if teacher else None,
                        on_verdict=on_verdict, refresh=refresh, write_samples=write_samples, comparer=comparer,
-                       lessons=lesson_learner(store, judge, config, tokenizer), max_staleness=max_staleness)
+                       lessons=lesson_learner(store, judge, config, tokenizer), max_staleness=max_staleness,
+                       experience_gate=experience_gate)
+
+
+def build_experience_gate(store: Store, config: JudgeConfig, serve: ServeConfig, engine: Engine,
+                    on_decision: Callable[[GateDecision], None] | None = None) -> ExperienceGate | None:
+    """The experience gate (judge/experience_gate.py) on the policy `engine` serves, with serving's
+    block budget and placement; None with --experience-gate off or --lessons off (nothing to gate)."""
+    if config.experience_gate == "off" or config.lessons == "off":
+        return None
+    return ExperienceGate(store, engine, engine.tokenizer, budget_tokens=serve.experience_budget_tokens,
+                          placement=serve.experience_placement, timeout_s=config.call_timeout_s,
+                          on_decision=on_decision)
 
 
 def lesson_learner(store: Store, judge: Judge, config: JudgeConfig, tokenizer) -> LessonLearner | None:

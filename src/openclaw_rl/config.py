@@ -128,7 +128,8 @@ class ServeConfig:
         "on = each user's samples train a LoRA adapter of their own (rank 8 on every attention and MLP projection), "
         "served to them alone beside everyone else's, each with its own update gate, history and rollback; a user "
         "with no accepted adapter yet (fewer than 4 ready samples) gets the base model, which is not trained. Needs "
-        "--engine local or vllm and the trainer in this process (docs/personal-adapters.md). off = one shared model "
+        "--engine local or vllm, and the trainer in this process (--train-nproc 1) or, with --no-train, in `openclaw-rl "
+        "train --personal-adapters on` on this data dir (docs/personal-adapters.md). off = one shared model "
         "learns from everyone", default="off")
     personal_resident: int = setting(
         "with --personal-adapters on: the most users whose trainer state (AdamW moments and update gate, 5x their "
@@ -175,9 +176,9 @@ class ServeConfig:
         if self.personal_adapters == "on":
             check(self.engine in ("local", "vllm"), "engine", self.engine,
                   "local or vllm with --personal-adapters on (they serve many adapters in one batch)")
-            check(self.train and self.train_nproc == 1, "train_nproc" if self.train else "train",
-                  self.train_nproc if self.train else self.train,
-                  "the trainer in this process (--train, --train-nproc 1) with --personal-adapters on")
+            check(not self.train or self.train_nproc == 1, "train_nproc", self.train_nproc,
+                  "1 with --personal-adapters on: their trainer is this process (or, with --no-train, `openclaw-rl "
+                  "train --personal-adapters on`)")
 
 
 def check(ok: bool, name: str, value: Any, want: str) -> None:
@@ -419,12 +420,18 @@ class JudgeConfig:
                                "(support halved every 14 days since a turn last backed it)", default=12)
     lessons_max_tokens: int = setting("the most tokens (policy tokenizer) of lesson text one user's experience "
                                       "keeps; over it the least retained lesson goes", default=256)
+    experience_gate: str = setting(
+        "on = before a new version of a user's experience that adds or replaces a lesson is served, score the "
+        "user's own latest approved and rejected answers under the old and the new block (two prefills per "
+        "turn, up to 16 turns) and undo the version when it makes them significantly worse "
+        "(docs/experience.md#the-experience-gate); off = every version is served at once", default="on")
 
     def __post_init__(self) -> None:
         check(self.hint_check in ("off", "on"), "hint_check", self.hint_check, "off or on")
         check(self.lessons in ("off", "on"), "lessons", self.lessons, "off or on")
         check(self.lessons_max >= 1, "lessons_max", self.lessons_max, "at least 1")
         check(self.lessons_max_tokens >= 1, "lessons_max_tokens", self.lessons_max_tokens, "at least 1")
+        check(self.experience_gate in ("off", "on"), "experience_gate", self.experience_gate, "off or on")
         check(self.hint_check_max_tokens >= 1, "hint_check_max_tokens", self.hint_check_max_tokens, "at least 1")
         check(self.judge in ("embedding", "local", "openai", "off"), "judge", self.judge,
                "one of embedding, local, openai, off")
@@ -942,10 +949,21 @@ class TrainProcessConfig:
     max_steps: int = setting("stop after this many steps (0 = run until killed)", default=0)
     nproc: int = setting("trainer ranks: N > 1 shards the policy over N processes with FSDP2 (started here with "
                          "torchrun; under torchrun, its WORLD_SIZE); 1 = one process (train/sharded.py)", default=1)
+    personal_adapters: str = setting("on = train each user's own adapter, not the shared model, for a `serve "
+                                     "--personal-adapters on --no-train` on this data dir, which serves each version "
+                                     "once the store records it (docs/personal-adapters.md); off = the shared model",
+                                     default="off")
+    personal_resident: int = setting("with --personal-adapters on: the most users whose AdamW moments and update "
+                                     "gate stay in memory between their steps, as serve's", default=32)
 
     def __post_init__(self) -> None:
         check(self.max_steps >= 0, "max_steps", self.max_steps, "0 (no limit) or more steps")
         check(self.nproc >= 1, "nproc", self.nproc, "1 or more trainer processes")
+        check(self.personal_adapters in ("on", "off"), "personal_adapters", self.personal_adapters, "on or off")
+        check(self.personal_resident >= 1, "personal_resident", self.personal_resident,
+              "at least 1 (the user stepping now)")
+        check(self.personal_adapters == "off" or self.nproc == 1, "nproc", self.nproc,
+              "1 with --personal-adapters on (one trainer steps every user's adapter in turn)")
 
 
 @dataclass

@@ -24,6 +24,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from openclaw_rl.experience import GateDecision
 from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.train.gate import Gate
 from openclaw_rl.train.runner import shown
@@ -36,6 +37,11 @@ log = logging.getLogger(__name__)
 def count_verdicts(server: Server) -> Callable[[Verdict], None]:
     """The judge worker's `on_verdict` beside serving: each verdict counted by its status."""
     return lambda verdict: server.metrics.verdicts.labels(verdict.status).inc()
+
+
+def count_experience_gate(server: Server) -> Callable[[GateDecision], None]:
+    """The experience gate's `on_decision` beside serving: each decision counted by its outcome."""
+    return lambda decision: server.metrics.experience_gate.labels(decision.outcome).inc()
 
 
 def record_train_steps(server: Server, trainer: Trainer) -> Callable[[dict], None]:

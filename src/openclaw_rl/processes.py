@@ -4,7 +4,8 @@
                    `trainer_process`: `openclaw-rl train --nproc N` in a process group) -> uvicorn
     judge          standalone_judge against the store, until stopped (or --once)
     train          build_trainer_loop publishing to DATA_DIR/weights; under torchrun, one rank
-                   of a sharded trainer
+                   of a sharded trainer; with --personal-adapters on, each user's adapter
+                   (build_personal_trainer), written to DATA_DIR/personal and the store
     promote        the same trainer loop on chosen users' samples only, until none is left; then
                    the checkpoint becomes the base personal adapters sit on (train/promotion.py)
 
@@ -22,6 +23,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,7 @@ from openclaw_rl.compose import (
     Stack,
     StackSpec,
     TrainerLoop,
+    build_personal_trainer,
     build_stack,
     build_trainer_loop,
     load_trainer,
@@ -50,7 +53,9 @@ from openclaw_rl.serve.server import Background, check_exposure
 from openclaw_rl.store import SQLITE_FILE
 from openclaw_rl.train import sharded
 from openclaw_rl.train.methods import get_method
-from openclaw_rl.train.personal import remove_adapter
+from openclaw_rl.train.personal import run_personal
+from openclaw_rl.train.personal_history import remove_adapter
+from openclaw_rl.train.personal_state import MAX_RESIDENT
 from openclaw_rl.train.promotion import PromotedBase, PromotionError, check_promotable, export_promoted, promoted_base
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.weights import FilesChannel
@@ -150,10 +155,13 @@ def judge_process(part: JudgeProcessConfig, config: JudgeConfig) -> int:
 
 
 def train_process(data_dir: str, model: str, config: TrainConfig, resume: bool, max_steps: int = 0,
-                  store_url: str = "") -> int:
+                  store_url: str = "", personal_adapters: str = "off", personal_resident: int = MAX_RESIDENT) -> int:
     """`openclaw-rl train`: the trainer as its own process; weights go to DATA_DIR/weights.
     Under torchrun with more than one rank (`train --nproc N` starts it), the policy is sharded
-    over the ranks (train/sharded.py) and this is one rank of them."""
+    over the ranks (train/sharded.py) and this is one rank of them. With `personal_adapters`
+    "on", each user's adapter instead (`personal_train_process`)."""
+    if personal_adapters == "on":
+        return personal_train_process(data_dir, model, config, max_steps, store_url, personal_resident)
     if sharded.world_size() > 1:
         return _sharded_train_process(data_dir, model, config, resume, max_steps, store_url)
     store = open_store(store_url, data_dir)
@@ -194,6 +202,38 @@ def _sharded_train_process(data_dir: str, model: str, config: TrainConfig, resum
             trainer.stop_followers()
     finally:
         torch.distributed.destroy_process_group()
+
+
+def personal_train_process(data_dir: str, model: str, config: TrainConfig, max_steps: int = 0, store_url: str = "",
+                           resident: int = MAX_RESIDENT) -> int:
+    """`openclaw-rl train --personal-adapters on`: each user's adapter trained here (run_personal),
+    beside `serve --personal-adapters on --no-train` on the same data dir and store, which serves
+    each version once the store records it; the steps taken (one per user's step, a rejected
+    candidate's too), until `max_steps` (0: until stopped). SIGTERM ends it after the step in
+    progress. Each user's adapter, moments and history are on disk: there is nothing to resume."""
+    store = open_store(store_url, data_dir)
+    if not config.train_threads:
+        config = dataclasses.replace(config, train_threads=2)
+    personal = build_personal_trainer(store, data_dir, model, config, resident)
+    steps = 0
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+
+        def on_step(user: str, version: int | None) -> None:
+            nonlocal steps
+            steps += 1
+            if max_steps and steps >= max_steps:
+                stop.set()
+
+        await run_personal(store, personal, config, stop, on_step=on_step)
+
+    started = time.monotonic()
+    asyncio.run(main())
+    log.info("trained %d personal adapter steps in %.0f s", steps, time.monotonic() - started)
+    return steps
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,9 @@ def _trainer(serve: ServeConfig, train: TrainConfig, remote, resources: dict[str
 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
     """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
+    if serve.personal_adapters == "on":  # the replicas and the trainer actor would serve and train one shared model
+        raise ConfigError("--personal-adapters on is not carried by --ray: serve it without --ray, with its trainer "
+                          "in the process or in `openclaw-rl train --personal-adapters on` (docs/personal-adapters.md)")
     check_exposure(serve, Users(serve.data_dir, serve.api_key))  # the gateway's --host; replicas need the same keys
     ray = _ray()
     connect(cluster.ray, actors=len(actor_roles(serve, judge, cluster)) - 1)  # the gateway takes no CPU

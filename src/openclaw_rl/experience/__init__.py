@@ -21,6 +21,9 @@ those import this package):
 - `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
 - `render`: `render` (the block within a token budget) and `place` (into the client's
   messages, in front of the first user message or in the system message).
+- `gate`: the experience gate's rule (`gate_decision`: does a new version make the user's own
+  approved answers less likely, or rejected ones more likely?) and `take_back`, the
+  change that undoes a rejected version (the scoring is judge/experience_gate.py's).
 
 The embedding function is a parameter (`embed(texts) -> (n, d)`), so this package imports
 nothing from the judge: the stack builder passes the embedding judge's encoder
@@ -38,10 +41,12 @@ from openclaw_rl.experience.consolidate import (
     similarities,
 )
 from openclaw_rl.experience.extract import MAX_LESSON_CHARS, lesson_from_hint
+from openclaw_rl.experience.gate import GatePolicy, gate_decision, shift_statistic, take_back, too_few_turns
 from openclaw_rl.experience.lessons import (
     Change,
     ChangeKind,
     Experience,
+    GateDecision,
     Lesson,
     apply,
     delete_lesson,
@@ -55,7 +60,7 @@ from openclaw_rl.experience.render import HEADER, PLACEMENTS, merge_system, orde
 
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
-    "Experience", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
-    "enforce_cap", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
-    "retention", "revert", "similarities", "undo",
+    "Experience", "GateDecision", "GatePolicy", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
+    "enforce_cap", "gate_decision", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
+    "retention", "revert", "shift_statistic", "similarities", "take_back", "too_few_turns", "undo",
 ]

@@ -14,6 +14,10 @@ Decisions and why:
   fixed set of lessons, even after an undo.
 - A lesson's id is the version of the change that created it: unique within its owner's
   experience without a counter of its own, and never reused after an undo.
+- A change the experience gate decided on (experience/gate.py) carries the decision
+  (`Change.gate`): the version it checked, passed or rejected, and why in numbers. A
+  rejected version is saved and taken back at once by one `undone` change carrying the
+  same decision, so the history shows it and undoing that change puts it back.
 - No embedding is stored on a lesson. Consolidation embeds the candidate and the (at
   most a dozen or so) lessons in one batch, which costs milliseconds off the request
   path, and a cached vector would silently go stale when the encoder changes.
@@ -25,8 +29,8 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Literal
 
-__all__ = ["Change", "ChangeKind", "Experience", "Lesson", "apply", "delete_lesson", "edit_lesson", "replay", "revert",
-           "undo"]
+__all__ = ["Change", "ChangeKind", "Experience", "GateDecision", "Lesson", "apply", "delete_lesson", "edit_lesson",
+           "replay", "revert", "undo"]
 
 ChangeKind = Literal["added", "merged", "replaced", "dropped", "edited", "deleted", "undone"]
 
@@ -78,6 +82,24 @@ class Experience:
 
 
 @dataclass(frozen=True)
+class GateDecision:
+    """What the experience gate (experience/gate.py) decided about one new experience version."""
+
+    outcome: Literal["passed", "rejected"]
+    checked_version: int  # the version the gate checked (against the one before the changes that made it)
+    reason: str  # in words, with the numbers: "approved answers -0.212 nats/token ..." or "too few labelled turns"
+    approved_turns: int = 0  # the user's approved (+1) turns read (scored unless too few)
+    rejected_turns: int = 0  # the user's rejected (-1) turns read
+    approved_shift: float | None = None  # mean Δ over approved turns (per token log π(y | new) − log π(y | old))
+    rejected_shift: float | None = None  # the same over rejected turns
+    statistic: float | None = None  # D = approved_shift − rejected_shift (each side only when scored); < 0: worse
+    p_value: float | None = None  # one-sided bootstrap p of "D is within the tolerance"
+    tolerance: float | None = None  # nats per token D may fall below 0 before the version can be rejected
+    policy_version: int | None = None  # the shared weights every scoring ran on
+    adapter_version: int | None = None  # the user's personal adapter they ran under (None: none)
+
+
+@dataclass(frozen=True)
 class Change:
     """One step from version `version - 1` to `version` of `owner`'s experience."""
 
@@ -88,6 +110,7 @@ class Change:
     after: tuple[Lesson, ...]  # the lessons it put in their place
     turn_id: str | None = None  # the turn whose hint or correction caused it, if any
     reason: str = ""  # why, in words: the similarity seen, the cue that contradicted, the cap exceeded
+    gate: GateDecision | None = None  # the experience gate's decision on the version this change made (None: none)
 
     @property
     def lesson_ids(self) -> tuple[int, ...]:
@@ -109,7 +132,8 @@ class Change:
     def from_dict(cls, data: dict[str, Any]) -> Change:
         lessons = {key: tuple(Lesson(**{**x, "sources": tuple(x["sources"])}) for x in data[key])
                    for key in ("before", "after")}
-        return cls(**{**data, **lessons})
+        gate = GateDecision(**data["gate"]) if data.get("gate") else None  # a change logged before the gate: none
+        return cls(**{**data, **lessons, "gate": gate})
 
 
 def step(experience: Experience, kind: ChangeKind, before: tuple[Lesson, ...], after: tuple[Lesson, ...],

@@ -41,10 +41,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from openclaw_rl.chat import render_prompt
-from openclaw_rl.experience import Experience, Lesson, place, render
+from openclaw_rl.experience import Experience, Lesson, render
 from openclaw_rl.judge.teacher import (
-    at_one_weights, grammar_mask, logprob_temperature, logprob_top_p, personal_adapter, student_prompt_ids,
+    at_one_weights, block_prompt_ids, grammar_mask, logprob_temperature, logprob_top_p, personal_adapter, student_prompt_ids,
 )
 from openclaw_rl.types import Turn
 
@@ -111,15 +110,13 @@ async def _absorptions(engine, tokenizer, pairs: list[tuple[Lesson, list[Turn]]]
         for lesson, turns in pairs:
             block, mine = lesson_block(lesson), []
             for turn in turns:
-                tools, tool_choice = turn.sampling.get("tools"), turn.sampling.get("tool_choice")
                 params = dict(temperature=logprob_temperature(turn), top_p=logprob_top_p(turn), **grammar_mask(turn),
                               **personal_adapter(engine, turn))
                 if turn.id not in plain:
                     plain[turn.id] = (await engine.score(student_prompt_ids(tokenizer, turn), turn.response_token_ids,
                                                          **params)).logprobs
-                prompt = render_prompt(tokenizer, place(turn.prompt_messages, block, turn.experience_placement), tools,
-                                       tool_choice)
-                taught = (await engine.score(prompt, turn.response_token_ids, **params)).logprobs
+                taught = (await engine.score(block_prompt_ids(tokenizer, turn, block), turn.response_token_ids,
+                                             **params)).logprobs
                 mine.append(sum(t - s for t, s in zip(taught, plain[turn.id])) / len(taught))
             gaps.append(mine)
         return gaps

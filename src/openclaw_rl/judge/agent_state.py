@@ -35,6 +35,9 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from openclaw_rl.judge.doubts import doubt_fix, short_doubt
+from openclaw_rl.judge.targets import Miss
+
 if TYPE_CHECKING:
     from openclaw_rl.judge.evidence import Material
 
@@ -51,8 +54,8 @@ _MONTHS = {m: i + 1 for i, m in enumerate(
 _MONTHS |= {m[:3]: i for m, i in list(_MONTHS.items())}
 _PM = re.compile(r"\b(\d{1,2})(?::\d{2})?\s*pm\b", re.IGNORECASE)
 _YEAR = re.compile(r"\b(?:19|20)\d{2}\b")
-_DATE = re.compile(r"\b(\d{4})-(\d{1,2})-(\d{1,2})")
-_SKIPPED_KEYS = frozenset("id element_id index ref page offset limit max_results top_k timeout timeout_s seed "
+_DATE = re.compile(r"\b(\d{4})-(\d{1,2})(?:-(\d{1,2}))?\b")  # a day, or a month ("2025-05")
+_SKIPPED_KEYS = frozenset("id element_id element index ref page offset limit max_results top_k timeout timeout_s seed "
                           "code expression content text body message data subject script".split())
 _SHELL_KEYS = ("command", "cmd", "input")
 _CODE = re.compile(r"[=(){}\[\];'\"]")
@@ -76,7 +79,7 @@ def request_numbers(request: str) -> set[float]:
 
 
 def _action_numbers(key: str, value: object, years: bool) -> set[float]:
-    if isinstance(value, bool) or key.lower() in _SKIPPED_KEYS:
+    if isinstance(value, bool) or key.lower() in _SKIPPED_KEYS or key.lower().endswith("_id"):
         return set()
     if isinstance(value, int | float):
         return {float(value)}
@@ -89,20 +92,21 @@ def _action_numbers(key: str, value: object, years: bool) -> set[float]:
         return set()
     found = set()
     for year, month, day in _DATE.findall(value):
-        found |= {float(month), float(day)} | ({float(year)} if years else set())
+        found |= {float(month)} | ({float(day)} if day else set()) | ({float(year)} if years else set())
     value = _DATE.sub(" ", value)
     found |= {n for n in _numbers(value.replace(":", " ")) if n != 0}
     return found
 
 
-def parameter_mismatch(m: Material) -> str | None:
+def parameter_mismatch(m: Material) -> Miss | None:
     """Why a call's numbers are not the request's, or None (also when the request names no number)."""
     addresses = set(_EMAIL.findall(m.request.lower()))
     for call in m.calls:
         for key, value in call.arguments.items():
             used = set(_EMAIL.findall(value.lower())) if isinstance(value, str) and addresses else set()
             if used - addresses:
-                return f"{call.name} was given {key}={value!r}; the request named {sorted(addresses)[0]}"
+                return Miss(f"{call.name} was given {key}={value!r}; the request named {sorted(addresses)[0]}",
+                            f"Use {sorted(addresses)[0]}, the address the request named, not {value}.")
     asked = request_numbers(m.request)
     if not asked:
         return None
@@ -111,7 +115,9 @@ def parameter_mismatch(m: Material) -> str | None:
         for key, value in call.arguments.items():
             stray = sorted(n for n in _action_numbers(key, value, years) if n not in asked)
             if stray:
-                return f"{call.name} was given {key}={value!r}; the request names no {stray[0]:g}"
+                named = ", ".join(f"{n:g}" for n in sorted(asked)[:4])
+                return Miss(f"{call.name} was given {key}={value!r}; the request names no {stray[0]:g}",
+                            f"Use the values the request gave ({named}), not {stray[0]:g}.")
     return None
 
 
@@ -140,6 +146,20 @@ def validation_messages(observation: str) -> list[str]:
     return alerts + limits
 
 
+_ELEMENT_KEYS = ("element_id", "element", "id", "ref", "index")
+_ACTED_ON = re.compile(r"^(?:Clicked|Typed \"[^\"\n]*\" into|Selected \"[^\"\n]*\" in|Checked|Unchecked|Toggled)"
+                       r" \[(\d+)\]",
+                       re.MULTILINE)
+
+
+def _element(arguments: dict, observation: str) -> int | None:
+    """The element a GUI action acted on: its argument under any usual key, else the one the page reports."""
+    given = next((arguments[k] for k in _ELEMENT_KEYS if isinstance(arguments.get(k), int)
+                  and not isinstance(arguments.get(k), bool)), None)
+    reported = _ACTED_ON.search(observation)
+    return given if given is not None else int(reported.group(1)) if reported else None
+
+
 def gui_problem(m: Material) -> str | None:
     """Why an environment's page shows that the action did not take, or None."""
     if m.role != "environment":
@@ -151,7 +171,7 @@ def gui_problem(m: Material) -> str | None:
         return "the page marks a field invalid"
     elements = {int(i): (kind, rest) for i, kind, rest in _ELEMENT.findall(m.next_state)}
     for call in m.calls:
-        target = call.arguments.get("element_id")
+        target = _element(call.arguments, m.next_state)
         if not isinstance(target, int) or target not in elements:
             continue
         kind, rest = elements[target]
@@ -172,77 +192,36 @@ def gui_problem(m: Material) -> str | None:
 _NOTICE = re.compile(
     r"\bqueued\b|\bin (?:the )?queue\b|position in queue|\bsubmitted to\b|accepted for delivery|being prepared"
     r"|will be notified|\bprogress:?\s*\d{1,2}\s*%|\bestimated\b|\bmaintenance\b|check back|\bbroadcast\b"
-    r"|^\s*notice\b|\bdeprecated\b|\bwaiting for\b|please wait|\bin progress\b", re.IGNORECASE | re.MULTILINE)
+    r"|^\s*notice\b|\bdeprecated\b|\bwaiting for\b|please wait|\bin progress\b|\bETA\b|time remaining"
+    r"|this (?:may|might|could|can|will) take|may take a (?:while|few|several|moment)|\bcollecting\b"
+    r"|session (?:will |is about to )?expire|will expire in|reload to update|new version\b[^\n]*\bavailable"
+    r"|status:\s*(?:running|pending|starting|in[_ ]progress|scheduled)\b", re.IGNORECASE | re.MULTILINE)
 _RESULT = re.compile(r"\b(?:finished|completed?|done|healthy|passed|saved|downloaded|created|succeeded|ready)\b"
                      r"|\b\d+ (?:passed|rows?|results?|files?)\b", re.IGNORECASE)
+_WORKING = re.compile(r"\b(?:done|complete|completed|progress|uploading|downloading|preparing|processing|loading"
+                      r"|building|copying|syncing|indexing|installing|exporting|importing|generating|rendering"
+                      r"|encoding|compressing|extracting|scanning|running|pending)\b|\.\.\.|\u2026", re.IGNORECASE)
+_PERCENT = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d+)?)\s?%")
+_FRACTION = re.compile(r"[\[(]\s*(\d+)\s*/\s*(\d+)\b")
+
+
+def _progress_line(line: str) -> bool:
+    """A line that reports work under way: a working word with a share below 100% or a count short of its total."""
+    if not _WORKING.search(line):
+        return False
+    return any(float(p) < 100 for p in _PERCENT.findall(line)) or any(
+        int(done) < int(total) for done, total in _FRACTION.findall(line))
 
 
 def neutral_notice(m: Material) -> str | None:
-    """Why machine output is only a pending state or an unrelated notice, or None."""
+    """Why machine output is only a pending state, progress or an unrelated notice, or None."""
     if not m.machine:
         return None
+    lines = m.next_state.splitlines()
+    progress = [line for line in lines if _progress_line(line)]
     found = _NOTICE.search(m.next_state)
-    if found is None or _RESULT.search(m.next_state):
+    said = found.group(0).strip() if found else progress[0].strip()[:60] if progress else None
+    rest = "\n".join(line for line in lines if line not in progress)
+    if said is None or _RESULT.search(rest):
         return None
-    return f"the output only says {found.group(0).strip()!r}, nothing about the action's result"
-
-
-# -- short doubts ------------------------------------------------------------------------
-
-_LEAD = r"^\W*(?:(?:wait|hang on|hold on|hm+|uh+|um+|er+m?|oh|huh|but|so|really|sorry)\W+)*"
-_NEG_AUX = r"(?:is|was|are|were|do|does|did|should|would|wo|ca|has|have)n'?t"
-_DOUBT_OPENER = re.compile(_LEAD + rf"(?:(?:are )?(?:you )?sure\b|{_NEG_AUX}\b|i (?:thought|was sure)\b)", re.IGNORECASE)
-_ADDS = re.compile(r"\b(?:also|too|as well|again|another)\b", re.IGNORECASE)
-_APPROVES = re.compile(r"\b(?:thanks?|thx|ty|great|perfect|right|correct|exactly)\b", re.IGNORECASE)
-_FUNCTION_WORDS = frozenset(
-    """a an the it its it's that that's this is was are were be been do does did don't doesn't didn't isn't wasn't
-    aren't weren't shouldn't should wouldn't would you your sure not no i thought think was wait hang on hold hmm
-    uh um oh so but really in of to for on at by with and or than then there they he she we me my more bigger
-    smaller""".split())
-MAX_DOUBT_WORDS = 14
-
-
-def short_doubt(m: Material) -> str | None:
-    """Why a short user reply doubts the answer by naming something it did not have, or None."""
-    text = m.next_state.replace("\u2019", "'").strip()
-    if m.machine or len(text.split()) > MAX_DOUBT_WORDS or not _DOUBT_OPENER.match(text):
-        return None
-    asks = text.endswith("?") or re.search(r"\bi (?:thought|was sure)\b", text, re.IGNORECASE)
-    if _ADDS.search(text) or _APPROVES.search(text) or not asks:
-        return None
-    answered = set(re.findall(r"[a-z0-9]+", m.action.lower()))
-    named = [w for w in re.findall(r"[a-z0-9']+", text.lower()) if w not in _FUNCTION_WORDS and w not in answered]
-    return f"a doubt naming {named[0]!r}, which the answer did not have" if named else None
-
-
-_IT_FIX = re.compile(_LEAD + rf"(?:(?:are )?(?:you )?sure (?:it's|it is|that's|that is) not|{_NEG_AUX} (?:it|that|this)"
-                     r"(?: be)?)\s+(?P<fix>[^?!.]+)", re.IGNORECASE)
-_INVERTED = re.compile(_LEAD + rf"(?P<aux>{_NEG_AUX})\s+(?P<rest>[^?!.]+)\?", re.IGNORECASE)
-_PRONOUN = frozenset("it that this he she they there we you".split())
-
-
-def doubt_fix(sentence: str) -> str | None:
-    """A doubting question as the statement it suggests, or None.
-
-    "isn't it Canberra?" -> "The answer should be Canberra."; "don't spiders have eight?" ->
-    "Spiders have eight."; "isn't a leap year 366?" -> "A leap year is 366." (the verb goes
-    after a leading pronoun, else before the first number, else before the last word).
-    """
-    sentence = sentence.replace("\u2019", "'").strip()
-    if _ADDS.search(sentence):
-        return None
-    it_fix = _IT_FIX.match(sentence)
-    if it_fix:
-        return f"The answer should be {it_fix.group('fix').strip()}."
-    inverted = _INVERTED.match(sentence)
-    if inverted is None:
-        return None
-    aux = inverted.group("aux").lower().replace("'", "")[:-2]
-    aux = {"wo": "will", "ca": "can"}.get(aux, aux)
-    words = inverted.group("rest").split()
-    if aux not in ("do", "does", "did") and len(words) >= 2:
-        at = 1 if words[0].lower() in _PRONOUN else next(
-            (i for i, w in enumerate(words) if re.match(r"\d", w) and i > 0), len(words) - 1)
-        words = words[:at] + [aux] + words[at:]
-    statement = " ".join(words)
-    return statement[0].upper() + statement[1:] + "."
+    return f"the output only says {said!r}, nothing about the action's result"

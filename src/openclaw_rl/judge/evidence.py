@@ -10,9 +10,13 @@ what can be read from them without a model:
 - `machine_verdict(m)` reads tool and environment output against the action that
   produced it, where rules are right: an error, a non-zero exit or a timeout is -1; an
   action that worked on something other than what the request named (a file, a quoted
-  value, a city, the order of a copy) is -1 whatever success string follows; a write of
-  nothing is -1; Python's `^` where a power was asked for is -1. None means the rules
-  have nothing to say and the classifier decides.
+  value, a city, the order of a copy, a name, a weekday, a unit, what a command's options
+  print: `judge.targets`) is -1 whatever success string follows; a write of nothing is
+  -1; Python's `^` where a power was asked for is -1. None means the rules have nothing
+  to say and the classifier decides.
+- `rule_verdict(m)` adds the rules for what people write (`judge.people_state`: plain
+  rejections, stated fixes after a "no", thinking aloud, follow-ups, approvals) and the
+  agent-state rules (`judge.agent_state`).
 - `cue_features(m)` are the lexical features the classifier reads beside the sentence
   embeddings (approval, doubt, contrast, requests for change or for more, ratings ...).
 
@@ -38,9 +42,12 @@ from typing import Any
 
 from openclaw_rl.chat import call_parts, content_text
 from openclaw_rl.judge.agent_state import gui_problem, neutral_notice, parameter_mismatch, short_doubt
+from openclaw_rl.judge.people_state import people_verdict
+from openclaw_rl.judge.targets import STOPWORDS, action_target_mismatch, grounded_share, words
 from openclaw_rl.types import Turn
 
-__all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "clicked_name", "cue_features",
+__all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "action_fix", "clicked_name",
+           "cue_features",
            "machine_verdict", "material", "material_from_parts", "rule_verdict", "without_injections"]
 
 MACHINE_ROLES = ("tool", "environment")
@@ -133,28 +140,8 @@ _ERROR = re.compile(
     re.IGNORECASE,
 )
 _NO_ERROR = re.compile(r"\b0 (?:failed|errors?)\b|\bno (?:errors?|issues)\b", re.IGNORECASE)
-_FILE = re.compile(
-    r"(?<![\w.-])(/?(?:[\w.-]+/)*[\w-][\w.-]*\.(?:py|txt|md|json|ya?ml|csv|log|sh|sql|js|ts|html|css|toml|cfg|ini|bak"
-    r"|gz|zip|tar|xml|go|rs|c|h|cpp|java|rb|lock|env|conf|ipynb|tsx|jsx))\b",
-    re.IGNORECASE,
-)
-_TARGET_ARGS = frozenset("path file filename filepath city location option value name target base currency label url "
-                         "site".split())
-_SEARCH_ARGS = frozenset("query pattern search term keyword".split())  # paraphrased: most words must ground
-_TYPED_ARGS = frozenset("text input".split())  # compared only with a value quoted in the request
 _WRITE_TOOLS = re.compile(r"write|save|create", re.IGNORECASE)
 _CONTENT_ARGS = ("content", "text", "data", "body")
-_OUTCOME_VALUE = re.compile(
-    r"^(?:text \")?(?:Deleted|Removed|Added to cart|Added|Selected|Saved|Opened|Archived|Moved)"
-    r"\s*:\s*\"?([^\"\n]+?)\"?\.?$",
-    re.IGNORECASE | re.MULTILINE,
-)
-_QUOTED = re.compile(r"(?<!\w)['\"\u2018\u201c]([^'\"\u2019\u201d]{1,60})['\"\u2019\u201d](?!\w)")
-_STOPWORDS = frozenset(
-    """a an the of to in on at for from by with and or is are was be it its this that these those as into my your our
-    please me i you we what which who how where when can could would should will do does did named called
-    item""".split()
-)
 _POWER_WORDS = re.compile(r"\bpower\b|\bsquared?\b|\bcubed?\b|\bexponent|\*\*|\bto the\b", re.IGNORECASE)
 _SILENT_COMMANDS = frozenset("mkdir mv cp rm rmdir touch chmod chown ln cd export".split())  # quiet on success
 _SHELL_TOOLS = ("bash", "shell", "run", "terminal")
@@ -194,7 +181,7 @@ def rule_verdict(m: Material) -> tuple[int, str] | None:
     ruled = rating_verdict(m) or machine_verdict(m)
     if ruled is None and (noise := neutral_notice(m)):
         return 0, noise
-    return ruled
+    return ruled or people_verdict(m)
 
 
 def machine_verdict(m: Material) -> tuple[int, str] | None:
@@ -203,7 +190,7 @@ def machine_verdict(m: Material) -> tuple[int, str] | None:
         return None
     if _ERROR.search(m.next_state) and not _only_negated_errors(m.next_state):
         return -1, "the output reports an error"
-    missed = target_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
+    missed = action_target_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
     if missed:
         return -1, missed
     for call in m.calls:
@@ -218,59 +205,17 @@ def machine_verdict(m: Material) -> tuple[int, str] | None:
     return None
 
 
+def action_fix(m: Material) -> str | None:
+    """A hint naming what the request asked for, where a target or parameter rule found the action aimed elsewhere."""
+    if not m.machine:
+        return None
+    missed = action_target_mismatch(m) or parameter_mismatch(m)
+    return missed.fix if missed else None
+
+
 def _only_negated_errors(text: str) -> bool:
     """'0 failed' or 'no errors' and nothing else that looks like an error."""
     return bool(_NO_ERROR.search(text)) and not _ERROR.search(_NO_ERROR.sub("", text))
-
-
-def target_mismatch(m: Material) -> str | None:
-    """Why the action's target is not the one the request named, or None."""
-    request_files = _files(m.request)
-    request_words = _words(m.request)
-    for call in m.calls:
-        action_files = [f for value in call.arguments.values() if isinstance(value, str) and len(value) < 400
-                        for f in _files(value)]
-        if request_files and action_files:
-            stray = [f for f in action_files if _base(f) not in {_base(r) for r in request_files}]
-            if stray:
-                return f"{call.name} used {stray[0]}, the request named {request_files[0]}"
-            pair = [_base(f) for f in action_files if _base(f) in {_base(r) for r in request_files}]
-            asked = [_base(r) for r in request_files]
-            if len(set(pair)) == 2 and len(set(asked)) == 2 and pair != sorted(pair, key=asked.index):
-                return f"{call.name} used {pair[0]} and {pair[1]} in the opposite order to the request"
-        quoted = _QUOTED.findall(m.request)
-        for key, value in call.arguments.items():
-            key = key.lower()
-            if not isinstance(value, str) or not 0 < len(value) <= 60 or "\n" in value or _files(value):
-                continue
-            if key in _TYPED_ARGS and not quoted:
-                continue
-            need = 0.6 if key in _SEARCH_ARGS else 1.0
-            if key in _TARGET_ARGS | _SEARCH_ARGS | _TYPED_ARGS and _grounded_share(value, request_words) < need:
-                return f"{call.name} was given {key}={value!r}, which the request does not name"
-    for found in _OUTCOME_VALUE.finditer(m.next_state):
-        if _grounded_share(found.group(1), request_words) < 1.0:
-            return f"the outcome names {found.group(1)!r}, which the request does not"
-    return None
-
-
-def _files(text: str) -> list[str]:
-    return [f for f in _FILE.findall(text) if not re.fullmatch(r"\d+\.\d+", f)]
-
-
-def _base(path: str) -> str:
-    return path.rsplit("/", 1)[-1].lower()
-
-
-def _words(text: str) -> list[str]:
-    return re.findall(r"[a-z0-9_]+", text.lower())
-
-
-def _grounded_share(value: str, request_words: list[str]) -> float:
-    """The share of `value`'s content words that are (a prefix of) a request word, or have one as prefix."""
-    words = [w for w in _words(value) if w not in _STOPWORDS]
-    found = [any(r.startswith(w) or (len(r) >= 3 and w.startswith(r)) for r in request_words) for w in words]
-    return sum(found) / len(found) if found else 1.0
 
 
 def machine_features(m: Material) -> dict[str, float]:
@@ -280,7 +225,7 @@ def machine_features(m: Material) -> dict[str, float]:
         return out
     text = m.next_state
     lower = text.lower()
-    request_words = _words(m.request)
+    request_words = words(m.request)
     out.update({
         "m_error": float(machine_verdict(m) is not None),
         "m_empty": float(lower.strip() in ("", "(no output)", "(the file is empty)")),
@@ -297,8 +242,8 @@ def machine_features(m: Material) -> dict[str, float]:
         "m_request_overlap": _overlap(m.request, text),
         "m_numeric": float(bool(re.fullmatch(r"[\s\d.,\-+e\[\]()]+", text.strip())) and bool(text.strip())),
         "m_lines": min(len(text.splitlines()), 20) / 20,
-        "m_clicked_grounded": _grounded_share(clicked, request_words) if (clicked := clicked_name(m)) else 1.0,
-        "m_page_grounded": _grounded_share(page.group(1), request_words) if (page := _PAGE.search(text)) else 1.0,
+        "m_clicked_grounded": grounded_share(clicked, request_words) if (clicked := clicked_name(m)) else 1.0,
+        "m_page_grounded": grounded_share(page.group(1), request_words) if (page := _PAGE.search(text)) else 1.0,
     })
     return out
 
@@ -320,8 +265,8 @@ def _is_silent_command(call: ToolCall) -> bool:
 
 
 def _overlap(a: str, b: str) -> float:
-    wa = {w for w in _words(a) if w not in _STOPWORDS and len(w) > 2}
-    wb = set(_words(b))
+    wa = {w for w in words(a) if w not in STOPWORDS and len(w) > 2}
+    wb = set(words(b))
     return len(wa & wb) / len(wa) if wa else 0.0
 
 

@@ -38,7 +38,7 @@ from openclaw_rl.store import Store
 from openclaw_rl.types import Turn
 from openclaw_rl.users import LOCAL
 
-__all__ = ["LessonLearner", "policy_token_counter"]
+__all__ = ["LessonLearner", "owner_of", "policy_token_counter"]
 
 log = logging.getLogger(__name__)
 
@@ -57,22 +57,31 @@ class LessonLearner:
 
     def learn(self, turn: Turn, candidates: list[str]) -> list[Change]:
         """Every change the candidates made to the experience of `turn`'s owner (saved), in order."""
-        rules = [rule for text in candidates if (rule := lesson_from_hint(text))]
-        if not rules:
+        if not self.rules(candidates):
             return []
-        owner = turn.owner or LOCAL.name
-        now = self.clock()
-
-        def update(experience: Experience) -> tuple[Experience, list[Change]]:
-            changes: list[Change] = []
-            for rule in dict.fromkeys(rules):
-                experience, made = learn(experience, rule, str(turn.id), now, self.embed, self.count_tokens,
-                                         self.policy)
-                changes += made
-            return experience, changes
-
-        _, changes = self.store.update_experience(owner, update)
-        for change in changes:
-            log.info("turn %d: lesson %s for %s (v%d): %s", turn.id, change.kind, owner, change.version,
-                     self.store.as_logged("; ".join(change.after_text or change.before_text)))
+        _, changes = self.store.update_experience(owner_of(turn), lambda e: self.propose(e, turn, candidates))
+        self.logged(turn, changes)
         return changes
+
+    @staticmethod
+    def rules(candidates: list[str]) -> list[str]:
+        """The standing rules among the candidates, each once, in order."""
+        return list(dict.fromkeys(rule for text in candidates if (rule := lesson_from_hint(text))))
+
+    def propose(self, experience: Experience, turn: Turn, candidates: list[str]) -> tuple[Experience, list[Change]]:
+        """`experience` with the candidates' rules learned from `turn`, and the changes that made it (not saved)."""
+        now, changes = self.clock(), []
+        for rule in self.rules(candidates):
+            experience, made = learn(experience, rule, str(turn.id), now, self.embed, self.count_tokens, self.policy)
+            changes += made
+        return experience, changes
+
+    def logged(self, turn: Turn, changes: list[Change]) -> None:
+        for change in changes:
+            log.info("turn %d: lesson %s for %s (v%d): %s", turn.id, change.kind, change.owner, change.version,
+                     self.store.as_logged("; ".join(change.after_text or change.before_text)))
+
+
+def owner_of(turn: Turn) -> str:
+    """Whose experience a turn's lessons go to: its owner (the local admin on a keyless server)."""
+    return turn.owner or LOCAL.name

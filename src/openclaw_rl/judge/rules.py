@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 
 from openclaw_rl.judge.agent_state import doubt_fix, validation_messages
+from openclaw_rl.judge.people_state import judges_only
 from openclaw_rl.judge.votes import MIN_HINT_CHARS, dedupe_hints
 
 __all__ = ["MAX_HINTS", "correction_hints", "extract_hints"]
@@ -45,10 +46,11 @@ _ROLES = ("user", "feedback", "tool", "environment")
 _MACHINE_ROLES = ("tool", "environment")
 
 _IMPERATIVE_VERBS = frozenset(
-    """add always answer apply avoid be call change check convert cut delete do drop
-    explain fix focus follow format give include keep leave limit list make mention move
-    never only put remove rename replace reply respond rewrite run say send show skip sort
-    spell start stick stop switch tell try update use write""".split()
+    """add always answer apply apologise apologize avoid be call change check cite convert cut delete do drop
+    emphasise emphasize explain fix focus follow format give handle highlight include keep lead leave limit
+    list make mention move never offer only point put quote reduce remove rename reorder replace reply
+    respond restrict return rewrite run say send set shorten show simplify skip sort spell start stick stop
+    substitute swap switch tell translate trim try update use write""".split()
 )
 
 # Sentence openings that are lower case in the middle of a joined hint.
@@ -59,7 +61,9 @@ _STRONG_CUES = re.compile(
     r"\binstead\b|(?<!\bi )(?<!\bwe )\b(?:don't|dont|do not)\b|\bno more\b|\bshould(?:n't| not)\b",
     re.IGNORECASE,
 )
-_WEAK_CUES = re.compile(r"\bshould\b(?! i\b)(?! we\b)|\bplease\b|\bwithout\b", re.IGNORECASE)
+_WEAK_CUES = re.compile(r"\bshould\b(?! i\b)(?! we\b)|\bplease\b|\bwithout\b|\bmust\b(?! be (?:joking|kidding)\b)"
+                        r"|\b(?:needs?|has|have) to\b", re.IGNORECASE)
+_CLAUSE = re.compile(r"[,;]\s+|\s+[\u2013\u2014-]\s+")
 _APPROVAL = re.compile(
     r"\b(?:thanks?|thank you|perfect|great|exactly|correct|awesome|nice|love|works?|worked)\b",
     re.IGNORECASE,
@@ -75,7 +79,7 @@ _LEADING_INTERJECTION = re.compile(
     re.IGNORECASE,
 )
 _LEADING_FILLER = re.compile(
-    r"^(?:please|just|also|and|but|so|actually|again|then|instead|next time)\b[\s,]*", re.IGNORECASE
+    r"^(?:please|pls|plz|just|also|and|but|so|actually|again|then|instead|next time)\b[\s,]*", re.IGNORECASE
 )
 _POLITE_REQUEST = re.compile(
     r"^(?:(?:can|could|would|will) you(?: please)?|why don't you|why not|"
@@ -125,7 +129,7 @@ def _corrections(lines: list[str]) -> list[str]:
     joinable = False  # whether the previous sentence was a correction
     for line in lines:
         for sentence in _SENTENCE_END.split(line):
-            instruction = _as_instruction(sentence)
+            instruction = _as_instruction(sentence) or _clause_instruction(sentence)
             if instruction is None:
                 joinable = False
                 continue
@@ -136,6 +140,15 @@ def _corrections(lines: list[str]) -> list[str]:
                 hints.append(instruction)
             joinable = True
     return hints
+
+
+def _clause_instruction(sentence: str) -> str | None:
+    """An imperative clause after a comma or semicolon ("this crashes on [], make it return 0"), as an instruction."""
+    for separator in _CLAUSE.finditer(sentence):
+        rest = sentence[separator.end():]  # the instruction runs to the end of the sentence
+        if _first_word(_strip_lead(rest.strip())) in _IMPERATIVE_VERBS:
+            return _as_instruction(rest)
+    return None
 
 
 def _as_instruction(sentence: str) -> str | None:
@@ -244,7 +257,8 @@ _DOUBT = re.compile(
 )
 _STATES = re.compile(
     r"\b(?:is|are|was|were|has|have|had|equals|means|fell|wrote|needs?|takes?|comes?)\b|'s\b|, not\b"
-    r"|\bi (?:asked|said|wanted|meant|need(?:ed)?)\b|\s(?:é|est|ist|es|è|sind|son)\s",
+    r"|\bi (?:asked|said|wanted|meant|need(?:ed)?)\b|\s(?:é|est|ist|es|è|sind|son)\s"
+    r"|, (?:nicht|no|non|pas|não|niet|nie|inte|не)\b",
     re.IGNORECASE,
 )
 _JUDGES_ONLY = re.compile(r"\bat all\b|\bnothing to do with\b|\bmake[s]? (?:no )?sense\b|\bi (?:don't|do not) think\b"
@@ -263,6 +277,7 @@ _SHELL_ERROR = re.compile(r"\bcannot\b|\bcan't\b|No such file|Permission denied|
 _STATUS_LINE = re.compile(r"^\[(?:exit code|timed out)|^\W*\d+ (?:failed|passed)\b", re.IGNORECASE)
 _PAGE_NOISE = re.compile(r"^(?:Page \"|\[\d+\] |Clicked \[|Typed \"|Selected \"|Scrolled )")
 _PAGE_TEXT = re.compile(r"^(?:text|heading|alert|status) \"(.*)\"$")
+_BARE_VALUE = re.compile(r"^(?:it|that|this)(?:'s| is| was)\s+([^\s.!?]+(?: [^\s.!?]+)?)[.!]?$", re.IGNORECASE)
 _REQUIREMENT = re.compile(r"\b(?:must|required|please|should|at least|at most|only|enter|fill in)\b", re.IGNORECASE)
 
 
@@ -318,6 +333,8 @@ def _sentences(text: str) -> list[str]:
 
 def _stated_fix(sentence: str) -> str | None:
     """A sentence that says what is right ("No, it's 16.", "I thought it was Canberra?"), as a hint."""
+    if judges_only(sentence):
+        return None  # "that's so generic it hurts" states no fix
     doubt = _DOUBT.search(sentence)
     if doubt and len(doubt.group("fix").split()) <= 8 and not _JUDGES_ONLY.search(sentence):
         fix = doubt.group("fix").strip(" ,;:" + _QUOTES)
@@ -333,7 +350,8 @@ def _stated_fix(sentence: str) -> str | None:
     content = [w for w in words if w not in _VERDICT_WORDS]
     if not content or not (_STATES.search(stripped) or (after_no and len(words) >= 3)):
         return None
-    return _sentence_hint(stripped)
+    bare = _BARE_VALUE.match(stripped)  # "it's 36" says what the answer should be, in too few words
+    return f"The answer should be {bare.group(1)}." if bare else _sentence_hint(stripped)
 
 
 def _sentence_hint(sentence: str) -> str:

@@ -140,7 +140,15 @@ async def score_hints(engine, tokenizer, turn: Turn, hints: list[str], *, strate
 
 def student_prompt_ids(tokenizer, turn: Turn) -> list[int]:
     """`turn`'s prompt without its experience block: the client's messages, rendered as serving rendered them."""
-    return render_prompt(tokenizer, turn.prompt_messages, turn.sampling.get("tools"), turn.sampling.get("tool_choice"))
+    return block_prompt_ids(tokenizer, turn, "")
+
+
+def block_prompt_ids(tokenizer, turn: Turn, block: str, placement: str | None = None) -> list[int]:
+    """`turn`'s prompt with experience block `block` instead of the one it was served with ("": none),
+    placed where `placement` (default: the turn's own) puts it and rendered as serving rendered it
+    (its chat template, tools and tool_choice): what absorption and the experience gate score."""
+    messages = place(turn.prompt_messages, block, placement or turn.experience_placement)
+    return render_prompt(tokenizer, messages, turn.sampling.get("tools"), turn.sampling.get("tool_choice"))
 
 
 async def score_experience(engine, tokenizer, turn: Turn) -> ExperienceTargets | None:

@@ -50,11 +50,12 @@ from typing import Awaitable, Callable, Protocol
 from openclaw_rl.config import JudgeConfig
 from openclaw_rl.judge.backends import ChatBackend
 from openclaw_rl.judge.classifier import NextStateClassifier
-from openclaw_rl.judge.evidence import material
+from openclaw_rl.judge.evidence import action_fix, material
+from openclaw_rl.judge.experience_gate import ExperienceGate, learn_lessons
 from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, Comparer, check_hint
 from openclaw_rl.judge.lessons import LessonLearner
 from openclaw_rl.judge.prompts import directive_prompt, evaluative_prompt
-from openclaw_rl.judge.rules import correction_hints
+from openclaw_rl.judge.rules import MAX_HINTS, correction_hints
 from openclaw_rl.judge.samples import turn_sample
 from openclaw_rl.judge.screen import screen_hint, turn_conversation
 from openclaw_rl.judge.teacher import TeacherResult, score_experience, score_hints
@@ -165,7 +166,10 @@ class EmbeddingJudge:
     async def read(self, turn: Turn) -> Reading:
         m = material(turn, _next_state_role(turn))
         reading = await asyncio.to_thread(self.classifier.read, m)
-        hints = correction_hints(m.next_state, m.role) if reading.vote < 0 else []
+        hints = []
+        if reading.vote < 0:  # what the request named, then what the next state says should have been done
+            fix = action_fix(m)
+            hints = dedupe_hints(([fix] if fix else []) + correction_hints(m.next_state, m.role), MAX_HINTS)
         return Reading(votes=[reading.vote], raw=[reading.explain()], hints=hints)
 
 
@@ -174,7 +178,7 @@ class JudgeWorker:
                  seed: int = 0, on_verdict: Callable[[Verdict], None] | None = None,
                  refresh: Callable[[], Awaitable[object]] | None = None, *, write_samples: bool = True,
                  comparer: Comparer | None = None, lessons: LessonLearner | None = None,
-                 max_staleness: int | None = None):
+                 max_staleness: int | None = None, experience_gate: ExperienceGate | None = None):
         """`teacher_engine` (with its `tokenizer`) scores the hints (None: no teacher targets).
         With `config.hint_check` on, `comparer` decides which hints the teacher answers better
         with (judge/hint_check.py); only those are scored and kept.
@@ -183,9 +187,11 @@ class JudgeWorker:
         see drivers/agent.py). `refresh` brings the teacher engine to the newest policy (see the
         module docstring). `lessons` turns screened hints and corrections into lessons of the
         turn's user (None: none are learned). `max_staleness`: turns that far behind the announced
-        policy are passed over unjudged (module docstring; None: every turn is judged)."""
+        policy are passed over unjudged (module docstring; None: every turn is judged). `experience_gate`
+        checks a new version of a user's experience before it is saved (judge/experience_gate.py;
+        None: every version is served)."""
         self.store, self.judge, self.config, self.write_samples = store, judge, config, write_samples
-        self.lessons = lessons
+        self.lessons, self.experience_gate = lessons, experience_gate
         self.on_verdict, self.refresh = on_verdict, refresh
         self.teacher_engine, self.tokenizer = teacher_engine, tokenizer
         if config.hint_check == "on" and comparer is None:
@@ -200,7 +206,7 @@ class JudgeWorker:
         while not stop.is_set():
             waiting = await asyncio.to_thread(self.store.turns_awaiting_verdict, 64)
             candidates = [t for t in waiting if t.id not in pending]
-            fresh = await asyncio.to_thread(self._pass_over_stale, candidates)
+            fresh = await self._pass_over_stale(candidates)
             batch = fresh[: max(0, 2 * self.config.concurrency - len(pending))]
             if batch:
                 await self._refresh()
@@ -222,18 +228,18 @@ class JudgeWorker:
     async def drain(self) -> int:
         """Judge every turn waiting now; return how many were judged (for CLIs and tests)."""
         turns = await asyncio.to_thread(self.store.turns_awaiting_verdict, 10_000)
-        turns = await asyncio.to_thread(self._pass_over_stale, turns)
+        turns = await self._pass_over_stale(turns)
         if turns:
             await self._refresh()
         await asyncio.gather(*(self.process(t) for t in turns))
         return len(turns)
 
-    def _pass_over_stale(self, turns: list[Turn]) -> list[Turn]:
+    async def _pass_over_stale(self, turns: list[Turn]) -> list[Turn]:
         """The turns worth judging; the others, sampled more than `max_staleness` versions behind
         the announced policy, get a dropped sample with the reason (module docstring)."""
         if self.max_staleness is None or not turns:
             return turns
-        current = self.store.policy_version()
+        current = await asyncio.to_thread(self.store.policy_version)
         fresh = []
         for turn in turns:
             if turn.policy_version >= current - self.max_staleness:
@@ -242,8 +248,8 @@ class JudgeWorker:
             notes = [f"stale, not judged: sampled by policy v{turn.policy_version}, current v{current}, "
                      f"max_staleness {self.max_staleness}"]
             if self.lessons is not None:  # an explicit correction needs no judge call: still a lesson
-                self._learn(turn, [], [], notes)
-            self.store.drop_sample(turn.id, turn.policy_version, "; ".join(notes))
+                await self._learn(turn, [], [], notes)
+            await asyncio.to_thread(self.store.drop_sample, turn.id, turn.policy_version, "; ".join(notes))
         if len(fresh) < len(turns):
             log.info("passed over %d turns unjudged: sampled more than %d versions before the current v%d",
                      len(turns) - len(fresh), self.max_staleness, current)
@@ -272,7 +278,7 @@ class JudgeWorker:
         if hints and self.config.screen_hints:
             hints = await asyncio.to_thread(self._screened, turn, hints, reading.notes)
         if self.lessons is not None:
-            await asyncio.to_thread(self._learn, turn, offered, hints, reading.notes)
+            await self._learn(turn, offered, hints, reading.notes)
         if hints and self.comparer is not None and self.teacher_engine is not None and self.config.teacher_targets:
             hints = await self._checked(turn, hints, reading.notes)
         teacher: TeacherResult | None = None
@@ -342,24 +348,27 @@ class JudgeWorker:
                 log.warning("turn %d: hint quarantined (%s)", turn.id, self.store.as_logged(reason))
         return kept
 
-    def _learn(self, turn: Turn, offered: list[str], hints: list[str], notes: list[str]) -> None:
-        """The turn's screened `hints` (of the `offered`) and its explicit correction (a feedback
-        next state, screened like a hint) as lessons of its owner (judge/lessons.py). The screen
-        always runs first: with --no-screen-hints a held candidate is left out without a
-        quarantine entry."""
+    async def _learn(self, turn: Turn, offered: list[str], hints: list[str], notes: list[str]) -> None:
+        """The turn's screened `hints` (of the `offered`) and its explicit correction as lessons of
+        its owner (judge/lessons.py), through the experience gate when there is one."""
         assert self.lessons is not None
-        feedback = turn.next_state.content if turn.next_state and turn.next_state.role == "feedback" else ""
-        correction = [feedback] if feedback.strip() and feedback not in offered else []
-        if self.config.screen_hints:
-            candidates = hints + (self._screened(turn, correction, notes) if correction else [])
-        else:
-            conversation = turn_conversation(turn)
-            candidates = [text for text in hints + correction if screen_hint(text, conversation) is None]
+        candidates = await asyncio.to_thread(self._lesson_candidates, turn, offered, hints, notes)
         try:
-            self.lessons.learn(turn, candidates)
+            await learn_lessons(self.lessons, self.experience_gate, turn, candidates)
         except Exception as error:  # noqa: BLE001 - the verdict and sample stand without the lesson
             notes.append(f"learning lessons failed: {type(error).__name__}: {error}")
             log.warning("turn %d: learning lessons failed: %r", turn.id, error)
+
+    def _lesson_candidates(self, turn: Turn, offered: list[str], hints: list[str], notes: list[str]) -> list[str]:
+        """The turn's screened `hints` (of the `offered`) and its explicit correction (a feedback
+        next state, screened like a hint). The screen always runs first: with --no-screen-hints a
+        held candidate is left out without a quarantine entry."""
+        feedback = turn.next_state.content if turn.next_state and turn.next_state.role == "feedback" else ""
+        correction = [feedback] if feedback.strip() and feedback not in offered else []
+        if self.config.screen_hints:
+            return hints + (self._screened(turn, correction, notes) if correction else [])
+        conversation = turn_conversation(turn)
+        return [text for text in hints + correction if screen_hint(text, conversation) is None]
 
     def _save(self, turn: Turn, verdict: Verdict, teacher: TeacherResult | None,
               experience: ExperienceTargets | None) -> None:

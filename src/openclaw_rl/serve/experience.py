@@ -26,6 +26,10 @@ Decisions and why:
   ground it): a lesson goes into every later prompt of its user and into what the
   experience teacher distils into the shared weights, so it may not bring in a URL, a
   contact, a command or other people's data that a correction could not have.
+- **The experience gate's decisions show per change** (`gate`: passed or rejected, the
+  reason and its numbers; judge/experience_gate.py). A version it rejected is followed by
+  the `undone` change that took it back; undoing that change (`POST /v1/experience/undo
+  {"version": N}`) serves the rejected lessons after all, the user's or admin's call.
 - Deleting a user's data (`DELETE /v1/users/{name}/data`) removes the experience and its
   change log outright (store/conversations.py); `DELETE /v1/experience` keeps the log, so
   it can be undone.
@@ -205,6 +209,7 @@ def _lesson_view(lesson: Lesson, places: dict[str, tuple[str, int]], measured: l
 
 
 def _change_view(change: Change) -> dict[str, Any]:
+    """The change; `gate`: the experience gate's decision on the version it made (None: not gated)."""
     return {"version": change.version, "kind": change.kind, "lesson_ids": list(change.lesson_ids),
             "before": list(change.before_text), "after": list(change.after_text), "turn_id": change.turn_id,
-            "reason": change.reason}
+            "reason": change.reason, "gate": asdict(change.gate) if change.gate else None}

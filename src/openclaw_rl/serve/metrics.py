@@ -32,6 +32,8 @@ class Metrics:
         )
         self.policy_version = Gauge("openclaw_policy_version", "Policy version being served", registry=self.registry)
         self.verdicts = Counter("openclaw_verdicts", "Verdicts written by the judge", ["status"], registry=self.registry)
+        self.experience_gate = Counter("openclaw_experience_gate_decisions", "New experience versions the experience "
+                                       "gate passed or rejected", ["outcome"], registry=self.registry)
         self.samples_waiting = Gauge("openclaw_samples_waiting", "Ready samples not yet trained on",
                                      registry=self.registry)
         self.train_steps = Gauge("openclaw_train_steps", "Training steps taken", registry=self.registry)

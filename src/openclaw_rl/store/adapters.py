@@ -67,6 +67,14 @@ class AdaptersMixin(Connection):
                                        (owner,)).fetchone()
         return int(highest)
 
+    def served_adapter_versions(self) -> dict[str, int]:
+        """Each user's newest adapter version that may serve (any gate but `rejected`): what a serving
+        process loads when their trainer runs elsewhere (train/personal_history.py)."""
+        with self._lock:
+            rows = self._execute("SELECT owner, MAX(version) FROM adapter_versions WHERE gate != 'rejected' "
+                                 "GROUP BY owner").fetchall()
+        return {owner: int(version) for owner, version in rows}
+
     def pin_adapter_version(self, owner: str, version: int, pinned: bool = True) -> None:
         """Keep (or stop keeping) one of `owner`'s adapter versions whatever the retention."""
         with self._write():

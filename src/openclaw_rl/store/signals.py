@@ -56,6 +56,14 @@ class SignalsMixin(ConversationsMixin):
         """Main turns whose next state has arrived and that have no verdict yet, oldest first."""
         return self._turn_where(f"{_AWAITING_VERDICT} ORDER BY id LIMIT ?", (limit,))
 
+    def labelled_turns(self, owner: str, reward: int, limit: int) -> list[Turn]:
+        """`owner`'s latest `limit` main turns with a response and a verdict of `reward` (+1, -1),
+        newest first: what the experience gate scores (judge/experience_gate.py). Only `owner`'s."""
+        return self._turn_where(
+            "owner = ? AND kind = 'main' AND response_token_ids != '[]' AND id IN "
+            "(SELECT turn_id FROM verdicts WHERE status = 'ok' AND reward = ?) ORDER BY id DESC LIMIT ?",
+            (owner, reward, limit))
+
     def write_verdict(self, verdict: Verdict) -> bool:
         """Record a turn's verdict; False (nothing written) if the turn was deleted meanwhile."""
         now = time.time()

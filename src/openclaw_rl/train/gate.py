@@ -306,6 +306,7 @@ class Gate:
         self.on_decision: Callable[[Decision], None] | None = None  # told each decision (e.g. /metrics)
         self.collapse_thresholds = CollapseThresholds()
         self._base: dict[str, float | None] | None = None  # served answers' entropy, self-ROUGE-L at the first decision
+        self._base_answers: tuple[list[list[int]], Answers] | None = None  # the first decision's prompts and answers
         self.retention: list[RetentionProbe] = []  # capability probes apart from the preference (train/retention.py)
         self.retention_alpha = DEFAULT_ALPHA
         self._retention_base: dict[str, list[bool]] = {}  # each probe's correctness at the first decision
@@ -359,7 +360,7 @@ class Gate:
         self._candidate = (self.trainer.policy_version, prompts, candidate, drift)
         decision = compare(served.summary(), candidate.summary(), kl, self.config, delta, drift)
         decision.checks["probes"] = len(prompts)
-        decision.checks["collapse"] = self._collapse(served, candidate, drift_nats)
+        decision.checks["collapse"] = self._collapse(prompts, served, candidate, drift_nats)
         if self.retention:
             decision = self._with_retention(decision)
         if self.anchors is None or not self.anchors.prompts:
@@ -610,18 +611,37 @@ class Gate:
         reasons = ([] if decision.accepted else [decision.reason]) + failures
         return Decision(False, "; ".join(reasons), decision.checks)
 
-    def _collapse(self, served: Answers, candidate: Answers, drift_nats: float | None) -> dict[str, Any]:
+    def _collapse(self, prompts: list[list[int]], served: Answers, candidate: Answers,
+                  drift_nats: float | None) -> dict[str, Any]:
         """The collapse detectors' values on these answers and the alarms they raise (train/collapse.py)."""
         if self._base is None:
             self._base = {"base_entropy": mean_entropy(served.top_logprobs), "base_self_rouge_l": self_rouge_l(served.ids)}
+            self._base_answers = (prompts, served)
         entropy, base = mean_entropy(candidate.top_logprobs), self._base["base_entropy"]
         values = {"entropy": entropy, **self._base,
                   "entropy_ratio": entropy / base if entropy is not None and base else None,
-                  "self_rouge_l": self_rouge_l(candidate.ids), "logprob_drift_nats": drift_nats}
+                  "self_rouge_l": self_rouge_l(candidate.ids), "logprob_drift_nats": drift_nats,
+                  "base_drift_nats": self._base_drift()}
         alarms = collapse_alarms(values, self.collapse_thresholds)
         if alarms:
             log.warning("update gate: collapse alarm for v%d: %s", self.trainer.policy_version, "; ".join(alarms))
         return {**values, "alarms": alarms}
+
+    @torch.no_grad()
+    def _base_drift(self) -> float | None:
+        """The log-prob per token the base's answers to the first decision's probes lose under the
+        candidate: a slide measured from where the model started, not one step at a time."""
+        if self._base_answers is None:
+            return None
+        prompts, answers = self._base_answers
+        kept = [i for i, answer in enumerate(answers.ids) if answer]
+        if not kept or not answers.top_logprobs:
+            return None
+        scored = self._score([prompts[i] for i in kept], [answers.ids[i] for i in kept])
+        device = self.trainer.device
+        chosen = [c.gather(1, torch.tensor(answers.ids[i], device=device)[:, None])[:, 0].cpu()
+                  for c, i in zip(scored, kept)]
+        return logprob_drift([answers.top_logprobs[i] for i in kept], chosen)
 
     def trainer_eos(self) -> list[int]:
         ids = self.trainer.model.generation_config.eos_token_id

@@ -15,7 +15,10 @@ users who want opposite things no longer pull the same weights. The shared model
 trained meanwhile: every adapter is a delta on the same frozen base, which is what a user
 without an adapter is served (the model, or the shared model of the last promotion:
 train/promotion.py). `run_personal` is the loop that feeds it (`serve
---personal-adapters on`, compose.py).
+--personal-adapters on`, compose.py), or in a process of its own (`openclaw-rl train
+--personal-adapters on`, processes.py) beside a server that loads each version the store
+records: the versions, rollback, reset and the switch are `AdapterHistory`'s
+(train/personal_history.py), which says how the two processes share them.
 
 Decisions and why (docs/personal-adapters.md):
 
@@ -49,18 +52,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Protocol
 
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.engine import weight_files
 from openclaw_rl.engine.base import LoraAdapter
 from openclaw_rl.store import Store
 from openclaw_rl.train.gate import Gate
+from openclaw_rl.train.personal_history import AdapterHistory, AdapterReceiver, writing
 from openclaw_rl.train.personal_state import MAX_RESIDENT, UserStates
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.train.trainer import Trainer
@@ -70,7 +71,6 @@ log = logging.getLogger(__name__)
 
 RANK, ALPHA, LR = 8, 16, 1e-4
 MIN_SAMPLES = 4
-_USER = re.compile(r"^[A-Za-z0-9_.@-]{1,128}$")
 
 GateFor = Callable[[Path], Gate]  # a user's gate over the trainer, its anchors kept at the path given
 
@@ -86,100 +86,22 @@ def personal_claims(method: str) -> str:
     return f"personal:{method}"
 
 
-def adapter_dir(data_dir: str | Path, user: str) -> Path:
-    """DATA_DIR/personal/<user>: the user's adapter versions; a name no directory can have is refused."""
-    if not _USER.match(user):
-        raise ValueError(f"user name {user!r} cannot name an adapter directory: use letters, digits and _.@-")
-    return Path(data_dir) / "personal" / user
-
-
-def remove_adapter(data_dir: str | Path, user: str, store: Store | None) -> bool:
-    """Delete `user`'s adapter files and their history in `store` (what a reset removes, less
-    what a running engine serves: `PersonalAdapters.reset`); whether they had any."""
-    directory = adapter_dir(data_dir, user)
-    had = directory.is_dir()
-    shutil.rmtree(directory, ignore_errors=True)
-    if store is not None:
-        had = store.delete_adapter_history(user) > 0 or had
-    return had
-
-
-class AdapterReceiver(Protocol):
-    """What serves personal adapters (engine/local.py's LocalEngine, engine/vllm.py's VLLMEngine)."""
-
-    async def load_adapter(self, user: str, adapter: LoraAdapter, version: int) -> None: ...
-
-    async def drop_adapter(self, user: str) -> None: ...
-
-
-class PersonalAdapters:
+class PersonalAdapters(AdapterHistory):
     def __init__(self, trainer: Trainer, data_dir: str | Path, receivers: Sequence[AdapterReceiver], *,
                  min_samples: int = MIN_SAMPLES, keep: int = 5, store: Store | None = None,
                  gate: GateFor | None = None, max_resident: int = MAX_RESIDENT) -> None:
         """`store`: where each version is recorded (and pins read); `gate`: each user's update gate;
-        `max_resident`: the users whose moments and gate stay in memory (train/personal_state.py)."""
+        `max_resident`: the users whose moments and gate stay in memory (train/personal_state.py);
+        `receivers`: none when the adapters are served by another process (train/personal_history.py)."""
         if not trainer.config.lora:
             raise ValueError("personal adapters need a LoRA trainer (build it with personal_config(config))")
         if min_samples < 1:
             raise ValueError(f"min_samples is {min_samples}; a user's step needs at least 1 sample")
-        self.trainer, self.receivers = trainer, list(receivers)
-        self.root = Path(data_dir) / "personal"
-        self.min_samples, self.keep, self.store, self.gate = min_samples, keep, store, gate
+        super().__init__(data_dir, receivers, keep=keep, store=store)
+        self.trainer, self.min_samples, self.gate = trainer, min_samples, gate
         self._initial = trainer.trainable_state_dict()  # every new user's adapter starts here (B = 0: the base)
         # user -> their AdamW moments and gate (its snapshot their served adapter), between their steps
         self.states = UserStates(self.root, trainer.optimizer.state_dict(), max_resident)
-        self._lock = asyncio.Lock()  # one user's step at a time: the trainer holds one adapter
-        self._off: set[str] = set(store.adapters_off()) if store is not None else set()  # served the shared model
-
-    def users(self) -> list[str]:
-        """The users with an adapter on disk."""
-        return sorted(p.name for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
-
-    def versions(self, user: str) -> list[int]:
-        """The user's kept adapter versions, oldest first."""
-        return weight_files.kept_versions(self._dir(user))
-
-    def current(self, user: str) -> int | None:
-        """The version the user is served, None while they get the shared model."""
-        return weight_files.latest_version(self._dir(user))
-
-    def adapter(self, user: str, version: int) -> LoraAdapter:
-        weights = weight_files.read(weight_files.stored(self._dir(user), version))
-        assert isinstance(weights, LoraAdapter)
-        return weights
-
-    async def load_all(self) -> list[str]:
-        """Serve every user the adapter version they were last served (a restart); who has one."""
-        users = [user for user in self.users() if self.current(user) is not None]
-        for user in users:
-            version = self.current(user)
-            assert version is not None
-            await self._publish(user, self.adapter(user, version), version)
-        return users
-
-    def is_on(self, user: str) -> bool:
-        """Whether the user's adapter may serve and train (an admin has not turned it off)."""
-        return user not in self._off
-
-    async def set_on(self, user: str, on: bool, by: str | None = None) -> None:
-        """Turn `user`'s adapter off (they are served the shared model; it is kept, frozen) or back on
-        (its current version serves again, if they have one); `by`: the admin, for the record."""
-        self._dir(user)  # a name no adapter directory can have is refused here too
-        async with self._lock:
-            if self.store is not None:
-                if on:
-                    await asyncio.to_thread(self.store.turn_adapter_on, user)
-                else:
-                    await asyncio.to_thread(self.store.turn_adapter_off, user, by)
-            if on:
-                self._off.discard(user)
-                if (version := self.current(user)) is not None:
-                    await self._publish(user, self.adapter(user, version), version)
-            else:
-                self._off.add(user)
-                for receiver in self.receivers:
-                    await receiver.drop_adapter(user)
-        log.info("%s's personal adapter turned %s%s", user, "on" if on else "off", f" by {by}" if by else "")
 
     async def train(self, user: str, samples: Sequence[Sample]) -> int | None:
         """One step of `user`'s adapter on their `samples` (the caller's, all of this user), published
@@ -188,55 +110,27 @@ class PersonalAdapters:
         if len(samples) < self.min_samples:
             return None
         async with self._lock:
-            version, adapter = await asyncio.to_thread(self._step, user, list(samples))
+            version, adapter = await asyncio.to_thread(self._locked_step, user, list(samples))
             if adapter is not None:
                 await self._publish(user, adapter, version)
         return version if adapter is not None else None
 
-    async def rollback(self, user: str, version: int) -> int:
-        """Serve `user` the weights of their `version` again, as a new version (returned)."""
-        if version not in self.versions(user):
-            raise ValueError(f"{user!r} has no kept adapter version {version} (kept: {self.versions(user)})")
-        async with self._lock:
-            adapter = self.adapter(user, version)
-            new = self._next_number(user)
-            weight_files.write_version(self._dir(user), new, adapter, keep=self.keep, parent=version,
-                                       protect=self._protected(user))
-            # the moments belong to the weights rolled back from; the gate is rebuilt on the rolled-back ones
-            self.states.forget(user)
+    def _forget_state(self, user: str) -> None:
+        self.states.forget(user)
+
+    def _locked_step(self, user: str, samples: list[Sample]) -> tuple[int, LoraAdapter | None]:
+        """`_step` holding the data dir's lock (train/personal_history.py), on the samples the store
+        still holds: a user deleted since the claim is not trained again."""
+        with writing(self.root.parent):
             if self.store is not None:
-                await asyncio.to_thread(self.store.record_adapter_version, user, new, parent=version,
-                                        gate="rollback", reason=f"rollback to v{version}")
-            await self._publish(user, adapter, new)
-        return new
-
-    async def reset(self, user: str) -> None:
-        """Delete `user`'s adapter and its whole history; they are served the shared model."""
-        async with self._lock:
-            self.states.forget(user)
-            await asyncio.to_thread(remove_adapter, self.root.parent, user, self.store)
-            for receiver in self.receivers:
-                await receiver.drop_adapter(user)
-
-    async def delete(self, user: str) -> None:
-        """Deleting a user: their adapter, its history and an admin's switch of it."""
-        await self.reset(user)
-        if self.store is not None:
-            await asyncio.to_thread(self.store.turn_adapter_on, user)
-        self._off.discard(user)
-
-    def _dir(self, user: str) -> Path:
-        return adapter_dir(self.root.parent, user)
-
-    def _next_number(self, user: str) -> int:
-        on_disk = weight_files.highest_version(self._dir(user)) or 0
-        return max(on_disk, self.store.highest_adapter_version(user) if self.store is not None else 0) + 1
-
-    def _protected(self, user: str) -> frozenset[int]:
-        """Versions pruning keeps: the pinned ones and the one served."""
-        pinned = self.store.pinned_adapter_versions(user) if self.store is not None else set()
-        served = self.current(user)
-        return frozenset(pinned | ({served} if served is not None else set()))
+                kept = self.store.sample_states([s.turn_id for s in samples])
+                if len(kept) < len(samples):
+                    log.info("%d of %s's claimed samples were deleted before their step", len(samples) - len(kept),
+                             user)
+                    samples = [s for s in samples if s.turn_id in kept]
+                if len(samples) < self.min_samples:
+                    return 0, None
+            return self._step(user, samples)
 
     def _step(self, user: str, samples: list[Sample]) -> tuple[int, LoraAdapter | None]:
         """Train, gate, write: (the candidate's number, its adapter; None when rejected)."""
@@ -276,38 +170,35 @@ class PersonalAdapters:
             return make(self._dir(user) / "gate-anchors.json")
         return self.states.gate(user, build)
 
-    def _record(self, user: str, version: int, **record) -> None:
-        if self.store is not None:
-            self.store.record_adapter_version(user, version, **record)
-
-    async def _publish(self, user: str, adapter: LoraAdapter, version: int) -> None:
-        if not self.is_on(user):  # kept as their current version, served when turned on
-            return
-        for receiver in self.receivers:
-            await receiver.load_adapter(user, adapter, version)
-
 
 async def run_personal(store: Store, personal: PersonalAdapters, config: TrainConfig, stop: asyncio.Event,
-                       flush: Flush | None = None) -> None:
+                       flush: Flush | None = None, on_step: Callable[[str, int | None], None] | None = None) -> None:
     """Until `stop`: each user with `min_samples` ready samples (and their adapter on) gets one
     step of their adapter on at most `batch_size` of them (`min_samples` if more), the oldest first (claimed as
     `personal_claims`, so the shared trainer's claims are untouched). The staleness window is the shared policy's: a
     user's behaviour log-probs were sampled under their own adapter, which the trainer's
-    importance ratio corrects. `flush`: set `done` once no user has enough ready."""
+    importance ratio corrects. `flush`: set `done` once no user has enough ready. `on_step`: called with
+    the user and their new version (None: none served) after each step. Each pass reads the admins'
+    switches again: with the trainer in a process of its own, they are turned in the serving one."""
     claims = personal_claims(personal.trainer.method.name)
     assemble = _assembly(personal.trainer, config, personal.gate is not None)
     while not stop.is_set():
         flushing = flush is not None and flush.requested.is_set()
+        await personal.refresh_switches()
         ready = await asyncio.to_thread(store.ready_owners, claims)
         stepped = False
         for user in sorted(u for u, count in ready.items() if count >= personal.min_samples and personal.is_on(u)):
+            if stop.is_set():  # after the step in progress, not the pass (SIGTERM, --max-steps)
+                break
             # a step takes at least min_samples: with a smaller --batch-size (the demo's 2) none ever would
             samples, _ = await asyncio.to_thread(lambda owner=user: store.claim_samples(
                 claims, max(config.batch_size, personal.min_samples), store.policy_version(), config.max_staleness,
                 None, personal.min_samples, assemble, None, owner))
             if samples:
-                await personal.train(user, samples)
+                version = await personal.train(user, samples)
                 stepped = True
+                if on_step is not None:
+                    on_step(user, version)
         if stepped:
             continue
         if flushing:

@@ -23,6 +23,11 @@ Decisions and why (docs/personal-adapters.md, "Cost"):
   version's score drift (with a scorer), travels in the file's metadata (`Gate.carried`). Not
   kept: the served answers the old gate had decoded (decoded again once, the cost of a
   restore) and the collapse detectors' base (recorded in the checks, never deciding).
+- A user's state in memory names the version it follows: when what they are served is another
+  version (a rollback or reset done by a serving process while this trainer runs apart,
+  train/personal_history.py), it is dropped and read again for the version served, so the
+  step starts from that version with fresh moments and a gate rebuilt on it, as after a
+  rollback done here.
 - The trainer is given a copy of the kept moments: torch's `Optimizer.load_state_dict` keeps
   the tensors it is given (same dtype and device) and the step moves them in place, so
   without a copy a rejected step would move the moments it should leave as they were.
@@ -63,6 +68,7 @@ class Resident:
     moments: dict[str, Any] | None  # the optimizer's state dict after their served version; None: fresh
     carried: dict[str, float] = field(default_factory=dict)  # what their gate gets back when rebuilt
     gate: Gate | None = None
+    version: int | None = None  # the served version this state follows (None: the base model)
 
 
 class UserStates:
@@ -102,7 +108,7 @@ class UserStates:
         if held is None:
             held = self._resident[user] = Resident(None)
             self._evict()
-        held.moments, held.carried = copy.deepcopy(moments), carried
+        held.moments, held.carried, held.version = copy.deepcopy(moments), carried, version
 
     def forget(self, user: str) -> None:
         """Drop the user's state, in memory and on disk (a rollback: fresh moments; a reset)."""
@@ -111,9 +117,13 @@ class UserStates:
 
     def _touch(self, user: str, version: int | None) -> Resident:
         held = self._resident.get(user)
-        if held is not None:
+        if held is not None and held.version == version:
             self._resident.move_to_end(user)
             return held
+        if held is not None:  # another process rolled back or reset the adapter this state follows
+            log.info("%s is served %s, not the v%s their moments and gate follow: both start again", user,
+                     f"v{version}" if version is not None else "the base model", held.version)
+            del self._resident[user]
         held = self._resident[user] = self._read(user, version)
         self._evict()
         return held
@@ -121,20 +131,20 @@ class UserStates:
     def _read(self, user: str, version: int | None) -> Resident:
         path = self.path(user)
         if version is None or not path.is_file():
-            return Resident(None)
+            return Resident(None, version=version)
         with safe_open(str(path), framework="pt") as f:
             metadata = f.metadata() or {}
         if metadata.get("version") != str(version):
             log.debug("%s's saved moments follow v%s, not their served v%d: fresh moments", user,
                       metadata.get("version"), version)
-            return Resident(None)
+            return Resident(None, version=version)
         state: dict[int, dict[str, torch.Tensor]] = {}
         for name, tensor in load_file(str(path)).items():
             _, index, key = name.split(".", 2)
             state.setdefault(int(index), {})[key] = tensor
         log.debug("%s's moments (v%d) read back from %s", user, version, path)
         moments = {"state": state, "param_groups": copy.deepcopy(self.fresh["param_groups"])}
-        return Resident(moments, json.loads(metadata.get("gate", "{}")))
+        return Resident(moments, json.loads(metadata.get("gate", "{}")), version=version)
 
     def _evict(self) -> None:
         while len(self._resident) > self.max_resident:

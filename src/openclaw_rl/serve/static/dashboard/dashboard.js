@@ -540,7 +540,8 @@ ${data ? data.absorbed_rule.measurable_first_gap : "–"} to tell">absorbed</th>
       <h3>Changes</h3>
       <table id="changes-table"><thead><tr><th>version</th><th>change</th><th>before</th><th>after</th><th>why</th></tr></thead>
       <tbody>${changes.map((c) => html`
-        <tr data-change=${c.version} key=${c.version}><td>v${c.version}</td><td><${Badge}>${c.kind}<//></td>
+        <tr data-change=${c.version} key=${c.version}><td>v${c.version}</td><td><${Badge}>${c.kind}<//>
+          ${c.gate ? html` <span title=${c.gate.reason}><${Badge} kind=${c.gate.outcome === "rejected" ? "bad" : "good"}>gate ${c.gate.outcome}<//></span>` : null}</td>
           <td class="text before">${c.before.join("\n")}</td><td class="text after">${c.after.join("\n")}</td>
           <td class="text muted">${c.reason}</td></tr>`)}</tbody></table>`;
   }
