@@ -26,6 +26,14 @@ sessions to adaptation, held-out curve served and for the weights alone, lessons
 observer's answers identical to the base's). `--summarize` pools runs: per user, the
 median sessions to adaptation, acceptance with a Wilson interval, and the served held-out
 score minus the base's at each evaluation with a 95 % bootstrap interval over runs.
+
+With `--personal-adapters on` the observer's answers are the base's, so they cannot say
+what a user's adapter learned: each evaluation then also scores each user's **adapter
+alone** (their adapter, no lessons in the prompt: their experience is switched off for
+those requests, as `openclaw-rl users set NAME --experience off` does, then back on),
+recorded as `adapter_alone`. `--rescore RUN_DIR...` measures that for runs made
+before it existed: a serve-only server (no training, no judge) on a copy of the run's data
+serves each user's last adapter, and `adapter_alone.json` is written beside `summary.json`.
 """
 
 from __future__ import annotations
@@ -33,8 +41,10 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -80,9 +90,10 @@ class Run:
         self.personas = {name: (replace(get_persona(name), approve_threshold=level) if level is not None
                                 else get_persona(name)) for name, level in personas.items()}
         data = out / "data"
-        users = Users(data)
+        self.users = users = Users(data)
         keys = {name: users.add(name) for name in self.personas}
         keys[OBSERVER] = users.add(OBSERVER, experience=False)
+        self.adapters = personal_adapters == "on"
         self.training = config.method != CONTROL
         port = free_port()
         serve = ServeConfig(model=config.model, data_dir=str(data), port=port, status_interval_s=0.0,
@@ -112,6 +123,10 @@ class Run:
             answers = first_answers(self.clients[name], self.server.model_name, persona, self.heldout,
                                     max_tokens=self.config.eval_max_tokens, concurrency=len(self.heldout))
             found["served"][name] = statistics.mean(a.score for a in answers)
+        if self.adapters:
+            alone = adapters_alone(self.users, self.clients, self.server.model_name, self.personas, self.heldout,
+                                   self.config.eval_max_tokens)
+            found["adapter_alone"] = {name: _mean_score(answers) for name, answers in alone.items()}
         texts = []  # the observer asks each persona's questions in that persona's words
         for name, persona in self.personas.items():
             plain = first_answers(self.clients[OBSERVER], self.server.model_name, persona, self.heldout,
@@ -200,6 +215,8 @@ def run(args: argparse.Namespace, demo_flags: list[str]) -> None:
         "users": {name: {**acceptance(flags), "accepted": flags,
                          "served": [[c["rounds"], c["served"][name]] for c in played["curve"]],
                          "weights": [[c["rounds"], c["weights"][name]] for c in played["curve"]],
+                         **({"adapter_alone": [[c["rounds"], c["adapter_alone"][name]] for c in played["curve"]]}
+                            if run.adapters else {}),
                          "lessons": lessons[name]}
                   for name, flags in played["accepted"].items()},
         "observer_same_as_base": [[c["rounds"], c["observer_same_as_base"]] for c in played["curve"]],
@@ -215,8 +232,83 @@ def run(args: argparse.Namespace, demo_flags: list[str]) -> None:
     print(f"turns served with another user's lesson: {crossed}")
 
 
+def adapters_alone(users: Users, clients: dict, model_name: str, personas: dict, heldout: list,
+                   max_tokens: int) -> dict[str, list]:
+    """Each user's greedy held-out answers under their own adapter with no lessons in the prompt:
+    their experience switched off for these requests (the server reads the users file per request), then back."""
+    answers = {}
+    for name, persona in personas.items():
+        users.set_experience(name, False)
+        try:
+            answers[name] = first_answers(clients[name], model_name, persona, heldout, max_tokens=max_tokens,
+                                          concurrency=len(heldout))
+        finally:
+            users.set_experience(name, None)
+    return answers
+
+
+def _mean_score(answers: list) -> float:
+    return statistics.mean(a.score for a in answers)
+
+
+def _finished(path: str) -> dict:
+    summary = Path(path) / "summary.json"
+    if not summary.is_file():
+        raise SystemExit(f"{path} is not a finished run of this script (no {summary}); pass run directories")
+    return json.loads(summary.read_text(encoding="utf-8"))
+
+
+def rescore(paths: list[str]) -> None:
+    """The adapter-alone score of each user's last adapter in finished `--personal-adapters on` runs,
+    served by a serve-only server on a copy of the run's data (the run itself is not touched)."""
+    config = cli._driver_config(SimulateConfig, "simulate", cli._parser().parse_args(["demo"]))
+    for path in paths:
+        summary = _finished(path)
+        if summary["personal_adapters"] != "on":
+            raise SystemExit(f"{path} ran with --personal-adapters {summary['personal_adapters']}: its users have "
+                             "no adapter to score alone")
+        personas = {name: replace(get_persona(name), approve_threshold=level)
+                    for name, level in summary["personas"].items()}
+        with tempfile.TemporaryDirectory(prefix="two-users-rescore-") as scratch:
+            data = Path(scratch) / "data"
+            shutil.copytree(Path(path) / "data", data)
+            users = Users(data)
+            for name in [*personas, OBSERVER]:  # the run's keys are kept only as hashes: new ones, on the copy
+                users.revoke(name)
+            keys = {name: users.add(name) for name in personas} | {OBSERVER: users.add(OBSERVER, experience=False)}
+            port = free_port()
+            serve = ServeConfig(model=config.model, data_dir=str(data), port=port, status_interval_s=0.0,
+                                train=False, personal_adapters="on")
+            stack = build_stack(serve, replace(config.judge, judge="off"), config.train,
+                                StackSpec(write_samples=False))  # follows the adapters on disk
+            thread = ServerThread(stack.app(), port)
+            try:
+                clients = {name: openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key=key, max_retries=2,
+                                               timeout=1200) for name, key in keys.items()}
+                heldout = heldout_problems(summary["heldout"])
+                alone = adapters_alone(users, clients, stack.server.model_name, personas, heldout,
+                                       config.eval_max_tokens)
+                base = {name: first_answers(clients[OBSERVER], stack.server.model_name, persona, heldout,
+                                            max_tokens=config.eval_max_tokens, concurrency=len(heldout))
+                        for name, persona in personas.items()}  # the observer has no adapter: the base
+                versions = {name: stack.server.personal.current(name) for name in personas}
+            finally:
+                thread.stop()
+        found = {"sessions": summary["sessions_per_user"], "adapter_versions": versions,
+                 "adapter_alone": {name: _mean_score(answers) for name, answers in alone.items()},
+                 "base": {name: _mean_score(answers) for name, answers in base.items()},
+                 "answers_unlike_the_base": {name: sum(a.response != b.response for a, b in zip(alone[name], base[name]))
+                                             for name in personas},
+                 "answers": len(heldout)}
+        (Path(path) / "adapter_alone.json").write_text(json.dumps(found, indent=2), encoding="utf-8")
+        print(f"{path}: " + ", ".join(
+            f"{name} adapter alone {found['adapter_alone'][name]:.3f} (v{versions[name]}; base "
+            f"{found['base'][name]:.3f}; {found['answers_unlike_the_base'][name]}/{len(heldout)} answers unlike "
+            f"the base's)" for name in personas))
+
+
 def summarize(paths: list[str]) -> None:
-    runs = [json.loads((Path(p) / "summary.json").read_text(encoding="utf-8")) for p in paths]
+    runs = [_finished(p) for p in paths]
     first = runs[0]
     print(f"{len(runs)} runs: method {first['method']}, experience {first['experience']} ({first['placement']}), "
           f"personal adapters {first['personal_adapters']}, {first['sessions_per_user']} sessions per user")
@@ -235,9 +327,11 @@ def summarize(paths: list[str]) -> None:
             gains = [u["served"][i][1] - u["served"][0][1] for u in users]
             weights = [u["weights"][i][1] for u in users]
             low, high = bootstrap_mean_ci(gains) if len(gains) > 1 else (gains[0], gains[0])
+            alone = [u["adapter_alone"][i][1] for u in users if "adapter_alone" in u]
             print(f"  after {rounds:>3} sessions: served {statistics.mean(served):.3f} (minus base "
                   f"{statistics.mean(gains):+.3f} [{low:+.3f}, {high:+.3f}]), weights alone "
-                  f"{statistics.mean(weights):.3f}")
+                  f"{statistics.mean(weights):.3f}"
+                  + (f", adapter alone {statistics.mean(alone):.3f}" if len(alone) == len(users) else ""))
     same = [r["observer_same_as_base"][-1][1] for r in runs]
     print(f"\nobserver's held-out answers identical to the base's at the end: {same} of "
           f"{first['heldout'] * len(first['users'])} (per run)")
@@ -253,9 +347,13 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--personal-adapters", choices=("on", "off"), default="off")
     parser.add_argument("--summarize", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--rescore", nargs="+", metavar="RUN_DIR",
+                        help="score each user's last adapter alone in finished --personal-adapters on runs")
     args = parser.parse_args(own)
     if args.summarize:
         summarize(args.summarize)
+    elif args.rescore:
+        rescore(args.rescore)
     elif not args.out:
         parser.error("--out is required to run (or --summarize RUN_DIR...)")
     else:

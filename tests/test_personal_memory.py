@@ -34,7 +34,7 @@ def tokenizer(tiny_model_dir):
 
 def _personal(model_dir, data_dir, max_resident=None, tokenizer=None) -> PersonalAdapters:
     torch.manual_seed(0)  # peft's initial A: the same for every trainer built here
-    config = personal_config(TrainConfig(lr=1e-2, gate_max_new_tokens=6, gate_anchors=2))
+    config = personal_config(TrainConfig(lr=1e-2, personal_lr=1e-2, gate_max_new_tokens=6, gate_anchors=2))
     trainer = Trainer(model_dir, config, device="cpu")
     gate = None
     if tokenizer is not None:

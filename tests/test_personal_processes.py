@@ -106,7 +106,7 @@ def alice_samples(tiny_model_dir):
 
 def _personal(model_dir: Path, data_dir: Path) -> PersonalAdapters:
     torch.manual_seed(0)  # peft's initial A: the same for every trainer built here
-    return PersonalAdapters(Trainer(model_dir, personal_config(TrainConfig(lr=1e-2)), device="cpu"), data_dir, [],
+    return PersonalAdapters(Trainer(model_dir, personal_config(TrainConfig(lr=1e-2, personal_lr=1e-2)), device="cpu"), data_dir, [],
                             min_samples=4)
 
 
@@ -167,7 +167,7 @@ def test_the_trainer_of_the_train_command_gates_each_candidate_and_honours_an_ad
     of this process on a store of its own) gives each user their update gate, and reads the switch an
     admin turned in the serving process; the server serves none of a rejected candidate."""
     _store_with_samples(tiny_model_dir, tmp_path, users=("alice", "bob"))
-    strict = TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="on", gate_max_kl=0.0, gate_anchors=0,
+    strict = TrainConfig(method="binary", batch_size=4, lr=1e-2, personal_lr=1e-2, gate="on", gate_max_kl=0.0, gate_anchors=0,
                          gate_max_new_tokens=4, gate_probe_every=1000, train_poll_interval_s=0.05)
     trainer_store, serving_store = Store(tmp_path), Store(tmp_path)
     receiver = _Receiver()

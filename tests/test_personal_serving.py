@@ -39,7 +39,7 @@ class Running:
         serve = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0,
                             personal_adapters=personal, train=personal == "on" and train_here)
         self.stack = build_stack(serve, JudgeConfig(poll_interval_s=0.05),
-                                 train or TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="off",
+                                 train or TrainConfig(method="binary", batch_size=4, lr=1e-2, personal_lr=1e-2, gate="off",
                                                       train_poll_interval_s=0.05),
                                  StackSpec(judge=_ByOwner(), flush=self.flush))
         self.server, self.store = self.stack.server, self.stack.server.store
@@ -336,7 +336,7 @@ def test_an_admin_turns_a_users_adapter_off_and_on_and_a_restart_keeps_the_switc
 
 
 def test_a_candidate_the_gate_rejects_is_recorded_and_never_served(tiny_model_dir, tmp_path):
-    strict = TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="on", gate_max_kl=0.0, gate_anchors=0,
+    strict = TrainConfig(method="binary", batch_size=4, lr=1e-2, personal_lr=1e-2, gate="on", gate_max_kl=0.0, gate_anchors=0,
                          gate_max_new_tokens=4, gate_probe_every=1000, train_poll_interval_s=0.05)
     running = Running(tiny_model_dir, tmp_path, "on", strict)
     try:
@@ -356,7 +356,7 @@ def test_a_candidate_the_gate_rejects_is_recorded_and_never_served(tiny_model_di
 
 
 def test_a_candidate_the_gate_accepts_serves_and_records_the_gates_checks(tiny_model_dir, tmp_path):
-    lenient = TrainConfig(method="binary", batch_size=4, lr=1e-2, gate="on", gate_max_kl=100.0, gate_anchors=2,
+    lenient = TrainConfig(method="binary", batch_size=4, lr=1e-2, personal_lr=1e-2, gate="on", gate_max_kl=100.0, gate_anchors=2,
                           gate_max_new_tokens=4, gate_max_length_ratio=100.0, gate_max_repetition=1.0,
                           gate_max_repetition_increase=1.0, gate_max_non_answer_increase=1.0,
                           gate_max_brought_in_increase=1.0, train_poll_interval_s=0.05)

@@ -19,8 +19,17 @@ PROMPT = [1, 17, 23, 45, 9, 31]
 
 def _personal(model_dir, data_dir, engine=None) -> PersonalAdapters:
     torch.manual_seed(0)  # peft's initial A: the same for every trainer built here
-    trainer = Trainer(model_dir, personal_config(TrainConfig(lr=1e-2)), device="cpu")
+    trainer = Trainer(model_dir, personal_config(TrainConfig(lr=1e-2, personal_lr=1e-2)), device="cpu")
     return PersonalAdapters(trainer, data_dir, [engine] if engine else [], min_samples=4)
+
+
+def test_an_adapter_trains_at_personal_lr_whatever_the_shared_models_lr():
+    """A preset's full fine-tuning rate (the demo's 5e-5) is the shared model's, not the adapters'."""
+    assert personal_config(TrainConfig(lr=5e-5)).lr == TrainConfig().personal_lr == 1e-4
+    adapter = personal_config(TrainConfig(lr=5e-5, personal_lr=3e-4))
+    assert (adapter.lr, adapter.lora, adapter.lora_rank) == (3e-4, True, 8)
+    with pytest.raises(ValueError, match="personal_lr"):
+        TrainConfig(personal_lr=0)
 
 
 @pytest.fixture(scope="module")

@@ -486,6 +486,9 @@ class TrainConfig:
                               "publishing dequantizes the base to merge the adapter into it", default=False)
     lora_alpha: int = setting("LoRA alpha; the adapter's update is scaled by alpha / rank", default=32)
     lr: float | None = setting("AdamW learning rate; unset = 1e-5 for full fine-tuning, 1e-4 for LoRA", default=None)
+    personal_lr: float = setting("AdamW learning rate of each user's adapter with --personal-adapters on (--lr is "
+                                 "the shared model's; a rank-8 adapter that starts at zero needs a larger one: "
+                                 "docs/personal-adapters.md)", default=1e-4)
     batch_size: int = setting("ready samples per training step (the paper's batch)", default=16)
     catch_up: int = setting("a trainer that fell behind takes up to this many times batch_size of the ready samples "
                             "(the oldest first) in one step, so they are trained before they go stale "
@@ -611,6 +614,7 @@ class TrainConfig:
               "only with lora = true (a 4-bit base cannot be fine-tuned in full)")
         check(self.lora_alpha > 0, "lora_alpha", self.lora_alpha, "a positive number (32 with rank 16)")
         check(self.lr is None or self.lr > 0, "lr", self.lr, "a positive learning rate, or unset for the default")
+        check(self.personal_lr > 0, "personal_lr", self.personal_lr, "a positive learning rate")
         check(self.batch_size >= 1, "batch_size", self.batch_size, "at least 1")
         check(self.optimizer_steps_per_batch >= 1, "optimizer_steps_per_batch", self.optimizer_steps_per_batch,
                "at least 1")

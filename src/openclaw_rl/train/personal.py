@@ -22,7 +22,7 @@ records: the versions, rollback, reset and the switch are `AdapterHistory`'s
 
 Decisions and why (docs/personal-adapters.md):
 
-- Rank 8, alpha 16, every attention and MLP projection, lr 1e-4 (`personal_config`):
+- Rank 8, alpha 16, every attention and MLP projection, lr `--personal-lr` (`personal_config`):
   the trainer's own LoRA targets, at half its default rank, since decode reads every
   adapter in a batch on every step (bench/personal_adapters.py measures the cost).
 - A user with fewer than `min_samples` samples keeps the shared model: one noisy turn
@@ -69,15 +69,17 @@ from openclaw_rl.types import Sample
 
 log = logging.getLogger(__name__)
 
-RANK, ALPHA, LR = 8, 16, 1e-4
+RANK, ALPHA = 8, 16
 MIN_SAMPLES = 4
 
 GateFor = Callable[[Path], Gate]  # a user's gate over the trainer, its anchors kept at the path given
 
 
 def personal_config(config: TrainConfig) -> TrainConfig:
-    """`config` as a personal-adapter trainer runs it: LoRA at the documented rank, alpha and lr."""
-    return replace(config, lora=True, lora_rank=RANK, lora_alpha=ALPHA, lr=config.lr or LR)
+    """`config` as a personal-adapter trainer runs it: LoRA at the documented rank and alpha, at
+    `personal_lr` (not `lr`, which is the shared model's: a preset's full fine-tuning rate would
+    leave an adapter that starts at zero almost where it started)."""
+    return replace(config, lora=True, lora_rank=RANK, lora_alpha=ALPHA, lr=config.personal_lr)
 
 
 def personal_claims(method: str) -> str:
