@@ -9,9 +9,10 @@
    tests/data/judge_agent_states.jsonl (agent next states the judge used to miss, per
    `category`: action_target, gui_state, neutral_noise, short_doubt), and, only when
    named in `--splits`, tests/data/judge_heldout.jsonl (written apart from the judge and
-   its rules, never tuned on, measured once; docs/judge.md) and tests/data/judge_heldout2.jsonl
-   (`heldout2`: written blind, by an author who never read the judge's code nor ran it; never
-   tuned on, measured once; docs/judge.md): the majority score equals
+   its rules, measured once, then tuned on; docs/judge.md) and tests/data/judge_heldout2.jsonl
+   (`heldout2`: written blind, by an author who never read the judge's code nor ran it; measured
+   once, then tuned on; docs/judge.md) and tests/data/judge_heldout3.jsonl (`heldout3`: 160 cases,
+   written blind as heldout2 was; never tuned on, measured once; docs/judge.md): the majority score equals
    the expected score; a hint is produced exactly when one is expected. Overall, per kind
    of next state (chat, feedback, tool-call, terminal, SWE, GUI), agent states (tool-call,
    terminal, SWE, GUI) against what people wrote (chat, feedback), and per PRM category
@@ -57,7 +58,7 @@ from openclaw_rl.store import Store  # noqa: E402
 from openclaw_rl.types import NextState, TurnRecord  # noqa: E402
 
 SPLITS = {name: ROOT / "tests" / "data" / f"judge_{name}.jsonl"
-          for name in ("tuning", "measured", "agent_states", "heldout", "heldout2")}
+          for name in ("tuning", "measured", "agent_states", "heldout", "heldout2", "heldout3")}
 AGENT_DOMAINS = ("toolcall", "terminal", "swe", "gui")  # machine next states; chat and feedback are people's
 SCORES = (1, 0, -1)
 RESULTS = ROOT / "bench" / "results" / "judge_agreement.json"
@@ -182,7 +183,7 @@ async def main() -> None:
     parser.add_argument("--judge-max-tokens", type=int, default=96)
     parser.add_argument("--teacher", action="store_true", help="time teacher scoring of the hints too")
     parser.add_argument("--splits", default="tuning,measured,agent_states",
-                        help="comma-separated, of " + ",".join(SPLITS) + "; heldout and heldout2 only when named")
+                        help="comma-separated, of " + ",".join(SPLITS) + "; the held-out splits only when named")
     args = parser.parse_args()
     backends = [b for b in args.backends.split(",") if b] + (["openai"] if args.openai_url else [])
     model_dir = resolve_model_dir(None)

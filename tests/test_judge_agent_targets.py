@@ -143,12 +143,12 @@ def test_a_switch_left_on_is_read_whatever_key_names_the_element():
     assert vote(tool("disable notifications", call("click", element=3), page, "environment")) == -1
     assert vote(tool("disable notifications", call("click", ref=3), page, "environment")) == -1
     done = page.replace("checked=true", "checked=false")
-    assert tool("disable notifications", call("click", element=3), done, "environment") is None
+    assert vote(tool("disable notifications", call("click", element=3), done, "environment")) == 1  # done as asked
 
 
 def test_element_numbers_and_a_year_month_are_no_parameters():
     typed = 'Typed "3" into [5] spinbutton "Copies".\n\nPage "Print"\n[5] spinbutton "Copies" value="3"'
-    assert tool("print 3 copies", call("type", element=5, text="3"), typed, "environment") is None
+    assert vote(tool("print 3 copies", call("type", element=5, text="3"), typed, "environment")) in (None, 1)
     assert tool("export the march report", call("export_report", month="2024-03"), "Exported.") is None
 
 
@@ -275,7 +275,8 @@ def test_a_reply_that_only_judges_gives_no_hint(reply):
 # -- the labelled splits -----------------------------------------------------------------
 
 DATA = Path(__file__).parent / "data"
-TUNING_SPLITS = ("judge_tuning.jsonl", "judge_measured.jsonl", "judge_agent_states.jsonl", "judge_heldout.jsonl")
+TUNING_SPLITS = ("judge_tuning.jsonl", "judge_measured.jsonl", "judge_agent_states.jsonl", "judge_heldout.jsonl",
+                 "judge_heldout2.jsonl")
 # "I've read it. Let me ask something else: how do magnets work?" is labelled 0; by the
 # labelling guide a new question, related or not, is +1, which the follow-up rule says.
 DISAGREES_WITH_ITS_LABEL = {"t026"}

@@ -1,4 +1,4 @@
-"""The default judge's classifier: its shipped weights come from the tuning split as it is now,
+"""The default judge's classifier: its shipped weights come from the tuning data as it is now,
 and the training pieces do what the weights rely on (judge/classifier.py, judge/train_classifier.py)."""
 
 from __future__ import annotations
@@ -35,20 +35,25 @@ def _cases(name: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / f"judge_{name}.jsonl").read_text().splitlines() if line.strip()]
 
 
-def test_the_shipped_weights_were_trained_on_the_tuning_split_as_it_is():
+TRAINED_ON = ("tuning", "heldout", "heldout2")  # the splits docs/judge.md trains on (the tuning data)
+
+
+def test_the_shipped_weights_were_trained_on_the_tuning_data_as_it_is():
     model = JudgeModel.load(DEFAULT_WEIGHTS)
-    digest = hashlib.sha256((DATA / "judge_tuning.jsonl").read_bytes()).hexdigest()
-    assert model.metadata["trained_on"] == f"judge_tuning.jsonl sha256:{digest}", (
-        "tests/data/judge_tuning.jsonl changed since the weights were trained: "
-        "run python -m openclaw_rl.judge.train_classifier")
-    people = [c for c in _cases("tuning") if c["next_state_role"] in ("user", "feedback")]
+    digests = {name: hashlib.sha256((DATA / f"judge_{name}.jsonl").read_bytes()).hexdigest() for name in TRAINED_ON}
+    expected = "; ".join(f"judge_{name}.jsonl sha256:{digest}" for name, digest in digests.items())
+    assert model.metadata["trained_on"] == expected, (
+        "the tuning data changed since the weights were trained: run python -m openclaw_rl.judge.train_classifier "
+        + " ".join(f"--cases tests/data/judge_{name}.jsonl" for name in TRAINED_ON))
+    people = [c for name in TRAINED_ON for c in _cases(name) if c["next_state_role"] in ("user", "feedback")]
     assert model.bank.shape == (len(people), 384) and model.bank_labels.shape == (len(people),)
 
 
 def test_the_splits_share_no_case():
-    splits = {name: _cases(name) for name in ("tuning", "measured", "agent_states", "heldout", "heldout2")}
+    splits = {name: _cases(name) for name in ("tuning", "measured", "agent_states", "heldout", "heldout2",
+                                              "heldout3")}
     assert len(splits["tuning"]) + len(splits["measured"]) >= 300
-    heldouts = {name: splits.pop(name) for name in ("heldout", "heldout2")}
+    heldouts = {name: splits.pop(name) for name in ("heldout", "heldout2", "heldout3")}
     for heldout in heldouts.values():
         assert len(heldout) >= 130 and sum(c["domain"] in AGENT_DOMAINS for c in heldout) >= 45
     people = ("user", "feedback")  # tool output such as "(no output)" may repeat among the older splits

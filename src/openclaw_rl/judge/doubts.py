@@ -36,9 +36,14 @@ __all__ = ["MAX_DOUBT_WORDS", "doubt_fix", "proposal", "short_doubt"]
 
 MAX_DOUBT_WORDS = 14
 
-_LEAD = r"^\W*(?:(?:wait|hang on|hold on|hm+|uh+|um+|er+m?|oh|huh|but|so|really|sorry)\W+)*"
+_INTERJECTIONS = r"wait|hang on|hold on|hm+|uh+|um+|er+m?|oh|huh|but|so|really|sorry|euh|eh|äh|ähm|ehm|ah|ну|hein" \
+                 r"|pues|bueno|tja|also|well|mmm+|えっと|嗯|음|อืม"
+_LEAD = rf"^\W*(?:(?:{_INTERJECTIONS})\W+)*"
 _NEG_AUX = r"(?:is|was|are|were|do|does|did|should|would|wo|ca|has|have)n'?t"
-_DOUBT_OPENER = re.compile(_LEAD + rf"(?:(?:are )?(?:you )?sure\b|{_NEG_AUX}\b|i (?:thought|was sure)\b)",
+_SURE = r"(?:are )?(?:you )?sure|¿?seguro|¿?segura|sicher|t'es sûr|tu es sûr|vous êtes sûr|sûr|sicuro|sicura|certo" \
+        r"|tem certeza|weet je het zeker|zeker|na pewno|pewien|pewna|säker|emin misin|emin|уверен|уверена|точно" \
+        r"|確か|确定|真的吗|jsi si jistý|jisté|biztos|sigur|σίγουρα|chắc không|yakin|정말|확실해"
+_DOUBT_OPENER = re.compile(_LEAD + rf"(?:(?:{_SURE})(?![^\W_])|{_NEG_AUX}\b|i (?:thought|was sure)\b)",
                            re.IGNORECASE)
 _ADDS = re.compile(r"\b(?:also|too|as well|again|another)\b", re.IGNORECASE)
 _APPROVES = re.compile(r"\b(?:thanks?|thx|ty|great|perfect|right|correct|exactly)\b(?!\s*\?)", re.IGNORECASE)
@@ -51,24 +56,44 @@ _FUNCTION_WORDS = frozenset(
     o os as um uma é foi não era eram het een de dat is was zijn waren niet czy to nie był była było są
     det är var inte att и а не это то что был была было разве""".split())
 _IDENTITY = re.compile(
-    r"^\W*(?:(?:wait|hang on|hold on|hm+|uh+|um+|er+m?|oh|huh|but|so|really|sorry|ok(?:ay)?)\W+)*¿?\s*(?:"
+    rf"^\W*(?:(?:{_INTERJECTIONS}|ok(?:ay)?)\W+)*¿?\s*(?:"
     rf"{_NEG_AUX} (?:it|that|this|those|these|there)(?: be)?|(?:are )?(?:you )?sure (?:it's|it is|that's|that is) not"
     r"|(?:don't |do )?you mean|shouldn't (?:it|that) be"
     rf"|(?:{DOUBT_VERBS})(?:[\s,]+(?:that|que|dass|che|dat|że|att|что|it|het|es|c'|ce))?(?:\s*(?:it|that|they|he|she"
     r"|es|c'|het|det|to|это|era|fue|war|was|is|was|were|'s|are|fosse|foi|était|c'était|wären|waren|var|był|było))*"
-    rf"|{NEGATED_COPULA})(?:\b|(?<=[\u3040-\u30ff\u4e00-\u9fff]))[\s,:]*(?P<value>[^?!.？]+?)\s*(?:吗|か|ですか)?"
+    rf"|{NEGATED_COPULA})(?:\b|(?<=[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\u0e00-\u0e7f]))[\s,:]*"
+    r"(?P<value>(?:[^?!.？]|(?<=\d)\.(?=\d))+?)\s*(?:吗|か|ですか|เหรอ|ไหม|요)?"
     r"\s*[?？!.]*$", re.IGNORECASE)
-_TAGGED = re.compile(rf"^\W*(?P<value>[^?？\s]+(?:\s+[^?？\s]+){{0,3}}?)[\s,]+¿?(?:{TAG_QUESTIONS})\s*[?？]+$",
+_TAGGED = re.compile(rf"{_LEAD}(?P<value>[^?？\s]+(?:\s+[^?？\s]+){{0,3}}?)[\s,]+¿?(?:{TAG_QUESTIONS})\s*[?？]+$",
                      re.IGNORECASE)  # at most four words before the tag
+_POSTFIX = re.compile(rf"{_LEAD}(?P<value>[^?？\s]{{1,20}}?)\s*(?:じゃないですか|じゃないの|じゃない|ではないですか"
+                      r"|ではありませんか|じゃなかった|아니에요|아닌가요|아니었나요|아니야|아냐|不是吗|不是嗎)\s*[?？]+$",
+                      re.IGNORECASE)  # the value first, then "isn't it", with no space in Japanese and Korean
+_BARE = re.compile(rf"{_LEAD}(?P<value>\d[\d.,]*(?:\s*[^\W\d_]{{1,4}})?|[^\W\d_][\w'-]*(?:\s+[^\W\d_][\w'-]*){{0,2}})"
+                   r"\s*[?？]+!?$", re.IGNORECASE)  # "wait, 212?", "Lyon?": a value asked back
+
+
+_QUESTION_WORD = re.compile(r"(?:what|why|how|who|when|where|which|really|seriously|sure|and|so|ok(?:ay)?|yes|no"
+                            r"|huh|sorry|pardon|wait|hm+|und|y|et|e|en|i|и|а|och|og|ve|és|και|also|then|in|for"
+                            r"|with|at|on|from|to|or|again|more|another|anything|something|nothing|everything"
+                            r"|this|that|it|one|all|none|both|here|there|now|later|today|tomorrow|yesterday|please"
+                            r"|thanks|thank|hello|hi|hey|cool|nice|great|good|right|correct|true|false|done|ready"
+                            r"|same|different|better|worse|next|else|first|last|seriously|oh|ah|eh)",
+                            re.IGNORECASE)  # "Und Graz?": and what about Graz; "Again?" asks for it again
 
 
 def proposal(text: str) -> str | None:
     """What a doubt proposes the answer should have been ("Canberra" of "isn't it Canberra?"), or None."""
     text = text.replace("\u2019", "'").strip()
-    for pattern in (_IDENTITY, _TAGGED):
+    for pattern in (_IDENTITY, _TAGGED, _POSTFIX):
         found = pattern.match(text)
         if found and found.group("value").strip(" ,"):
             return found.group("value").strip(" ,")
+    bare = _BARE.match(text)
+    value = bare.group("value") if bare else ""
+    if value and (value[0].isdigit() or all(w[0].isupper() for w in value.split())) \
+            and not _QUESTION_WORD.fullmatch(value.split()[0]):
+        return value  # a number, or a name in capitals ("New York?"), asked back
     return None
 
 

@@ -11,8 +11,10 @@ what can be read from them without a model:
   produced it, where rules are right: an error, a non-zero exit or a timeout is -1; an
   action that worked on something other than what the request named (a file, a quoted
   value, a city, the order of a copy, a name, a weekday, a unit, what a command's options
-  print: `judge.targets`) is -1 whatever success string follows; a write of nothing is
-  -1; Python's `^` where a power was asked for is -1. None means the rules have nothing
+  print: `judge.targets`; a month, a version, a number or an identifier one slip away, a
+  choice of a closed set: `judge.action_values`) is -1 whatever success string follows;
+  HTTP error payloads and partly failing tests are -1; a write of nothing is -1; Python's
+  `^` where a power was asked for is -1. None means the rules have nothing
   to say and the classifier decides.
 - `rule_verdict(m)` adds the rules for what people write (`judge.people_state`: plain
   rejections, stated fixes after a "no", thinking aloud, follow-ups, approvals) and the
@@ -41,9 +43,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from openclaw_rl.chat import call_parts, content_text
-from openclaw_rl.judge.agent_state import gui_problem, neutral_notice, parameter_mismatch, short_doubt
+from openclaw_rl.judge.action_values import value_mismatch
+from openclaw_rl.judge.agent_state import gui_done, gui_problem, neutral_notice, parameter_mismatch, short_doubt
 from openclaw_rl.judge.people_state import people_verdict
-from openclaw_rl.judge.targets import STOPWORDS, action_target_mismatch, grounded_share, words
+from openclaw_rl.judge.targets import STOPWORDS, Miss, action_target_mismatch, grounded_share, words
 from openclaw_rl.types import Turn
 
 __all__ = ["CUE_NAMES", "MACHINE_CUE_NAMES", "PEOPLE_CUE_NAMES", "Material", "action_fix", "clicked_name",
@@ -136,7 +139,13 @@ def _parse_call(call: dict[str, Any]) -> ToolCall:
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b\w*(?:Error|Exception)\b:|\berror\b:|\bERROR\b|\bFAILED\b"
     r"|command not found|\[exit code [1-9]\d*\]|No such file or directory|Permission denied|Operation not permitted"
-    r"|\[timed out|\bcannot\b|\bcan't\b|\bfailed to\b|\b[1-9]\d* failed\b|\bunknown command\b|not permitted",
+    r"|\[timed out|\bcannot\b|\bcan't\b|\bfailed to\b|\b[1-9]\d* failed\b|\bunknown command\b|not permitted"
+    r"|\b[1-9]\d* errors?\b(?! (?:fixed|resolved|corrected))|\b[1-9]\d* failing\b|(?m:^--- FAIL\b|^FAIL\b|^E: )"
+    r"|\bfatal:|\bpanic:|npm ERR!|Segmentation fault|No space left on device|\bout of memory\b"
+    r"|\"(?:error|errors|err)\"\s*:\s*(?!null|\[\]|\"\"|false|0\b|\{\})|\"(?:ok|success)\"\s*:\s*false"
+    r"|\"status\"\s*:\s*\"(?:error|failed|failure|rejected|denied|declined)\""
+    r"|\b(?:replaced|matched|changed) 0\b|\b0 (?:occurrences|replacements|matches)\b|\bno match(?:es)? found\b"
+    r"|^HTTP/\d(?:\.\d)? [45]\d\d\b|\"(?:status|status_code|code)\"\s*:\s*[45]\d\d\b",
     re.IGNORECASE,
 )
 _NO_ERROR = re.compile(r"\b0 (?:failed|errors?)\b|\bno (?:errors?|issues)\b", re.IGNORECASE)
@@ -147,8 +156,9 @@ _SILENT_COMMANDS = frozenset("mkdir mv cp rm rmdir touch chmod chown ln cd expor
 _SHELL_TOOLS = ("bash", "shell", "run", "terminal")
 
 
-_RATING = re.compile(r"\b([0-5](?:\.\d)?)\s*(?:/|out of)\s*5\b|(thumbs?[ -]up|👍)|(thumbs?[ -]down|👎)",
-                     re.IGNORECASE)
+_RATING = re.compile(r"\b([0-5](?:\.\d)?)\s*(?:/|out of)\s*5\b|(thumbs?[ -]up|👍)|(thumbs?[ -]down|👎)"
+                     r"|((?:⭐|★|🌟)\ufe0f?){1,5}(?!\s*(?:⭐|★|🌟))", re.IGNORECASE)
+_STAR = re.compile(r"⭐|★|🌟")
 
 
 def rating_verdict(m: Material) -> tuple[int, str] | None:
@@ -158,8 +168,8 @@ def rating_verdict(m: Material) -> tuple[int, str] | None:
     found = _RATING.search(m.next_state)
     if found is None:
         return None
-    if found.group(1) is not None:
-        stars = float(found.group(1))
+    if found.group(1) is not None or found.group(4) is not None:  # "4/5", or four star signs
+        stars = float(found.group(1)) if found.group(1) is not None else len(_STAR.findall(found.group(0)))
         vote = 1 if stars >= 4 else -1 if stars <= 2 else 0
     else:
         vote = 1 if found.group(2) else -1
@@ -181,6 +191,8 @@ def rule_verdict(m: Material) -> tuple[int, str] | None:
     ruled = rating_verdict(m) or machine_verdict(m)
     if ruled is None and (noise := neutral_notice(m)):
         return 0, noise
+    if ruled is None and (done := gui_done(m)):
+        return 1, done
     return ruled or people_verdict(m)
 
 
@@ -190,7 +202,7 @@ def machine_verdict(m: Material) -> tuple[int, str] | None:
         return None
     if _ERROR.search(m.next_state) and not _only_negated_errors(m.next_state):
         return -1, "the output reports an error"
-    missed = action_target_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
+    missed = action_target_mismatch(m) or value_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
     if missed:
         return -1, missed
     for call in m.calls:
@@ -209,8 +221,8 @@ def action_fix(m: Material) -> str | None:
     """A hint naming what the request asked for, where a target or parameter rule found the action aimed elsewhere."""
     if not m.machine:
         return None
-    missed = action_target_mismatch(m) or parameter_mismatch(m)
-    return missed.fix if missed else None
+    missed = action_target_mismatch(m) or value_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
+    return missed.fix if isinstance(missed, Miss) else None
 
 
 def _only_negated_errors(text: str) -> bool:

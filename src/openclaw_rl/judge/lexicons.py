@@ -12,9 +12,12 @@ canonical token so that a call's `target="JPY"` is grounded by a request that sa
 
 from __future__ import annotations
 
-__all__ = ["ALIASES", "APPROVAL", "BUT", "CHANGE", "COUNT_WORDS", "DEFERRAL", "DEFECT", "DOUBT_VERBS", "MISSING",
-           "FOLLOW_UP_OPENERS", "NEGATED_COPULA", "NEGATION", "NEGATIVE_EVALUATION", "NOT_ASKED", "SARCASM",
-           "TAG_QUESTIONS", "THANKS", "TOO", "UNITS", "WEEKDAYS", "WRONG"]
+from openclaw_rl.judge import world_lexicons as world
+
+__all__ = ["ALIASES", "APPROVAL", "BUT", "CHANGE", "COUNT_WORDS", "DEFERRAL", "DEFECT", "DOUBT_VERBS", "LEADING_NO",
+           "MISSING", "MONTHS", "FOLLOW_UP_OPENERS", "NEGATED_COPULA", "NEGATION", "NEGATIVE_EVALUATION", "NOT_ASKED",
+           "SARCASM", "TAG_QUESTIONS", "THANKS", "THAT_IS", "TOO", "TOPIC_CHANGE", "UNITS", "WANTS", "WEEKDAYS",
+           "WRONG"]
 
 
 def _alternation(words: str) -> str:
@@ -161,6 +164,26 @@ NEGATED_COPULA = _alternation(
 TAG_QUESTIONS = _alternation(
     "no|right|non|nicht|oder|ne|né|não|vero|toch|nee|nie|nej|inte|değil mi|нет")
 
+# The same lists in about forty more languages (`judge.world_lexicons`), and three of its own.
+WRONG = _alternation(f"{WRONG}|{world.WRONG}")
+DEFECT = _alternation(f"{DEFECT}|{world.DEFECT}")
+CHANGE = _alternation(f"{CHANGE}|{world.CHANGE}")
+NEGATIVE_EVALUATION = _alternation(f"{NEGATIVE_EVALUATION}|{world.NEGATIVE_EVALUATION}")
+SARCASM = _alternation(f"{SARCASM}|{world.SARCASM}")
+APPROVAL = _alternation(f"{APPROVAL}|{world.APPROVAL}")
+THANKS = _alternation(f"{THANKS}|{world.THANKS}")
+NEGATION = _alternation(f"{NEGATION}|{world.NEGATION}")
+BUT = _alternation(f"{BUT}|{world.BUT}")
+DEFERRAL = _alternation(f"{DEFERRAL}|{world.DEFERRAL}")
+FOLLOW_UP_OPENERS = _alternation(f"{FOLLOW_UP_OPENERS}|{world.FOLLOW_UP_OPENERS}")
+DOUBT_VERBS = _alternation(f"{DOUBT_VERBS}|{world.DOUBT_VERBS}")
+NEGATED_COPULA = _alternation(f"{NEGATED_COPULA}|{world.NEGATED_COPULA}")
+TAG_QUESTIONS = _alternation(f"{TAG_QUESTIONS}|{world.TAG_QUESTIONS}")
+TOPIC_CHANGE = _alternation(world.TOPIC_CHANGE)  # a new question announced as one: progression
+WANTS = _alternation(world.WANTS)  # "I want it ...", "please ...": after a correction, says how it should be
+LEADING_NO = _alternation(world.LEADING_NO)  # a reply that opens with "no" in any language
+THAT_IS = _alternation(world.THAT_IS)  # "that's Italian": says what the answer is
+
 # -- what tools name ------------------------------------------------------------------------
 
 WEEKDAYS: dict[str, int] = {}
@@ -178,6 +201,26 @@ for _day, _names in enumerate((
     WEEKDAYS |= {name: _day for name in _names.split()}
 WEEKDAY_ABBREVIATIONS = {"Mon": 0, "Tue": 1, "Tues": 1, "Wed": 2, "Thu": 3, "Thur": 3, "Thurs": 3, "Fri": 4,
                          "Sat": 5, "Sun": 6}
+
+# Month names, in the lexicon languages: each maps to its number.
+MONTHS: dict[str, int] = {}
+for _month, _names in enumerate((
+        "january jan enero janvier januar gennaio janeiro januari styczeń januari ocak январь январе января",
+        "february feb febrero février februar febbraio fevereiro februari luty februari şubat февраль феврале февраля",
+        "march mar marzo mars märz marzo março maart marzec mars mart март марте марта",
+        "april apr abril avril april aprile abril april kwiecień april nisan апрель апреле апреля",
+        "may mayo mai mai maggio maio mei maj maj mayıs май мае мая",
+        "june jun junio juin juni giugno junho juni czerwiec juni haziran июнь июне июня",
+        "july jul julio juillet juli luglio julho juli lipiec juli temmuz июль июле июля",
+        "august aug agosto août august agosto agosto augustus sierpień augusti ağustos август августе августа",
+        "september sep sept septiembre septembre september settembre setembro september wrzesień september eylül "
+        "сентябрь сентябре сентября",
+        "october oct octubre octobre oktober ottobre outubro oktober październik oktober ekim октябрь октябре октября",
+        "november nov noviembre novembre november novembre novembro november listopad november kasım ноябрь ноябре "
+        "ноября",
+        "december dec diciembre décembre dezember dicembre dezembro december grudzień december aralık декабрь "
+        "декабре декабря"), start=1):
+    MONTHS |= {name: _month for name in _names.split()}
 
 # Units by dimension: every name of a unit maps to its symbol.
 UNITS: dict[str, tuple[str, str]] = {}

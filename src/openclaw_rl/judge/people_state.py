@@ -19,8 +19,18 @@ from multilingual lexicons (`judge.lexicons`):
 - a follow-up question or a request to build on the answer ("roughly how many people
   live there", "show me an iterative version in go") is progression: +1, unless it asks
   for the answer differently (shorter, again, in another language) or doubts it;
-- approval without thanks ("worked like a charm", "Solid explanation") is +1 when no
-  negation, contrast or request for change goes with it.
+- approval without thanks ("worked like a charm", "Solid explanation", "nailed it", 👍),
+  and thanks in any of about fifty languages ("Köszönöm!", "ขอบคุณครับ"), are +1 when no
+  negation, contrast ("I asked for ..."), question or request for change goes with it;
+- a reply that says what the answer is and then what it wants instead ("To jest po
+  włosku. Potrzebuję po hiszpańsku.") is -1, in any language (`THAT_IS`, `WANTS`);
+- a new topic announced as one ("totally different topic, ...", "btw", "Otra pregunta:")
+  is +1; a value of the answer asked back before thinking aloud ("36? hang on, let me
+  check") does not stop the reply being read as thinking aloud (0).
+
+Question marks of other scripts (Greek ";", Arabic "؟", full-width "？") are read as "?"
+(`asked_plainly`), and scripts written without spaces (Thai, Japanese, Chinese) and Korean
+are matched anywhere in a word.
 
 Decisions and why: each rule reads only replies of at most `MAX_WORDS` words (a long
 reply mixes intents; the classifier weighs them), and errs towards silence: a question
@@ -42,24 +52,29 @@ from openclaw_rl.judge.lexicons import (
     DEFERRAL,
     DOUBT_VERBS,
     FOLLOW_UP_OPENERS,
+    LEADING_NO,
     MISSING,
     NEGATION,
     NEGATIVE_EVALUATION,
     NOT_ASKED,
     SARCASM,
     THANKS,
+    THAT_IS,
     TOO,
+    TOPIC_CHANGE,
+    WANTS,
     WRONG,
 )
 
 if TYPE_CHECKING:
     from openclaw_rl.judge.evidence import Material
 
-__all__ = ["MAX_WORDS", "judges_only", "people_verdict", "sarcastic"]
+__all__ = ["MAX_WORDS", "asked_plainly", "judges_only", "people_verdict", "sarcastic"]
 
 MAX_WORDS = 25  # longer replies are left to the classifier
 MAX_REJECTION_WORDS = 14
-_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff]")
+_CJK = re.compile(r"[\u3040-\u30ff\u4e00-\u9fff\uac00-\ud7af\u0e00-\u0eff\u1000-\u109f\u1780-\u17ff]")  # no spaces
+_QUESTION_MARKS = str.maketrans({"\u037e": "?", "\u061f": "?", "\uff1f": "?", "\uff01": "!", "\u2019": "'"})
 
 
 def _lexicon(alternation: str) -> re.Pattern[str]:
@@ -74,6 +89,12 @@ _WRONG, _DEFECT, _NOT_ASKED = _lexicon(WRONG), _lexicon(DEFECT), _lexicon(NOT_AS
 _NEGATIVE, _SARCASM, _APPROVAL = _lexicon(NEGATIVE_EVALUATION), _lexicon(SARCASM), _lexicon(APPROVAL)
 _THANKS, _NEGATION, _BUT, _CHANGE = _lexicon(THANKS), _lexicon(NEGATION), _lexicon(BUT), _lexicon(CHANGE)
 _DEFERRAL, _DOUBT, _MISSING = _lexicon(DEFERRAL), _lexicon(DOUBT_VERBS), _lexicon(MISSING)
+_TOPIC_CHANGE, _WANTS = _lexicon(TOPIC_CHANGE), _lexicon(WANTS)
+_THAT_IS = re.compile(rf"^(?:{THAT_IS})(?![^\W_])", re.IGNORECASE)
+_NO_THANKS = re.compile(r"\bno,? thanks?\b|\bthanks?,? (?:anyway|for trying|but)\b|\bthanks? for nothing\b",
+                        re.IGNORECASE)
+_ASKED_OTHERWISE = re.compile(r"(?<!what )(?<!how )\bi (?:asked|said|wanted|meant|needed|told you)\b", re.IGNORECASE)
+_CORRECT_IT = re.compile(r"\bcorrect (?:the|it|this|that|my|your|these|those|all)\b", re.IGNORECASE)
 _TOO = re.compile(rf"(?:{TOO})(?<!too bad)", re.IGNORECASE | re.MULTILINE)
 _NEGATORS = re.compile(r"(?:\b(?:(?:not|nothing|never|hardly|isn't|wasn't|if|nicht|nichts|pas|rien|niet|niets|inte"
                        r"|nada|nulla)\W+|(?:no|non|nie)\s+)(?:\w+\W+)?)$"  # "No, wrong." is no negator
@@ -81,6 +102,7 @@ _NEGATORS = re.compile(r"(?:\b(?:(?:not|nothing|never|hardly|isn't|wasn't|if|nic
 _FILLERS = r"(?:ok(?:ay)?|cool|nice|great|thanks|thx|got it|i see|right|lovely|sure|alright|perfect|interesting|hm+" \
            r"|oh|ah|so|and|added to my list|noted)"
 _OPENER = re.compile(rf"^\W*(?:{_FILLERS}\W+)*(?:{FOLLOW_UP_OPENERS})(?![^\W_])\W*\w+\W+\w+", re.IGNORECASE)
+_FILLER_LEAD = re.compile(rf"^\W*(?:{_FILLERS}\W+)*", re.IGNORECASE)
 _AUXILIARY = re.compile(r"^\W*(?:can|could|would|will|do|does|did|should|is|are|was|were|shall|may|might|must)\b",
                         re.IGNORECASE)  # opens a question only with its question mark ("will review tomorrow")
 _IDENTITY_DOUBT = re.compile(r"\b(?:is|was|are|were)n'?t (?:it|that|this|those|these)\b|\bshould be\b"
@@ -91,7 +113,7 @@ _ORDERS = re.compile(r"(?:^|[.!?;]\s+)(?:please\s+)?(?:show|explain|write|give|m
                      re.IGNORECASE)
 _QUOTE = re.compile(r"(?<!\w)'[^']*'(?!\w)|\"[^\"]*\"|\u201c[^\u201d]*\u201d|\u00ab[^\u00bb]*\u00bb")
 _VERIFY = re.compile(r"\b(?:right|correct|true|sure|really|certain)\s*\?|^\W*why\b", re.IGNORECASE)
-_LEADING_NO = re.compile(r"^\W*(?:no+|nope|nah|nein|non|não|nee|nie|nej|hayır|нет|いいえ)\b[\s,.!:;\u2014-]+"
+_LEADING_NO = re.compile(rf"^\W*(?:(?:hm+|uh+|um+|ah|oh|well|wait|ugh)\W+)?(?:no+|{LEADING_NO})(?![^\W_])[\s,.!:;\u2014\u060c\u3001\uff0c-]+"
                          r"(?P<rest>\S.*)$", re.IGNORECASE | re.DOTALL)
 _COURTESY = re.compile(r"^(?:problem|worries|thanks?|thank you|need|rush|idea|clue|way|doubt|kidding|matter"
                        r"|pressure|hurry|biggie|that's all|that's it|all good)\b", re.IGNORECASE)
@@ -103,11 +125,19 @@ def people_verdict(m: Material) -> tuple[int, str] | None:
     """The vote a short user or feedback reply gives on its face, with why, or None."""
     if m.machine:
         return None
-    text = " ".join(m.next_state.replace("\u2019", "'").split())
+    text = asked_plainly(m.next_state)
     if not text or len(text.split()) > MAX_WORDS:
         return None
-    return rejection(text) or stated_correction(text, m.action) or deferral(text) or follow_up(text) \
-        or approval(text)
+    return rejection(text) or stated_correction(text, m.action) or redirection(text) \
+        or deferral(text, m.action) or new_topic(text) or follow_up(text) or approval(text) or gratitude(text)
+
+
+def asked_plainly(text: str) -> str:
+    """The reply on one line, with the question marks of other scripts as "?" (Greek ";", Arabic "؟")."""
+    text = " ".join(text.translate(_QUESTION_MARKS).split())
+    if re.search(r"[\u0370-\u03ff]", text) and text.endswith(";"):
+        text = text[:-1] + "?"  # Greek writes its question mark as a semicolon
+    return text
 
 
 def sarcastic(text: str) -> bool:
@@ -144,7 +174,8 @@ def rejection(text: str) -> tuple[int, str] | None:
 
 
 def stated_correction(text: str, answer: str) -> tuple[int, str] | None:
-    """-1 where a reply says no and then names a value or a name the answer did not have ("no, it's 36")."""
+    """-1 where a reply says no and then names a value or a name the answer did not have ("no, it's 36"),
+    or says in three words or more what should be instead ("Não, a reunião é na segunda.")."""
     found = _LEADING_NO.match(text)
     if found is None:
         return None
@@ -158,24 +189,71 @@ def stated_correction(text: str, answer: str) -> tuple[int, str] | None:
     copula = _COPULA_VALUE.match(rest)
     named = copula.group("value") if copula and copula.group("value").lower() not in answered else None
     new = new_numbers + names + ([named] if named else [])
-    if not new:
+    if new:
+        return -1, f"a no that states {new[0]!r}, which the answer did not have"
+    if len(rest.split()) >= 3 and not _DEFERRAL.search(rest):  # "Não, a reunião é na segunda."
+        return -1, "a no followed by what should be"
+    return None
+
+
+def redirection(text: str) -> tuple[int, str] | None:
+    """-1 where a reply says what the answer is, then what it wants instead ("To jest po włosku. Potrzebuję ...")."""
+    sentences = [s.strip() for s in re.split(r"(?<=[.!。！,;，])\s*", text) if s.strip()]
+    if len(sentences) < 2 or "?" in text or _APPROVAL.search(text) or _THANKS.search(text):
         return None
-    return -1, f"a no that states {new[0]!r}, which the answer did not have"
+    says = any(_THAT_IS.match(s) for s in sentences[:-1])
+    wants = next((w for s in sentences[1:] if (w := _WANTS.search(s))), None)
+    return (-1, f"says what the answer is, then wants {wants.group(0)!r}") if says and wants else None
 
 
-def deferral(text: str) -> tuple[int, str] | None:
-    """0 where a reply thinks aloud or steps away ("let me think", "one sec", "ich schau mal")."""
+def deferral(text: str, answer: str = "") -> tuple[int, str] | None:
+    """0 where a reply thinks aloud or steps away ("let me think", "one sec", "ich schau mal").
+
+    A value of the answer asked back first ("36? hang on, let me check") is surprise, not a
+    question, so it does not stop the reading.
+    """
+    text = _without_echoes(text, answer)
     found = _DEFERRAL.search(text)
     if found is None or "?" in text or _THANKS.search(text) or _APPROVAL.search(text):
         return None
     return 0, f"thinking aloud or stepping away: {found.group(0)!r}"
 
 
+_ECHO = re.compile(r"^\W*(?P<echo>[^?!.]{1,24}?)\s*\?+!?\s*")
+
+
+def _without_echoes(text: str, answer: str) -> str:
+    """The reply without a leading question that only repeats words of the answer ("780 km?!")."""
+    found = _ECHO.match(text)
+    if not found or not answer:
+        return text
+    answered = set(re.findall(r"[^\W_]+", answer.lower()))
+    echoed = re.findall(r"[^\W_]+", found.group("echo").lower())
+    return text[found.end():] if echoed and set(echoed) <= answered else text
+
+
+def new_topic(text: str) -> tuple[int, str] | None:
+    """+1 where a reply announces another question or topic ("totally different topic, ...", "btw")."""
+    found = _TOPIC_CHANGE.search(text)
+    if found is None or _CHANGE.search(text) or _DOUBT.search(text):
+        return None
+    return 1, f"a new topic: {found.group(0)!r}"
+
+
+def gratitude(text: str) -> tuple[int, str] | None:
+    """+1 where a reply thanks, in any language, with no negation, contrast, question or change beside it."""
+    found = _THANKS.search(text)
+    if found is None or _NO_THANKS.search(text) or "?" in text or _NEGATION.search(text) or _BUT.search(text) \
+            or _CHANGE.search(text) or _NEAR_MISS.search(text) or _ORDERS.search(text) or _ASKED_OTHERWISE.search(text):
+        return None
+    return 1, f"thanks: {found.group(0)!r}"
+
+
 def follow_up(text: str) -> tuple[int, str] | None:
     """+1 where a reply asks a new question or asks to build on the answer, without doubting or redoing it."""
     text = _QUOTE.sub("''", text)  # a question mark inside a quotation asks nothing
-    asks = "?" in text or (_OPENER.match(text) and not _AUXILIARY.match(text))
-    if len(text.split()) < 2 or not asks:
+    asks = "?" in text or (_OPENER.match(text) and not _AUXILIARY.match(_FILLER_LEAD.sub("", text)))
+    if (len(text.split()) < 2 and not (_CJK.search(text) and len(text) >= 3)) or not asks:
         return None
     if _DOUBT.search(text) or _VERIFY.search(text) or _CHANGE.search(text) or _TOO.search(text) \
             or _IDENTITY_DOUBT.search(text) or _states_a_negation(text) or proposal(text) is not None:
@@ -192,6 +270,7 @@ def approval(text: str) -> tuple[int, str] | None:
     """+1 where a reply approves with no negation, contrast, question or request for change beside it."""
     found = _APPROVAL.search(text)
     if found is None or "?" in text or _NEGATION.search(text) or _BUT.search(text) or _CHANGE.search(text) \
-            or _NEAR_MISS.search(text) or _ORDERS.search(text):
+            or _NEAR_MISS.search(text) or _ORDERS.search(text) or _CORRECT_IT.search(text) \
+            or _ASKED_OTHERWISE.search(text):
         return None
     return 1, f"approval: {found.group(0)!r}"

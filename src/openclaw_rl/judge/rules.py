@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import re
 
-from openclaw_rl.judge.agent_state import doubt_fix, validation_messages
+from openclaw_rl.judge.agent_state import doubt_fix, looks_like_page, validation_messages
+from openclaw_rl.judge.lexicons import LEADING_NO, MISSING, WANTS, WRONG
 from openclaw_rl.judge.people_state import judges_only
 from openclaw_rl.judge.votes import MIN_HINT_CHARS, dedupe_hints
 
@@ -50,7 +51,10 @@ _IMPERATIVE_VERBS = frozenset(
     emphasise emphasize explain fix focus follow format give handle highlight include keep lead leave limit
     list make mention move never offer only point put quote reduce remove rename reorder replace reply
     respond restrict return rewrite run say send set shorten show simplify skip sort spell start stick stop
-    substitute swap switch tell translate trim try update use write""".split()
+    substitute swap switch tell translate trim try update use write lose ditch tone rephrase reword split merge
+    combine expand elaborate clarify capitalise capitalize lowercase uppercase round double halve divide multiply
+    scale insert append prepend flip reverse lower raise increase decrease bump drop swap move name label
+    mark address open close end finish begin cap""".split()
 )
 
 # Sentence openings that are lower case in the middle of a joined hint.
@@ -97,7 +101,9 @@ _QUOTES = "\"'`\u201c\u201d\u2018\u2019"
 _CODE_CHARS = set("{}()[]=<>;$|\\")
 
 _TRACEBACK_HEADER = "Traceback (most recent call last)"
-_ERROR_LINE = re.compile(r"Error:|error:|ERROR:|FAILED|command not found")
+_ERROR_LINE = re.compile(r"Error:|error:|ERROR:|FAILED|command not found"
+                         r"|^\S+:\d+(?::\d+)?:?\s+[A-Z]+\d+\b"  # a linter's diagnostic: path:line:col: F401 ...
+                         r"|\berror\[[A-Z]?\d+\]")  # a compiler's: error[E0308]
 
 
 def extract_hints(next_state_text: str, role: str) -> list[str]:
@@ -250,7 +256,7 @@ def _looks_like_code(line: str) -> bool:
 
 _DOUBT = re.compile(
     r"\b(?:i thought|i believe|i'm (?:pretty |quite |fairly )?sure|pretty sure|isn't it|wasn't it|shouldn't it be"
-    r"|it should be|should be|it's actually|actually)\b[\s,]*"
+    r"|it should be|should be|it's actually|actually|more like|closer to)\b[\s,]*"
     r"(?:(?:it|that|they) ?(?:'s|is|was|were|are|has)\s+|that\s+)?"
     r"(?P<fix>[^?.!]+)",
     re.IGNORECASE,
@@ -271,7 +277,11 @@ _VERDICT_WORDS = frozenset(
     understand mean meant what's all quite exactly""".split()
 )
 _LEADING_NO = re.compile(
-    r"^\W*(?:no+|nope|nah|wrong|incorrect|não|nein|non|hm+|hmm+|actually|well)\b[\s,.!:;\u2026-]+", re.IGNORECASE)
+    rf"^\W*(?:no+|wrong|incorrect|hm+|hmm+|actually|well|{WRONG}|{LEADING_NO})(?![^\W_])[\s,.!:;\u2026-]+",
+    re.IGNORECASE)
+_WANTS = re.compile(rf"(?<!what )(?<!not )(?<!don't )(?<![^\W_])(?:{WANTS})", re.IGNORECASE)  # not "what I wanted"
+_MISSING = re.compile(rf"(?<![^\W_])(?:{MISSING})|抜けて|足りない|缺少|漏了|빠졌", re.IGNORECASE)
+_SPECIFIC = re.compile(r"\d|[\"'\u201c\u2018\u300c\u00ab]")  # a number or a quotation: says what exactly
 _SHELL_ERROR = re.compile(r"\bcannot\b|\bcan't\b|No such file|Permission denied|not permitted|\bunknown command\b"
                           r"|\bfailed to\b|Could not|\bnot found\b", re.IGNORECASE)
 _STATUS_LINE = re.compile(r"^\[(?:exit code|timed out)|^\W*\d+ (?:failed|passed)\b", re.IGNORECASE)
@@ -284,17 +294,19 @@ _REQUIREMENT = re.compile(r"\b(?:must|required|please|should|at least|at most|on
 def correction_hints(next_state_text: str, role: str) -> list[str]:
     """Up to 3 hints from a next state already read as a correction (see the module docstring)."""
     text = next_state_text.replace("\u2019", "'").replace("\r\n", "\n")
-    alerts = [_sentence_hint(a) for a in validation_messages(text)] if role == "environment" else []
-    if role == "environment":
+    page = looks_like_page(text, role)
+    alerts = [_sentence_hint(a) for a in validation_messages(text)] if page else []
+    if page:
         text = _page_text(text)
     hints = alerts + extract_hints(text, role)
     if role in _MACHINE_ROLES:
         hints += [_error_hint(line.strip()) for line in text.splitlines()
                   if _SHELL_ERROR.search(line) and not _STATUS_LINE.match(line.strip())]
-        if role == "environment":
+        if page:
             hints += [_sentence_hint(line) for line in text.splitlines() if _REQUIREMENT.search(line)]
     elif not hints:
-        hints = _joined([doubt_fix(sentence) or _stated_fix(sentence) for sentence in _sentences(text)])
+        hints = _joined([doubt_fix(sentence) or _stated_fix(sentence) or _wanted(sentence)
+                         for sentence in _sentences(text)])
     return dedupe_hints([h for h in hints if len(h) > MIN_HINT_CHARS], MAX_HINTS)
 
 
@@ -328,7 +340,22 @@ def _page_text(observation: str) -> str:
 
 
 def _sentences(text: str) -> list[str]:
-    return [s.strip() for line in text.splitlines() for s in re.split(r"(?<=[.!?])\s+", line) if s.strip()]
+    return [s.strip() for line in text.splitlines() for s in re.split(r"(?<=[.!?])\s+|(?<=[。！？])", line)
+            if s.strip()]
+
+
+def _wanted(sentence: str) -> str | None:
+    """A sentence, in any language, that says what is wanted (in three words or more) or what is missing, by name.
+
+    "La quiero en menos de 15 palabras.", "Potrzebuję po hiszpańsku, np. '...'", "「かもしれません」が抜けています。"
+    """
+    if sentence.endswith(("?", "？")) or judges_only(sentence):
+        return None
+    specific = bool(_SPECIFIC.search(sentence))
+    if not ((_WANTS.search(sentence) and (specific or len(sentence.split()) >= 3))
+            or (_MISSING.search(sentence) and specific)):
+        return None
+    return _sentence_hint(sentence)
 
 
 def _stated_fix(sentence: str) -> str | None:
@@ -359,4 +386,4 @@ def _sentence_hint(sentence: str) -> str:
     if len(sentence) > MAX_SENTENCE_CHARS:
         sentence = sentence[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + "..."
     sentence = sentence[0].upper() + sentence[1:]
-    return sentence if sentence[-1] in ".!?" else sentence + "."
+    return sentence if sentence[-1] in ".!?。！？" else sentence + "."

@@ -23,6 +23,10 @@ asked for):
   (`grep -l`), the non-matching lines (`grep -v`), the first lines for the last ones
   (`head` / `tail`), or the opposite sort order.
 
+Over 400 lines: the five target rules share one set of grounding helpers (words, files,
+names, currency codes, payload fields), which would otherwise be split from the rules
+that read them.
+
 Decisions and why: names are compared by words, not embeddings, which cannot tell "Bern"
 from "Berlin" or "v2" from "v3"; all-capital codes the lexicons do not know (airports,
 tickers) are not compared, since a request rarely spells them; each rule speaks only
@@ -32,6 +36,7 @@ request that names none leaves the turn to the other rules and the classifier.
 
 from __future__ import annotations
 
+import json
 import re
 import unicodedata
 from difflib import SequenceMatcher
@@ -42,7 +47,7 @@ from openclaw_rl.judge.lexicons import ALIASES, COUNT_WORDS, UNITS, WEEKDAY_ABBR
 if TYPE_CHECKING:
     from openclaw_rl.judge.evidence import Material, ToolCall
 
-__all__ = ["STOPWORDS", "Miss", "action_target_mismatch", "files", "grounded_share", "named_mismatch",
+__all__ = ["STOPWORDS", "Miss", "action_target_mismatch", "files", "grounded_share", "named_mismatch", "payload_fields",
            "shell_intent_mismatch", "target_mismatch", "unit_mismatch", "weekday_mismatch", "words"]
 
 FILE = re.compile(
@@ -60,6 +65,7 @@ _OUTCOME_VALUE = re.compile(
     r"|Saved|Opened|Archived|Moved)\s*:\s*\"?(?P<value>[^\"\n]+?)\"?\.?$",
     re.IGNORECASE | re.MULTILINE,
 )
+_WEB_ADDRESS = re.compile(r"https?://|www\.|\b[\w-]+\.(?:com|org|net|io|dev|app|co|de|fr|uk|nl|es|it)\b", re.IGNORECASE)
 _QUOTED = re.compile(r"(?<!\w)['\"\u2018\u201c]([^'\"\u2019\u201d]{1,60})['\"\u2019\u201d](?!\w)")
 STOPWORDS = frozenset(
     """a an the of to in on at for from by with and or is are was be it its this that these those as into my your our
@@ -98,7 +104,7 @@ def target_mismatch(m: Material) -> Miss | None:
         if request_files and action_files:
             asked = [_base(r) for r in request_files]
             stray = [f for f in action_files if _base(f) not in asked and not _tests_of(f, asked, call)]
-            if stray:
+            if stray and not set(asked) <= {_base(f) for f in action_files}:  # else an output it makes
                 return Miss(f"{call.name} used {stray[0]}, the request named {request_files[0]}",
                             f"Use {request_files[0]}, the file the request named, not {stray[0]}.")
             pair = [_base(f) for f in action_files if _base(f) in asked]
@@ -112,8 +118,11 @@ def target_mismatch(m: Material) -> Miss | None:
                 continue
             if key in _TYPED_ARGS and not quoted:
                 continue
+            if key in ("url", "site") and not _WEB_ADDRESS.search(m.request):
+                continue  # a URL the call found: the request named the page, not its address
             need = 0.6 if key in _SEARCH_ARGS else 1.0
-            if key in _TARGET_ARGS | _SEARCH_ARGS | _TYPED_ARGS and grounded_share(value, request_words) < need:
+            compared = _identifier_words(value) if key in _SEARCH_ARGS else value  # load_config: load, config
+            if key in _TARGET_ARGS | _SEARCH_ARGS | _TYPED_ARGS and grounded_share(compared, request_words) < need:
                 return Miss(f"{call.name} was given {key}={value!r}, which the request does not name",
                             _use(_closest(value, m.request), key, value))
     for found in _OUTCOME_VALUE.finditer(m.next_state):
@@ -123,6 +132,11 @@ def target_mismatch(m: Material) -> Miss | None:
             return Miss(f"the outcome names {value!r}, which the request does not",
                         f"Choose what the request named{_amount_named(m.request)}, not {value!r}.")
     return None
+
+
+def _identifier_words(value: str) -> str:
+    """An identifier's words: "load_config" and "loadConfig" are "load config"."""
+    return re.sub(r"(?<=[a-z])(?=[A-Z])|[_.-]+", " ", value)
 
 
 def _amount_named(request: str) -> str:
@@ -200,7 +214,8 @@ _IDENTITY_KEYS = re.compile(  # keys that say which thing or person the call act
     r"(?:^|_)(?:to|recipients?|contacts?|person|user(?:name)?|name|title|document|doc|draft|file|newsletter|list"
     r"|project|channel|account|playlist|album|song|track|artist|book|product|item|event|meeting|room|team|group"
     r"|folder|board|page|task|ticket|destination|origin|venue|restaurant|hotel|store|shop|attendees?|invitees?"
-    r"|assignee|owner|members?|friend|who|target|subscription|calendar)$", re.IGNORECASE)
+    r"|assignee|owner|members?|friend|who|target|subscription|calendar|guests?|customer|client|patient|speaker"
+    r"|host|reviewers?|approver|participants?)$", re.IGNORECASE)
 _MADE_UP_KEYS = re.compile(r"^(?:title|name|label|filename|heading)$", re.IGNORECASE)
 _CREATES = re.compile(r"create|new|add|write|post|compose|draft|generate|make|save|rename|upload", re.IGNORECASE)
 _NAME_LIKE = re.compile(r"[A-Z]|[a-z][0-9]|[0-9][a-z]")
@@ -225,12 +240,25 @@ def named_mismatch(m: Material) -> Miss | None:
                 continue
             if asked_days and weekdays(value):
                 continue  # weekday_mismatch compares weekdays
+            if _extends_a_name(key, value, request_words):
+                continue  # "Abebe Girma" for "text Abebe": the contact's full name
             stray = [w for w in re.findall(r"[^\W_]+", _folded(value)) if w.lower() not in STOPWORDS and not w.isdigit()
                      and not _unknown_code(w) and not _grounded(w.lower(), request_words)]
             if stray:
                 return Miss(f"{call.name} was given {key}={value!r}; the request does not name {stray[0]!r}",
                             _use(_closest(value, m.request), key, value))
     return None
+
+
+_PERSON_KEYS = re.compile(r"(?:^|_)(?:to|recipients?|contacts?|person|user(?:name)?|attendees?|invitees?|assignee"
+                          r"|owner|members?|friend|who|customer|guest|client|patient)$", re.IGNORECASE)
+
+
+def _extends_a_name(key: str, value: str, request_words: list[str]) -> bool:
+    """A person's full name whose first name the request gave: only capitalised words are added."""
+    names = re.findall(r"[^\W_]+", _folded(value))
+    return bool(_PERSON_KEYS.search(key)) and len(names) >= 2 and _grounded(names[0].lower(), request_words) \
+        and all(w[0].isupper() for w in names[1:])
 
 
 def _unknown_code(word: str) -> bool:
@@ -275,13 +303,28 @@ def _day_name(day: int) -> str:
 
 # -- units -----------------------------------------------------------------------------
 
+_SYMBOLS = frozenset("km kg lb oz ft mm cm ml mg mb gb tb kb yd °c °f".split())  # a unit named without a number
 _UNIT_NAMES = sorted((u for u in UNITS if u not in ("in", "t", "b", "k", "st", "pt", "kn", "cl", "dl")),
                      key=len, reverse=True)
 _AMOUNT = re.compile(r"(\d+(?:[.,]\d+)?)\s*(" + "|".join(map(re.escape, _UNIT_NAMES)) + r")(?![^\W\d_])",
                      re.IGNORECASE)
-_UNIT_WORD = re.compile(r"(?<![^\W\d_])(" + "|".join(map(re.escape, (u for u in _UNIT_NAMES if len(u) > 2)))
+_UNIT_WORD = re.compile(r"(?<![^\W\d_])(" + "|".join(map(re.escape, (u for u in _UNIT_NAMES if len(u) > 2
+                                                                      or u in _SYMBOLS)))
                         + r")(?![^\W\d_])", re.IGNORECASE)
-_UNIT_KEYS = re.compile(r"^(?:units?|uom|measure|from_unit|to_unit|unit_of_measure)$", re.IGNORECASE)
+_UNIT_KEYS = re.compile(r"^(?:units?|uom|measure|from_unit|to_unit|unit_of_measure|scale|temperature_unit)$",
+                        re.IGNORECASE)
+_TEMPERATURE_LETTERS = {"c": "°c", "f": "°f", "°c": "°c", "°f": "°f", "ºc": "°c", "ºf": "°f"}
+
+
+def payload_fields(output: str, listings: bool = True) -> dict[str, object]:
+    """The top-level fields of tool output that is a JSON object (with `listings`, the first object of a list)."""
+    try:
+        parsed = json.loads(output)
+    except (json.JSONDecodeError, ValueError):
+        return {}
+    if listings and isinstance(parsed, list) and parsed and isinstance(parsed[0], dict):
+        parsed = parsed[0]
+    return parsed if isinstance(parsed, dict) else {}
 
 
 def _amounts(text: str) -> set[tuple[float, str]]:
@@ -295,16 +338,18 @@ def unit_mismatch(m: Material) -> Miss | None:
     dimensions = {UNITS[u][1] for u in asked}
     if not asked:
         return None
-    for call in m.calls:
-        for key, value in call.arguments.items():
+    for name, arguments in [(c.name, c.arguments) for c in m.calls] + [("the output", payload_fields(m.next_state))]:
+        for key, value in arguments.items():
             if not isinstance(value, str) or len(value) > 60:
                 continue
             used = {u for _, u in _amounts(value)}
-            if _UNIT_KEYS.match(key) and value.lower() in UNITS:
-                used.add(UNITS[value.lower()][0])
+            unit = _TEMPERATURE_LETTERS.get(value.lower(), value.lower()) if "temperature" in dimensions \
+                else value.lower()
+            if _UNIT_KEYS.match(key) and unit in UNITS:
+                used.add(UNITS[unit][0])
             stray = [u for u in used if UNITS[u][1] in dimensions and u not in asked]
             if stray:
-                return Miss(f"{call.name} was given {key}={value!r}; the request measures in {sorted(asked)[0]}",
+                return Miss(f"{name} has {key}={value!r}; the request measures in {sorted(asked)[0]}",
                             f"Use {sorted(asked)[0]}, the unit the request gave, not {stray[0]}.")
     for number, unit in _amounts(m.next_state):
         same = [u for n, u in amounts if n == number and UNITS[u][1] == UNITS[unit][1]]

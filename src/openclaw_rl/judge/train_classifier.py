@@ -1,11 +1,12 @@
 """Train the default judge's classifiers on the tuning split, and compare the alternatives.
 
-    .venv/bin/python -m openclaw_rl.judge.train_classifier [--cases tests/data/judge_tuning.jsonl]
+    .venv/bin/python -m openclaw_rl.judge.train_classifier [--cases tests/data/judge_tuning.jsonl [--cases ...]]
         [--out src/openclaw_rl/judge/next_state_classifier.safetensors] [--results FILE.json]
         [--report-on tests/data/judge_measured.jsonl]
 
-1. Reads the labelled cases of the tuning split (request, response, tool calls, next
-   state with its role, expected score) and computes every feature block once.
+1. Reads the labelled cases of the tuning split, or of every split named by `--cases`
+   (request, response, tool calls, next state with its role, expected score), and
+   computes every feature block once.
 2. Scores each alternative by 5-fold cross-validation on the tuning split, as the judge
    runs: the rules first, the classifier on the rest. The alternatives are the shipped
    design (one classifier for people, one for machine output; `judge.classifier`) at
@@ -198,13 +199,15 @@ def alternatives() -> list[Alternative]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--cases", type=Path, default=Path("tests/data/judge_tuning.jsonl"))
+    parser.add_argument("--cases", type=Path, action="append", default=None,
+                        help="a split to train on (repeat for several; default tests/data/judge_tuning.jsonl)")
     parser.add_argument("--out", type=Path, default=DEFAULT_WEIGHTS)
     parser.add_argument("--report-on", type=Path, default=None)
     parser.add_argument("--results", type=Path, default=None, help="write the alternatives' numbers here (JSON)")
     args = parser.parse_args()
 
-    cases = load_cases(args.cases)
+    paths = args.cases or [Path("tests/data/judge_tuning.jsonl")]
+    cases = [case for path in paths for case in load_cases(path)]
     materials = [case_material(c) for c in cases]
     labels = torch.tensor([LABELS.index(c["expected_score"]) for c in cases])
     featurizer = Featurizer()
@@ -234,15 +237,15 @@ def main() -> None:
     best = alternatives()[best_at]
     fitted = trainer.fit(best, everything)
     bank, bank_labels, _ = fitted["bank"]
-    digest = hashlib.sha256(args.cases.read_bytes()).hexdigest()
+    trained_on = "; ".join(f"{path.name} sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}" for path in paths)
     model = JudgeModel(fitted[PEOPLE_BLOCKS], fitted[MACHINE_BLOCKS], bank, bank_labels, metadata={
-        "trained_on": f"{args.cases.name} sha256:{digest}", "cases": str(len(cases)), "l2": f"{best.l2:g}",
+        "trained_on": trained_on, "cases": str(len(cases)), "l2": f"{best.l2:g}",
         "cv_agreement": str(rows[best_at]["cv_agreement"]), "command": "python -m openclaw_rl.judge.train_classifier"})
     assert isinstance(model.people, Linear) and isinstance(model.machine, Linear)
     model.save(args.out)
     print(f"chose {best.label} (cross-validated agreement {rows[best_at]['cv_agreement']:.3f}); wrote {args.out}")
     if args.results:
-        args.results.write_text(json.dumps({"chosen": best.label, "trained_on": f"{args.cases} sha256:{digest}",
+        args.results.write_text(json.dumps({"chosen": best.label, "trained_on": trained_on,
                                             "folds": FOLDS, "alternatives": rows}, indent=2) + "\n")
 
 
