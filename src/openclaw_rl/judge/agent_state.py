@@ -53,8 +53,7 @@ if TYPE_CHECKING:
     from openclaw_rl.judge.evidence import Material
 
 __all__ = ["doubt_fix", "gui_done", "gui_problem", "is_page", "looks_like_page", "neutral_notice", "parameter_mismatch",
-           "request_numbers",
-           "short_doubt", "validation_messages"]
+           "request_numbers", "short_doubt", "validation_messages"]
 
 # -- numbers the request names and numbers the action uses --------------------------------
 
@@ -177,7 +176,7 @@ _LIMIT = re.compile(r"\b(?:too (?:large|big|long|short|small|many|few)|exceeds?|
                     r"|cannot|can't|must|error|failed|incorrect|wrong|not valid)\b", re.IGNORECASE)
 _SUCCESS = re.compile(r"\b(?:saved|success\w*|done|added|sent|updated|complete[d]?|created|downloaded|finished)\b",
                       re.IGNORECASE)
-_ELEMENT = re.compile(r"^\s*\[(\d+)\] (\w+) \"[^\"\n]*\"(.*)$", re.MULTILINE)
+_ELEMENT = re.compile(r"^\s*\[(\d+)\] (\w+) \"([^\"\n]*)\"(.*)$", re.MULTILINE)  # number, kind, name, the rest
 _VALUE = re.compile(r"\bvalue=\"([^\"\n]*)\"")
 _CHECKED = re.compile(r"\bchecked=(true|false)\b")
 _TURN_ON = re.compile(r"\b(?:turn on|switch on|enable|activate|tick|check|opt in|select|allow|unmute|subscribe)\b",
@@ -229,10 +228,7 @@ def _wanted_state(request: str) -> bool | None:
 
 def _elements(observation: str) -> dict[int, tuple[str, str, str]]:
     """The page's elements by number: (kind, name, the rest of the line)."""
-    return {int(i): (kind, name, rest) for i, kind, name, rest in _NAMED_ELEMENT.findall(observation)}
-
-
-_NAMED_ELEMENT = re.compile(r"^\s*\[(\d+)\] (\w+) \"([^\"\n]*)\"(.*)$", re.MULTILINE)
+    return {int(i): (kind, name, rest) for i, kind, name, rest in _ELEMENT.findall(observation)}
 
 
 def gui_problem(m: Material) -> str | None:
@@ -304,7 +300,7 @@ def _field_left(m: Material, elements: dict[int, tuple[str, str, str]]) -> str |
 
 def gui_done(m: Material) -> str | None:
     """Why a page shows the change the request asked for, or None: the switch in the asked state, the value set."""
-    if not is_page(m) or gui_problem(m) or validation_messages(m.next_state):
+    if not is_page(m) or gui_problem(m):  # gui_problem reads the validation messages first
         return None
     elements = _elements(m.next_state)
     for call in m.calls:

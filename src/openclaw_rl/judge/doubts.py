@@ -78,7 +78,7 @@ _QUESTION_WORD = re.compile(r"(?:what|why|how|who|when|where|which|really|seriou
                             r"|with|at|on|from|to|or|again|more|another|anything|something|nothing|everything"
                             r"|this|that|it|one|all|none|both|here|there|now|later|today|tomorrow|yesterday|please"
                             r"|thanks|thank|hello|hi|hey|cool|nice|great|good|right|correct|true|false|done|ready"
-                            r"|same|different|better|worse|next|else|first|last|seriously|oh|ah|eh)",
+                            r"|same|different|better|worse|next|else|first|last|oh|ah|eh)",
                             re.IGNORECASE)  # "Und Graz?": and what about Graz; "Again?" asks for it again
 
 

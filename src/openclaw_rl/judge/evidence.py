@@ -202,7 +202,7 @@ def machine_verdict(m: Material) -> tuple[int, str] | None:
         return None
     if _ERROR.search(m.next_state) and not _only_negated_errors(m.next_state):
         return -1, "the output reports an error"
-    missed = action_target_mismatch(m) or value_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
+    missed = _action_miss(m)
     if missed:
         return -1, missed
     for call in m.calls:
@@ -221,8 +221,14 @@ def action_fix(m: Material) -> str | None:
     """A hint naming what the request asked for, where a target or parameter rule found the action aimed elsewhere."""
     if not m.machine:
         return None
-    missed = action_target_mismatch(m) or value_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
+    missed = _action_miss(m)
     return missed.fix if isinstance(missed, Miss) else None
+
+
+def _action_miss(m: Material) -> Miss | str | None:
+    """The first rule that finds the action aimed elsewhere than the request (a `Miss`, with its fix) or a page
+    that shows it did not take (a reason), in the order the verdict and its hint both read them."""
+    return action_target_mismatch(m) or value_mismatch(m) or parameter_mismatch(m) or gui_problem(m)
 
 
 def _only_negated_errors(text: str) -> bool:

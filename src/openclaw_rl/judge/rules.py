@@ -53,7 +53,7 @@ _IMPERATIVE_VERBS = frozenset(
     respond restrict return rewrite run say send set shorten show simplify skip sort spell start stick stop
     substitute swap switch tell translate trim try update use write lose ditch tone rephrase reword split merge
     combine expand elaborate clarify capitalise capitalize lowercase uppercase round double halve divide multiply
-    scale insert append prepend flip reverse lower raise increase decrease bump drop swap move name label
+    scale insert append prepend flip reverse lower raise increase decrease bump drop name label
     mark address open close end finish begin cap""".split()
 )
 
