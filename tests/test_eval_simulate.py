@@ -306,3 +306,36 @@ def test_a_run_whose_trainer_loop_died_stops_with_the_error_instead_of_playing_o
     played = [x for x in sessions if x["event"] == "session"]
     assert 1 <= len(played) < 40  # stopped early, and the sessions it played were kept
     assert not (out / "summary.json").exists()
+
+
+def test_a_sequential_user_is_served_every_earlier_sessions_lessons(tiny_model_dir, tmp_path):
+    """--pace sequential: one session at a time, each once the judge has judged every earlier turn. So every
+    session that starts after a lesson was learned is served with a block holding all lessons learned before it
+    (with --pace concurrent that depends on the judge's speed: the test above cannot say it)."""
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "4", "--method", "off", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--heldout", "2", "--max-turns", "2", "--parallel", "3",
+                 "--pace", "sequential", "--response-max-tokens", "8", "--eval-max-tokens", "8",
+                 "--eval-every-sessions", "0"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pace"] == "sequential" and summary["parallel"] == 1
+    store = Store(out / "off" / "data")
+    try:
+        sessions = sorted(store.list_sessions(), key=lambda s: store.turns(s.id)[0].created_at)
+        turns = [store.turns(s.id) for s in sessions]
+        changes = store.experience_changes(LOCAL.name)
+        assert changes, "the oracle's hints (failed rubric checks) became no lesson"
+        for k in range(1, len(turns)):
+            earlier = {t.id for session in turns[:k] for t in session}
+            learned = [c.version for c in changes if c.turn_id is not None and int(c.turn_id) in earlier]
+            if learned:  # an earlier session taught a lesson: this one began with it in its block
+                assert turns[k][0].experience_version >= max(learned) and turns[k][0].experience_block
+        assert any(session[0].experience_block for session in turns[1:])
+    finally:
+        store.close()
+
+
+def test_an_unknown_pace_is_refused_naming_it(capsys):
+    assert main(["simulate", "--pace", "fast"]) != 0
+    assert "pace" in capsys.readouterr().err

@@ -826,6 +826,12 @@ class SimulateConfig:
     drain_timeout_s: float = setting("after the last session, wait this long for pending training; also the "
                                      "longest serving keeps a version for its evaluation", default=600.0)
     parallel: int = setting("users playing at the same time (their requests share decode batches)", default=4)
+    pace: str = setting("concurrent: --parallel sessions at once, each starting when a slot frees (the user's "
+                        "corrections of the sessions still in flight are not yet judged when the next starts) | "
+                        "sequential: one session at a time, each starting once the judge has judged every earlier "
+                        "turn, so the lessons of all earlier sessions are in (one person who comes back after "
+                        "their last conversation was read; --parallel is then 1). Training keeps its own pace "
+                        "either way", default="concurrent")
     eval_every: int = setting("score the held-out set every this many updates (and always before training)",
                               default=1)
     eval_every_sessions: int = setting("with the experience on: also score the held-out set every this many "
@@ -881,6 +887,9 @@ class SimulateConfig:
         check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
         check(self.parallel >= 1, "parallel", self.parallel, "at least 1 session at a time")
+        check(self.pace in ("concurrent", "sequential"), "pace", self.pace, "concurrent or sequential")
+        if self.pace == "sequential":
+            self.parallel = 1
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
         check(self.eval_every_sessions >= 0, "eval_every_sessions", self.eval_every_sessions, "0 (never) or more")
         check(self.max_updates >= 0, "max_updates", self.max_updates, "0 for no limit, or more")

@@ -2,7 +2,8 @@
 
 For each method: start the server in-process (engine, judge, trainer, on a loopback
 port) and play the sessions through the official OpenAI client, `parallel` users at a
-time (the engine batches their requests). The personalization score of the held-out
+time (the engine batches their requests), or with `--pace sequential` one at a time, each
+once the judge has read every earlier turn (the user's lessons so far are in its block). The personalization score of the held-out
 problems (greedy first answers) is measured before training and after every
 `eval_every`-th policy update. Outputs, in `--out`:
 
@@ -365,6 +366,9 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 server.check_loops()
                 if done_training():
                     break
+                if config.pace == "sequential" and judging and not _judged_all(server, config.drain_timeout_s):
+                    log.warning("session %d starts before the judge caught up (%.0fs): its block may miss the "
+                                "last session's lessons", index + 1, config.drain_timeout_s)
                 running.add(pool.submit(play, index, problem))
             for future in running:
                 future.result()
@@ -414,6 +418,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         "max_staleness": train.max_staleness,
         "opd_baseline": train.opd_baseline,
         "parallel": config.parallel,
+        "pace": config.pace,
         "seed": config.seed,
         "gate": train.gate,
         "gate_max_length_ratio": train.gate_max_length_ratio,
@@ -553,6 +558,7 @@ def simulate(config: SimulateConfig, progress=None) -> dict[str, Any]:
         "batch_size": config.train.batch_size,
         "catch_up": config.train.catch_up,
         "parallel": config.parallel,
+        "pace": config.pace,
         "eval_every": config.eval_every,
         "max_updates": config.max_updates,
         "heldout": config.heldout,
