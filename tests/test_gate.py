@@ -726,3 +726,90 @@ def test_gate_auto_is_on_for_one_process_and_off_where_it_cannot_be_afforded(tin
     with pytest.raises(ConfigError, match="--gate on decodes probes with the model's tokenizer.*--gate off"):
         build_updates(trainer, TrainConfig(method="binary", gate="on"), store)
     store.close()
+
+
+# -- the user's lessons move the anchors' length band ------------------------------------------------
+
+
+@pytest.mark.parametrize("lesson_ratio, accepted", [(None, False), (0.4, True), (1.5, False)])
+def test_answers_as_short_as_the_users_lessons_make_the_served_ones_pass_the_anchors(lesson_ratio, accepted):
+    """A candidate 0.3x as long as v0's anchors fails the 2x band, unless the user's lessons make the served
+    version answer that short too (0.4x: the band reaches 0.2x); lessons that lengthen answers do not widen
+    it downwards."""
+    decision = compare(_summary(tokens=100.0), _summary(tokens=30.0), None, TrainConfig(), against="anchors (v0)",
+                       lesson_ratio=lesson_ratio)
+    assert decision.accepted is accepted, decision.reason
+    if lesson_ratio is not None:
+        assert decision.checks["lesson_length_ratio"] == lesson_ratio
+    if lesson_ratio == 1.5:
+        assert "with the user's lessons the served version's are 1.50x, so 0.50x-3.00x passes" in decision.reason
+
+
+def test_longer_answers_than_the_anchors_pass_when_the_users_lessons_lengthen_the_served_ones():
+    decision = compare(_summary(tokens=20.0), _summary(tokens=90.0), None, TrainConfig(), against="anchors (v0)",
+                       lesson_ratio=3.0)
+    assert decision.accepted, decision.reason  # 4.5x, within 3.0 x 2
+
+
+def test_the_anchor_check_measures_the_served_answers_with_the_users_lessons(tiny_model_dir, tokenizer):
+    """With `with_lessons`, the gate answers the anchor prompts that have lessons with the served weights
+    and holds the candidate's length to the band from 1 to their ratio; prompts it gets none for are left out."""
+    config = TrainConfig(gate="on", gate_max_new_tokens=8, gate_anchors=3)
+    trainer = Trainer(tiny_model_dir, config, device="cpu")
+    prompts = _prompts(tokenizer)
+    lesson = tokenizer.encode("Keep it short. ")
+    gate = Gate(trainer, config, tokenizer, lambda: prompts)
+    gate.with_lessons = lambda anchors: {tuple(p): lesson + p for p in anchors[:2]}
+    decision = gate.decide()
+    with_lessons = gate._served_answers([lesson + p for p in prompts[:2]])
+    own = gate.anchors.answers.pick([0, 1]).summary()["mean_tokens"]
+    ratio = decision.checks["anchors"]["lesson_length_ratio"]
+    assert ratio == pytest.approx(with_lessons.summary()["mean_tokens"] / own)
+    gate.with_lessons = lambda anchors: {}
+    assert "lesson_length_ratio" not in gate.decide().checks["anchors"]
+
+
+def test_lesson_prompts_put_the_newest_served_block_into_the_probe_files_prompts(tokenizer, tmp_path):
+    """compose's `lesson_prompts`: each probe-file prompt with the block and placement of the user's newest turn
+    served with one; the shared gate uses the one user with lessons, and nobody's when two have some."""
+    import json as json_module
+
+    from openclaw_rl.chat import render_prompt
+    from openclaw_rl.compose import lesson_prompts
+    from openclaw_rl.experience import learn, place
+
+    questions = [[{"role": "user", "content": f"What is {i} plus {i}?"}] for i in range(2)]
+    probe_file = tmp_path / "probes.jsonl"
+    probe_file.write_text("\n".join(json_module.dumps({"messages": m}) for m in questions), encoding="utf-8")
+    config = TrainConfig(gate="on", gate_probe_file=str(probe_file))
+    store = Store(tmp_path / "data")
+    try:
+        def taught(owner: str, text: str) -> None:
+            experience, changes = learn(store.experience(owner), text, f"{owner}-1", 1.0,
+                                        lambda texts: torch.eye(8)[:len(texts)].numpy(), lambda t: len(t.split()))
+            store.save_experience(experience, changes)
+            store.ensure_session(f"s-{owner}", "header", owner=owner)
+            block = f"Earlier:\n- {text}"
+            for n, placement in enumerate(("system", "user")):  # the newest turn's placement is the one used
+                store.record_turn(TurnRecord(
+                    session_id=f"s-{owner}", kind="main", policy_version=0, prompt_messages=questions[0],
+                    prompt_token_ids=render_prompt(tokenizer, place(questions[0], block, placement), None, None),
+                    response_token_ids=[1, 2], behaviour_logprobs=[-1.0, -1.0], response_text="4",
+                    tool_calls=[], sampling={"temperature": 1.0}, finish_reason="stop", owner=owner,
+                    experience_version=1, experience_block=block, experience_placement=placement))
+
+        ids = [render_prompt(tokenizer, m, None, None) for m in questions]
+        other = tokenizer.encode("not in the probe file")
+        assert lesson_prompts(config, store, tokenizer, None)(ids) == {}  # nobody has lessons yet
+        taught("ann", "Keep it short.")
+        shared = lesson_prompts(config, store, tokenizer, None)([*ids, other])
+        assert shared == {tuple(p): render_prompt(tokenizer, place(m, "Earlier:\n- Keep it short.", "user"), None,
+                                                   None) for p, m in zip(ids, questions)}
+        taught("bob", "Show every step.")
+        assert lesson_prompts(config, store, tokenizer, None)(ids) == {}  # two users' lessons: the shared gate
+        bob = lesson_prompts(config, store, tokenizer, "bob")(ids)  # bob's own adapter's gate
+        assert bob[tuple(ids[1])] == render_prompt(tokenizer, place(questions[1], "Earlier:\n- Show every step.",
+                                                                     "user"), None, None)
+        assert lesson_prompts(TrainConfig(gate="on"), store, tokenizer, "bob") is None  # no probe file
+    finally:
+        store.close()

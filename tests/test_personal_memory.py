@@ -39,7 +39,7 @@ def _personal(model_dir, data_dir, max_resident=None, tokenizer=None) -> Persona
     gate = None
     if tokenizer is not None:
         probes = [tokenizer.encode(f"Question {i}: what is {i} plus {i}?") for i in range(3)]
-        gate = lambda anchors: Gate(trainer, config, tokenizer, lambda: probes, None, anchors)  # noqa: E731
+        gate = lambda anchors, user: Gate(trainer, config, tokenizer, lambda: probes, None, anchors)  # noqa: E731
     return PersonalAdapters(trainer, data_dir, [], min_samples=4, gate=gate,
                             **({"max_resident": max_resident} if max_resident else {}))
 

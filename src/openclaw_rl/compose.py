@@ -46,7 +46,9 @@ from openclaw_rl.engine.vllm_server import VLLMServer
 from openclaw_rl.eval.bfcl import bfcl_probe
 from openclaw_rl.eval.instructions import instruction_probe
 from openclaw_rl.eval.retention import RetentionProbe, arithmetic_probe
-from openclaw_rl.experience import ConsolidationPolicy, GateDecision
+from openclaw_rl.experience import ConsolidationPolicy, GateDecision, place
+from openclaw_rl.chat import render_prompt
+from openclaw_rl.judge.absorption import served_with_block
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
 from openclaw_rl.judge.experience_gate import ExperienceGate
 from openclaw_rl.judge.hint_check import Comparer, HintAgreementComparer, PairwiseComparer
@@ -60,7 +62,7 @@ from openclaw_rl.serve.server import Background, Server
 from openclaw_rl.store import Store, make_store
 from openclaw_rl.train import checkpoint
 from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, trainer_core_lender
-from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file
+from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file, read_probe_messages
 from openclaw_rl.train.methods import get_method
 from openclaw_rl.train.personal import GateFor, PersonalAdapters, personal_config, run_personal
 from openclaw_rl.train.personal_history import AdapterHistory, follow_adapters
@@ -545,6 +547,7 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
             return None, archive
     gate = Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
                 Path(store.data_dir) / "gate-anchors.json")
+    gate.with_lessons = lesson_prompts(config, store, tokenizer, None)
     gate.retention = retention_probes(config, tokenizer)
     gate.retention_alpha = config.gate_retention_alpha
     return gate, archive
@@ -572,7 +575,40 @@ def personal_gates(trainer: Trainer, config: TrainConfig, store: Store, tokenize
         log.warning("the personal adapters' update gates are off (--gate auto): %s", why)
         return None
     probes = _probes(config, store, tokenizer)
-    return lambda anchors: Gate(trainer, config, tokenizer, probes, scorer, anchors)
+
+    def gate(anchors: Path, user: str) -> Gate:
+        built = Gate(trainer, config, tokenizer, probes, scorer, anchors)
+        built.with_lessons = lesson_prompts(config, store, tokenizer, user)
+        return built
+    return gate
+
+
+def lesson_prompts(config: TrainConfig, store: Store, tokenizer, owner: str | None
+                   ) -> Callable[[list[list[int]]], dict[tuple[int, ...], list[int]]] | None:
+    """For the update gate's anchors: each --gate-probe-file prompt among those given, with the
+    lessons of the user the candidate learns for put in it as serving puts them now (the block and
+    placement of that user's newest turn served with one). `owner`: a personal adapter's user; None
+    (the shared model): the one user with an experience, and nobody when several have one (their
+    lessons may ask for opposite lengths, and the shared model answers them all). Anchors from
+    served turns already hold the block they were served with. None without a probe file."""
+    if not config.gate_probe_file:
+        return None
+    conversations = {tuple(render_prompt(tokenizer, messages, None, None)): messages
+                     for messages in read_probe_messages(config.gate_probe_file)}
+
+    def placed(prompts: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
+        user = owner
+        if user is None:
+            owners = [name for name in store.experience_owners() if store.experience(name).lessons]
+            user = owners[0] if len(owners) == 1 else None
+        served = served_with_block(store, user, sessions=4) if user is not None else []
+        if not served:
+            return {}
+        newest = served[0]
+        return {tuple(p): render_prompt(tokenizer, place(conversations[tuple(p)], newest.experience_block,
+                                                         newest.experience_placement), None, None)
+                for p in prompts if tuple(p) in conversations}
+    return placed
 
 
 def _probes(config: TrainConfig, store: Store, tokenizer) -> Callable[[], list[list[int]]]:

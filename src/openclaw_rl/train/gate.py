@@ -205,16 +205,23 @@ class Decision:
 
 def compare(served: dict[str, float], candidate: dict[str, float], kl: float | None, config: TrainConfig,
             score_delta: float | None = None, score_vs_first: float | None = None,
-            against: str = "served") -> Decision:
+            against: str = "served", lesson_ratio: float | None = None) -> Decision:
     """Accept or reject on the checks; the reason names the failed checks, their values and settings.
     `served`: the summary of what the candidate is held to: the served version's answers, or with
     `against` (e.g. "anchors (v0)") another version's, which the failures then name;
     `score_delta`: the candidate's mean score minus theirs on the same probes;
-    `score_vs_first`: that plus the deltas of every accepted version before (drift from the first)."""
+    `score_vs_first`: that plus the deltas of every accepted version before (drift from the first);
+    `lesson_ratio`: how long the served version's answers to the same prompts are with the user's
+    lessons in them, as a multiple of theirs: the length band then reaches from 1 to that ratio,
+    widened by gate_max_length_ratio on both sides (the user asked for that length)."""
     checks = {"served": served, "candidate": candidate, "kl_per_token": kl, "score_delta": score_delta,
               "score_vs_first": score_vs_first}
     ratio = candidate["mean_tokens"] / max(served["mean_tokens"], 1.0)
     checks["length_ratio"] = ratio
+    low, high = 1 / config.gate_max_length_ratio, config.gate_max_length_ratio
+    if lesson_ratio is not None:
+        checks["lesson_length_ratio"] = lesson_ratio
+        low, high = min(1.0, lesson_ratio) * low, max(1.0, lesson_ratio) * high
     failures = []
     held, whose = ("served", "the served version's") if against == "served" else ("theirs", "theirs")
     rise = config.gate_max_repetition_increase
@@ -222,9 +229,11 @@ def compare(served: dict[str, float], candidate: dict[str, float], kl: float | N
     if candidate["repetition"] > limit + 1e-9:
         failures.append(f"repetition {candidate['repetition']:.2f} > {limit:.2f} ({held} {served['repetition']:.2f}; "
                         f"gate_max_repetition_increase {rise:g}, gate_max_repetition {config.gate_max_repetition:g})")
-    if not 1 / config.gate_max_length_ratio <= ratio <= config.gate_max_length_ratio:
+    if not low <= ratio <= high:
+        lessons = (f"; with the user's lessons the served version's are {lesson_ratio:.2f}x, so {low:.2f}x-"
+                   f"{high:.2f}x passes" if lesson_ratio is not None else "")
         failures.append(f"answers {ratio:.2f}x as long as {whose} (gate_max_length_ratio "
-                        f"{config.gate_max_length_ratio:g})")
+                        f"{config.gate_max_length_ratio:g}{lessons})")
     increase = candidate["non_answers"] - served["non_answers"]
     if increase > config.gate_max_non_answer_increase:
         failures.append(f"non-answers {candidate['non_answers']:.2f} vs {served['non_answers']:.2f} {held} "
@@ -304,6 +313,9 @@ class Gate:
         self.probes, self.scorer = probes, scorer
         self.watch: Callable[[int | None], None] | None = None  # told the candidate's number, then None when decided
         self.on_decision: Callable[[Decision], None] | None = None  # told each decision (e.g. /metrics)
+        # the anchor prompts with the lessons of the user the candidate learns for, as served now
+        # (compose.py's `lesson_prompts`): the anchors' length band then follows those lessons
+        self.with_lessons: Callable[[list[list[int]]], dict[tuple[int, ...], list[int]]] | None = None
         self.collapse_thresholds = CollapseThresholds()
         self._base: dict[str, float | None] | None = None  # served answers' entropy, self-ROUGE-L at the first decision
         self._base_answers: tuple[list[list[int]], Answers] | None = None  # the first decision's prompts and answers
@@ -385,9 +397,25 @@ class Gate:
                                 else extra.pick([extra_row[tuple(p)]]) for p in anchors.prompts])
         delta = _mean_delta(self.scorer(anchors.prompts, answers.texts), anchors.scores) if self.scorer else None
         label = f"anchors (v{anchors.version}'s answers to {len(anchors.prompts)} fixed probes)"
-        held = compare(anchors.answers.summary(), answers.summary(), None, self.config, delta, against=label)
+        held = compare(anchors.answers.summary(), answers.summary(), None, self.config, delta, against=label,
+                       lesson_ratio=self._lesson_ratio())
         held.checks.update(version=anchors.version, probes=len(anchors.prompts), decoded=len(missing))
         return held
+
+    def _lesson_ratio(self) -> float | None:
+        """How long the served version answers the anchor prompts with the user's lessons in them, as
+        a multiple of the anchors' own answers to the same prompts (None: no lessons, or no anchor
+        prompt they can be put in). Cached per served version and block, as every served answer."""
+        if self.with_lessons is None or self.anchors is None:
+            return None
+        anchors = self.anchors
+        placed = self.with_lessons(anchors.prompts)
+        rows = [i for i, p in enumerate(anchors.prompts) if tuple(p) in placed]
+        if not rows:
+            return None
+        with_lessons = self._served_answers([placed[tuple(anchors.prompts[i])] for i in rows])
+        own = anchors.answers.pick(rows).summary()["mean_tokens"]
+        return with_lessons.summary()["mean_tokens"] / max(own, 1.0)
 
     def _extend_anchors(self, prompts: list[list[int]]) -> None:
         """New probes join the anchors, answered (and scored) by the first snapshot's weights, until
@@ -696,7 +724,12 @@ def _mean_delta(candidate: list[float], held: list[float]) -> float | None:
 
 def read_probe_file(path: str | Path, tokenizer: Any) -> list[list[int]]:
     """Prompt ids of a JSONL probe file: one `{"messages": [...]}` per line (chat messages)."""
-    prompts = []
+    return [render_prompt(tokenizer, messages, None, None) for messages in read_probe_messages(path)]
+
+
+def read_probe_messages(path: str | Path) -> list[list[dict]]:
+    """The chat messages of a JSONL probe file, one conversation per line."""
+    conversations = []
     lines = Path(path).read_text(encoding="utf-8").split("\n")  # not splitlines: a string may hold U+2028
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -706,5 +739,5 @@ def read_probe_file(path: str | Path, tokenizer: Any) -> list[list[int]]:
         except (ValueError, KeyError, TypeError) as error:
             raise ValueError(f"{path}:{number}: a probe is one JSON object per line with \"messages\": "
                              f"[{{\"role\": \"user\", \"content\": ...}}] ({error})") from error
-        prompts.append(render_prompt(tokenizer, messages, None, None))
-    return prompts
+        conversations.append(messages)
+    return conversations

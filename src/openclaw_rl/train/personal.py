@@ -72,7 +72,7 @@ log = logging.getLogger(__name__)
 RANK, ALPHA = 8, 16
 MIN_SAMPLES = 4
 
-GateFor = Callable[[Path], Gate]  # a user's gate over the trainer, its anchors kept at the path given
+GateFor = Callable[[Path, str], Gate]  # a user's gate over the trainer, its anchors kept at the path given
 
 
 def personal_config(config: TrainConfig) -> TrainConfig:
@@ -169,7 +169,7 @@ class PersonalAdapters(AdapterHistory):
 
         def build() -> Gate:
             self._dir(user).mkdir(parents=True, exist_ok=True)
-            return make(self._dir(user) / "gate-anchors.json")
+            return make(self._dir(user) / "gate-anchors.json", user)
         return self.states.gate(user, build)
 
 
