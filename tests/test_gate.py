@@ -813,3 +813,32 @@ def test_lesson_prompts_put_the_newest_served_block_into_the_probe_files_prompts
         assert lesson_prompts(TrainConfig(gate="on"), store, tokenizer, "bob") is None  # no probe file
     finally:
         store.close()
+
+
+def test_each_users_gate_reads_that_users_lessons(tiny_model_dir, tokenizer, tmp_path, monkeypatch):
+    """compose's `personal_gates` builds a user's gate with `with_lessons` for that user; the shared one for
+    the one user with lessons."""
+    from openclaw_rl.compose import build_updates, personal_gates
+    from openclaw_rl.experience import learn
+
+    probe_file = tmp_path / "probes.jsonl"
+    probe_file.write_text('{"messages": [{"role": "user", "content": "What is 2 plus 2?"}]}', encoding="utf-8")
+    config = TrainConfig(gate="on", gate_probe_file=str(probe_file), gate_max_new_tokens=4)
+    store = Store(tmp_path / "data")
+    try:
+        experience, changes = learn(store.experience("bob"), "Keep it short.", "bob-1", 1.0,
+                                    lambda texts: torch.eye(8)[:len(texts)].numpy(), lambda t: len(t.split()))
+        store.save_experience(experience, changes)
+        trainer = Trainer(tiny_model_dir, config, device="cpu")
+        seen: list[str | None] = []
+        from openclaw_rl import compose
+        real = compose.served_with_block
+        monkeypatch.setattr(compose, "served_with_block",
+                            lambda s, owner, sessions: seen.append(owner) or real(s, owner, sessions))
+        gate = personal_gates(trainer, config, store, tokenizer)(tmp_path / "anchors.json", "ann")
+        gate.with_lessons([[1, 2]])
+        shared, _ = build_updates(trainer, config, store, tokenizer)
+        shared.with_lessons([[1, 2]])
+        assert seen == ["ann", "bob"]  # ann's own gate reads ann's turns; the shared one the one user with lessons
+    finally:
+        store.close()
