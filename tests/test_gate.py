@@ -775,7 +775,7 @@ def test_lesson_prompts_put_the_newest_served_block_into_the_probe_files_prompts
     import json as json_module
 
     from openclaw_rl.chat import render_prompt
-    from openclaw_rl.compose import lesson_prompts
+    from openclaw_rl.compose import lesson_prompts, probe_conversations
     from openclaw_rl.experience import learn, place
 
     questions = [[{"role": "user", "content": f"What is {i} plus {i}?"}] for i in range(2)]
@@ -800,17 +800,19 @@ def test_lesson_prompts_put_the_newest_served_block_into_the_probe_files_prompts
 
         ids = [render_prompt(tokenizer, m, None, None) for m in questions]
         other = tokenizer.encode("not in the probe file")
-        assert lesson_prompts(config, store, tokenizer, None)(ids) == {}  # nobody has lessons yet
+        conversations = probe_conversations(config, tokenizer)
+        assert lesson_prompts(conversations, store, tokenizer, None)(ids) == {}  # nobody has lessons yet
         taught("ann", "Keep it short.")
-        shared = lesson_prompts(config, store, tokenizer, None)([*ids, other])
+        shared = lesson_prompts(conversations, store, tokenizer, None)([*ids, other])
         assert shared == {tuple(p): render_prompt(tokenizer, place(m, "Earlier:\n- Keep it short.", "user"), None,
                                                    None) for p, m in zip(ids, questions)}
         taught("bob", "Show every step.")
-        assert lesson_prompts(config, store, tokenizer, None)(ids) == {}  # two users' lessons: the shared gate
-        bob = lesson_prompts(config, store, tokenizer, "bob")(ids)  # bob's own adapter's gate
+        assert lesson_prompts(conversations, store, tokenizer, None)(ids) == {}  # two users' lessons: the shared gate
+        bob = lesson_prompts(conversations, store, tokenizer, "bob")(ids)  # bob's own adapter's gate
         assert bob[tuple(ids[1])] == render_prompt(tokenizer, place(questions[1], "Earlier:\n- Show every step.",
                                                                      "user"), None, None)
-        assert lesson_prompts(TrainConfig(gate="on"), store, tokenizer, "bob") is None  # no probe file
+        no_file = probe_conversations(TrainConfig(gate="on"), tokenizer)
+        assert lesson_prompts(no_file, store, tokenizer, "bob") is None  # no probe file
     finally:
         store.close()
 

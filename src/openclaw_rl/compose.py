@@ -34,6 +34,7 @@ import torch
 from fastapi import FastAPI
 from transformers import AutoTokenizer
 
+from openclaw_rl.chat import render_prompt
 from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.engine.base import Engine
 from openclaw_rl.engine.loading import resolve_model_dir
@@ -47,7 +48,6 @@ from openclaw_rl.eval.bfcl import bfcl_probe
 from openclaw_rl.eval.instructions import instruction_probe
 from openclaw_rl.eval.retention import RetentionProbe, arithmetic_probe
 from openclaw_rl.experience import ConsolidationPolicy, GateDecision, place
-from openclaw_rl.chat import render_prompt
 from openclaw_rl.judge.absorption import served_with_block
 from openclaw_rl.judge.backends import LocalChatBackend, OpenAIChatBackend, SentenceEncoder
 from openclaw_rl.judge.experience_gate import ExperienceGate
@@ -547,7 +547,7 @@ def build_updates(trainer: Trainer, config: TrainConfig, store: Store, tokenizer
             return None, archive
     gate = Gate(trainer, config, tokenizer, _probes(config, store, tokenizer), scorer,
                 Path(store.data_dir) / "gate-anchors.json")
-    gate.with_lessons = lesson_prompts(config, store, tokenizer, None)
+    gate.with_lessons = lesson_prompts(probe_conversations(config, tokenizer), store, tokenizer, None)
     gate.retention = retention_probes(config, tokenizer)
     gate.retention_alpha = config.gate_retention_alpha
     return gate, archive
@@ -575,26 +575,34 @@ def personal_gates(trainer: Trainer, config: TrainConfig, store: Store, tokenize
         log.warning("the personal adapters' update gates are off (--gate auto): %s", why)
         return None
     probes = _probes(config, store, tokenizer)
+    conversations = probe_conversations(config, tokenizer)  # read once, for every user's gate
 
     def gate(anchors: Path, user: str) -> Gate:
         built = Gate(trainer, config, tokenizer, probes, scorer, anchors)
-        built.with_lessons = lesson_prompts(config, store, tokenizer, user)
+        built.with_lessons = lesson_prompts(conversations, store, tokenizer, user)
         return built
     return gate
 
 
-def lesson_prompts(config: TrainConfig, store: Store, tokenizer, owner: str | None
-                   ) -> Callable[[list[list[int]]], dict[tuple[int, ...], list[int]]] | None:
-    """For the update gate's anchors: each --gate-probe-file prompt among those given, with the
-    lessons of the user the candidate learns for put in it as serving puts them now (the block and
-    placement of that user's newest turn served with one). `owner`: a personal adapter's user; None
-    (the shared model): the one user with an experience, and nobody when several have one (their
-    lessons may ask for opposite lengths, and the shared model answers them all). Anchors from
-    served turns already hold the block they were served with. None without a probe file."""
+def probe_conversations(config: TrainConfig, tokenizer) -> dict[tuple[int, ...], list]:
+    """The --gate-probe-file's conversations by their prompt ids (empty without a file)."""
     if not config.gate_probe_file:
+        return {}
+    return {tuple(render_prompt(tokenizer, messages, None, None)): messages
+            for messages in read_probe_messages(config.gate_probe_file)}
+
+
+def lesson_prompts(conversations: dict[tuple[int, ...], list], store: Store, tokenizer, owner: str | None
+                   ) -> Callable[[list[list[int]]], dict[tuple[int, ...], list[int]]] | None:
+    """For the update gate's anchors: each probe-file prompt (`conversations`, probe_conversations)
+    among those given, with the lessons of the user the candidate learns for put in it as serving
+    puts them now (the block and placement of that user's newest turn served with one). `owner`: a
+    personal adapter's user; None (the shared model): the one user with an experience, and nobody
+    when several have one (their lessons may ask for opposite lengths, and the shared model answers
+    them all). Anchors from served turns already hold the block they were served with. None
+    without a probe file."""
+    if not conversations:
         return None
-    conversations = {tuple(render_prompt(tokenizer, messages, None, None)): messages
-                     for messages in read_probe_messages(config.gate_probe_file)}
 
     def placed(prompts: list[list[int]]) -> dict[tuple[int, ...], list[int]]:
         user = owner

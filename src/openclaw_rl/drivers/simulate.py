@@ -3,9 +3,9 @@
 For each method: start the server in-process (engine, judge, trainer, on a loopback
 port) and play the sessions through the official OpenAI client, `parallel` users at a
 time (the engine batches their requests), or with `--pace sequential` one at a time, each
-once the judge has read every earlier turn (the user's lessons so far are in its block). The personalization score of the held-out
-problems (greedy first answers) is measured before training and after every
-`eval_every`-th policy update. Outputs, in `--out`:
+once the judge has read every earlier turn (the user's lessons so far are in its block).
+The personalization score of the held-out problems (greedy first answers) is measured
+before training and after every `eval_every`-th policy update. Outputs, in `--out`:
 
 - `metrics.jsonl`: one line per evaluation and per session (method, sessions, updates,
   score, rewards, turns), so a run can be re-plotted or compared later;
