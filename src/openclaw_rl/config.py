@@ -101,6 +101,10 @@ class ServeConfig:
         "beside it gets the rest (docs/gpu.md). 0 = vLLM's own default (0.9)", default=0.0)
     threads: int = setting("torch threads for serving (0 = min(2, cores))", default=0)
     default_max_tokens: int = setting("max new tokens when a request sets none", default=512)
+    default_temperature: float = setting(
+        "sampling temperature of a request that sets none (OpenAI's API samples at 1.0, at which SmolLM2-135M writes "
+        "nonsense more often and follows its user's lessons less: docs/experience.md#sampling-defaults)", default=0.7)
+    default_top_p: float = setting("top-p of a request that sets none (1.0 = no truncation)", default=0.9)
     experience: str = setting("on = answer each chat, Responses and Messages request with its user's experience (the "
                               "lessons learned from their corrections) in its context; off = never. "
                               "A user's own setting (`openclaw-rl users add/set NAME --experience on|off`) wins "
@@ -150,6 +154,9 @@ class ServeConfig:
         check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
         check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
         check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
+        check(0.0 <= self.default_temperature <= 2.0, "default_temperature", self.default_temperature,
+              "between 0 (greedy) and 2")
+        check(0.0 < self.default_top_p <= 1.0, "default_top_p", self.default_top_p, "above 0 and at most 1")
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")

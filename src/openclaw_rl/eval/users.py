@@ -73,7 +73,7 @@ class SimulatedUser:
     """Plays sessions of one persona against the server behind `client`."""
 
     def __init__(self, persona: Persona, client: openai.OpenAI, model_name: str, max_turns: int = 3,
-                 rng: random.Random | None = None, *, temperature: float = 1.0, max_tokens: int = 256,
+                 rng: random.Random | None = None, *, temperature: float | None = None, max_tokens: int = 256,
                  user_model_url: str | None = None, user_model_name: str = "default",
                  user_model_timeout_s: float = 60.0):
         if max_turns < 1:
@@ -111,9 +111,11 @@ class SimulatedUser:
         return record
 
     def _ask(self, session_id: str, messages: list[dict[str, str]]) -> tuple[str, int | None]:
+        # None: no temperature sent, as a stock client sends none; the server's default applies
+        sampling = {} if self.temperature is None else {"temperature": self.temperature}
         raw = self.client.chat.completions.with_raw_response.create(
-            model=self.model_name, messages=messages, temperature=self.temperature, max_tokens=self.max_tokens,
-            extra_headers={"X-Session-Id": session_id})
+            model=self.model_name, messages=messages, max_tokens=self.max_tokens,
+            extra_headers={"X-Session-Id": session_id}, **sampling)
         completion = raw.parse()
         version = raw.headers.get("x-policy-version")
         return completion.choices[0].message.content or "", int(version) if version is not None else None

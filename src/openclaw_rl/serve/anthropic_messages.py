@@ -208,8 +208,8 @@ class CountTokensRequest(_Lenient):
 
 class MessagesRequest(CountTokensRequest):
     max_tokens: Whole = Field(ge=1)
-    temperature: Real = Field(default=1.0, ge=0.0, le=1.0)
-    top_p: Real = TopP
+    temperature: Real | None = Field(default=None, ge=0.0, le=1.0)  # None: the server's --default-temperature
+    top_p: Real | None = TopP
     top_k: Whole | None = None
     stop_sequences: list[str] | None = None
     stream: Flag = False
@@ -283,8 +283,9 @@ def chat_tools(body: CountTokensRequest) -> tuple[list[dict[str, Any]] | None, s
     return tools, body.tool_choice.chat() if body.tool_choice else None
 
 
-def messages_spec(body: MessagesRequest, caller: Caller) -> TurnSpec:
-    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+def messages_spec(server: Server, body: MessagesRequest, caller: Caller) -> TurnSpec:
+    temperature, top_p = server.sampling(body.temperature, body.top_p)
+    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=temperature, top_p=top_p,
                             stop=tuple(body.stop_sequences or ()), constraint=body.constraint)
     tools, tool_choice = chat_tools(body)
     return TurnSpec(api="messages", messages=chat_messages(body), params=params, tools=tools, tool_choice=tool_choice,
@@ -296,7 +297,7 @@ def messages_spec(body: MessagesRequest, caller: Caller) -> TurnSpec:
 
 
 async def create_message(server: Server, body: MessagesRequest, caller: Caller) -> Response:
-    opened = await open_turns(server, messages_spec(body, caller))
+    opened = await open_turns(server, messages_spec(server, body, caller))
     view = _MessageView(server, opened)
     if body.stream:
         return StreamingResponse(view.sse(), media_type="text/event-stream", headers=opened.headers)

@@ -18,9 +18,10 @@ from openclaw_rl.types import SamplingParams, TokenStep
 
 
 def chat_spec(server: Server, body: ChatCompletionRequest, caller: Caller) -> TurnSpec:
+    temperature, top_p = server.sampling(body.temperature, body.top_p)
     params = SamplingParams(
         max_new_tokens=body.max_completion_tokens or body.max_tokens or server.config.default_max_tokens,
-        temperature=body.temperature, top_p=body.top_p, stop=body.stop_sequences, seed=body.seed,
+        temperature=temperature, top_p=top_p, stop=body.stop_sequences, seed=body.seed,
         top_logprobs=(body.top_logprobs or 0) if body.logprobs else 0, constraint=body.constraint,
     )
     return TurnSpec(

@@ -59,8 +59,8 @@ class CompletionRequest(_Lenient):
              | Annotated[list[Annotated[list[Annotated[int, Field(ge=0)]], Field(min_length=1)]],
                          Field(min_length=1, max_length=1)])
     max_tokens: Whole = Field(default=16, ge=1)
-    temperature: Real = Temperature
-    top_p: Real = TopP
+    temperature: Real | None = Temperature
+    top_p: Real | None = TopP
     n: Whole = Field(default=1, ge=1, le=MAX_CHOICES)
     stream: Flag = False
     stream_options: StreamOptions | None = None
@@ -94,7 +94,8 @@ class CompletionRequest(_Lenient):
 async def completion(server: Server, body: CompletionRequest, caller: Caller) -> Response:
     prompt_ids = await run_in_threadpool(_prompt_ids, server, body.prompt)
     text = body.prompt if isinstance(body.prompt, str) else server.tokenizer.decode(prompt_ids)
-    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=body.temperature, top_p=body.top_p,
+    temperature, top_p = server.sampling(body.temperature, body.top_p)
+    params = SamplingParams(max_new_tokens=body.max_tokens, temperature=temperature, top_p=top_p,
                             stop=stop_tuple(body.stop), seed=body.seed, top_logprobs=body.logprobs or 0,
                             constraint=response_format_constraint(body.response_format))
     spec = TurnSpec(api="completions", messages=[{"role": "user", "content": text}], params=params, n=body.n,

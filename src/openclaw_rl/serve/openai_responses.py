@@ -154,8 +154,8 @@ class ResponsesRequest(_Lenient):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: Flag = True
     max_output_tokens: Whole | None = Field(default=None, ge=1)
-    temperature: Real = Temperature
-    top_p: Real = TopP
+    temperature: Real | None = Temperature
+    top_p: Real | None = TopP
     user: str | None = UserId
     stream: Flag = False
     store: Flag = True
@@ -324,8 +324,9 @@ async def responses_spec(server: Server, body: ResponsesRequest, caller: Caller)
                        "tokens; ask for at most that many", param="max_output_tokens")
     previous, history = await _continued(server, body, caller)
     lead = [{"role": "system", "content": body.instructions}] if body.instructions else []
+    temperature, top_p = server.sampling(body.temperature, body.top_p)
     params = SamplingParams(max_new_tokens=body.max_output_tokens or server.config.default_max_tokens,
-                            temperature=body.temperature, top_p=body.top_p, constraint=body.constraint)
+                            temperature=temperature, top_p=top_p, constraint=body.constraint)
     return TurnSpec(
         api="responses", messages=[*lead, *history, *_input_messages(body)], params=params,
         tools=[t.chat_tool() for t in body.tools] if body.tools else None, tool_choice=body.chat_tool_choice,
@@ -384,16 +385,16 @@ class _ResponseView:
         self.sequence = 0
 
     def _envelope(self, status: str, output: list[dict[str, Any]], **extra: Any) -> dict[str, Any]:
-        body = self.body
+        body, params = self.body, self.opened.spec.params
         return {
             "id": self.id, "object": "response", "created_at": self.created_at, "status": status,
             "error": None, "incomplete_details": None, "instructions": body.instructions,
             "max_output_tokens": body.max_output_tokens, "model": self.server.model_name, "output": output,
             "parallel_tool_calls": body.parallel_tool_calls, "previous_response_id": body.previous_response_id,
-            "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature,
+            "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": params.temperature,
             "text": {"format": (body.text and body.text.format) or {"type": "text"}},
             "tool_choice": body.tool_choice or "auto",
-            "tools": [t.model_dump() for t in body.tools or []], "top_p": body.top_p, "truncation": "disabled",
+            "tools": [t.model_dump() for t in body.tools or []], "top_p": params.top_p, "truncation": "disabled",
             "usage": None, "user": body.user, "metadata": body.metadata or {},
             "session_id": self.opened.ref.shown_id, "policy_version": self.opened.served_version, **extra,
         }

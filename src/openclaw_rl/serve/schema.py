@@ -167,8 +167,8 @@ def check_response_format(value: dict[str, Any] | None) -> dict[str, Any] | None
 
 
 Seed = Field(default=None, ge=SEED_MIN, le=SEED_MAX)
-Temperature = Field(default=1.0, ge=0.0, le=2.0)
-TopP = Field(default=1.0, gt=0.0, le=1.0)
+Temperature = Field(default=None, ge=0.0, le=2.0)  # None: the server's --default-temperature
+TopP = Field(default=None, gt=0.0, le=1.0)  # None: the server's --default-top-p
 UserId = Field(default=None, max_length=MAX_ID_CHARS)
 
 
@@ -179,8 +179,8 @@ class ChatCompletionRequest(_Lenient):
     stream_options: StreamOptions | None = None
     max_tokens: Whole | None = Field(default=None, ge=1)
     max_completion_tokens: Whole | None = Field(default=None, ge=1)
-    temperature: Real = Temperature
-    top_p: Real = TopP
+    temperature: Real | None = Temperature
+    top_p: Real | None = TopP
     stop: str | list[str] | None = None
     seed: Whole | None = Seed
     logprobs: Flag = False

@@ -65,6 +65,14 @@ class Server:
     failed_loops: dict[str, str] = field(default_factory=dict)
     personal: PersonalAdmin | None = None  # with --personal-adapters on (compose.py)
 
+    def sampling(self, temperature: float | None, top_p: float | None) -> tuple[float, float]:
+        """A request's (temperature, top_p): what it set, else the server's defaults
+        (--default-temperature, --default-top-p). The turn records the values used, so the
+        trainer scores its tokens under the distribution they were sampled from."""
+        config = self.config
+        return (config.default_temperature if temperature is None else temperature,
+                config.default_top_p if top_p is None else top_p)
+
     def check_loops(self) -> None:
         """Raise LoopDied, naming each stopped loop and its error, if any background loop died:
         for drivers that would otherwise go on without it (simulate, agent)."""
