@@ -129,3 +129,13 @@ def test_smoke_sessions_and_evaluation_against_a_live_server(make_server):
     after = httpx.get(f"{server.base_url}/v1/status").json()
     assert 0.0 <= score <= 1.0
     assert after["main_turns"] == before["main_turns"] and after["turns"] == before["turns"] + 2
+
+
+def test_the_user_sends_no_temperature_unless_given_one_as_a_stock_client_does():
+    default, chosen = FakeServer([GOOD]), FakeServer([GOOD])
+    SimulatedUser(NO_REASKS, default.client(), "m", max_turns=1).play_session(PROBLEM)
+    SimulatedUser(NO_REASKS, chosen.client(), "m", max_turns=1, temperature=1.0).play_session(PROBLEM)
+    (asked,) = [body for path, _, body in default.requests if path.endswith("/chat/completions")]
+    (asked_at,) = [body for path, _, body in chosen.requests if path.endswith("/chat/completions")]
+    assert "temperature" not in asked and "top_p" not in asked  # the server's defaults apply
+    assert asked_at["temperature"] == 1.0
