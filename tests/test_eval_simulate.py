@@ -72,10 +72,18 @@ def test_the_training_off_control_plays_the_whole_stream_against_the_base_model(
     out = tmp_path / "sim"
     code = main(["simulate", "--sessions", "4", "--method", "off", "--experience", "off", "--judge", "oracle",
                  "--model", str(tiny_model_dir), "--out", str(out), "--batch-size", "2", "--heldout", "2",
-                 "--max-turns", "2", "--parallel", "2", "--max-updates", "1"])
+                 "--max-turns", "2", "--parallel", "2", "--max-updates", "1",
+                 "--default-temperature", "0.5", "--default-top-p", "0.8"])
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     run = summary["runs"]["off"]
+    store = Store(out / "off" / "data")  # the users send no temperature: the run's server defaults sampled them
+    try:
+        sampled = {(t.sampling["temperature"], t.sampling["top_p"]) for s in store.list_sessions()
+                   for t in store.turns(s.id) if t.kind == "main"}
+    finally:
+        store.close()
+    assert sampled == {(0.5, 0.8)}
     # max_updates never stops a control: it plays every session, judges nothing and trains nothing
     assert summary["sessions"] == 4 and summary["updates"] == 0 and summary["judge"] == "off"
     assert len(run["accepted"]) == 4 and run["accept_rate"] is not None
