@@ -154,9 +154,7 @@ class ServeConfig:
         check(self.max_batch_size >= 1, "max_batch_size", self.max_batch_size, "at least 1")
         check(self.threads >= 0, "threads", self.threads, "0 (automatic) or a positive count")
         check(self.default_max_tokens >= 1, "default_max_tokens", self.default_max_tokens, "at least 1")
-        check(0.0 <= self.default_temperature <= 2.0, "default_temperature", self.default_temperature,
-              "between 0 (greedy) and 2")
-        check(0.0 < self.default_top_p <= 1.0, "default_top_p", self.default_top_p, "above 0 and at most 1")
+        check_sampling_defaults(self.default_temperature, self.default_top_p)
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
@@ -192,6 +190,12 @@ def check(ok: bool, name: str, value: Any, want: str) -> None:
     """Raise a ConfigError naming the setting, the value seen and what would work."""
     if not ok:
         raise ConfigError(f"{name} = {value!r} is invalid: use {want}")
+
+
+def check_sampling_defaults(temperature: float, top_p: float) -> None:
+    """serve's --default-temperature / --default-top-p, and simulate's for its server: the ranges the APIs take."""
+    check(0.0 <= temperature <= 2.0, "default_temperature", temperature, "between 0 (greedy) and 2")
+    check(0.0 < top_p <= 1.0, "default_top_p", top_p, "above 0 and at most 1")
 
 
 # -- files and flags -------------------------------------------------------------------
@@ -880,9 +884,7 @@ class SimulateConfig:
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
-        check(0.0 <= self.default_temperature <= 2.0, "default_temperature", self.default_temperature,
-              "between 0 (greedy) and 2")
-        check(0.0 < self.default_top_p <= 1.0, "default_top_p", self.default_top_p, "above 0 and at most 1")
+        check_sampling_defaults(self.default_temperature, self.default_top_p)
         if self.shift_to:
             check(0 < self.shift_at < self.sessions, "shift_at", self.shift_at,
                   f"a session after the first and before the last ({self.sessions} sessions) for --shift-to")
