@@ -117,7 +117,7 @@ def running(tiny_model_dir, tmp_path_factory):
 
 def test_two_users_feedback_trains_two_adapters_and_a_third_gets_the_base_exactly(running, base_answer):
     assert running.stack.trainer is None and running.server.personal is not None  # no shared trainer
-    assert running.greedy("carol") == base_answer
+    assert _same(running.greedy("carol"), base_answer)
     running.give_feedback("alice", 4)
     running.give_feedback("bob", 4)
     running.train_all()
@@ -288,7 +288,7 @@ def test_pin_rollback_and_deleting_a_user_are_per_user(running):
                                                     "versions": []}
     assert running.server.engine.adapter_versions() == {"bob": 1}
     assert not (Path(running.store.data_dir) / "personal" / "alice").exists()
-    assert running.greedy("bob") == bob
+    assert _same(running.greedy("bob"), bob)
 
 
 def test_an_admin_turns_a_users_adapter_off_and_on_and_a_restart_keeps_the_switch(tiny_model_dir, tmp_path):
@@ -306,8 +306,8 @@ def test_an_admin_turns_a_users_adapter_off_and_on_and_a_restart_keeps_the_switc
         off = httpx.post(f"{url}/v1/adapters/off?user=alice", headers=root)
         assert off.status_code == 200 and off.json() == {"object": "adapter.switch", "user": "alice", "on": False,
                                                          "serving": None}
-        assert running.greedy("alice") == (None, base[1])  # the shared model's answer, tokens and log-probs
-        assert running.greedy("bob") == bob
+        assert _same(running.greedy("alice"), (None, base[1]))  # the shared model's answer, tokens and log-probs
+        assert _same(running.greedy("bob"), bob)
         view = running.adapters("alice")["data"][0]
         assert (view["on"], view["serving"], view["kept"], [v["version"] for v in view["versions"]]) == \
             (False, None, [1], [1])  # kept, history and all
@@ -319,10 +319,10 @@ def test_an_admin_turns_a_users_adapter_off_and_on_and_a_restart_keeps_the_switc
     running = Running(tiny_model_dir, tmp_path, "on", raw_keys=running.raw_keys)  # a restart keeps the switch
     try:
         url, alice, root = running.url, running.keys["alice"], running.keys["root"]
-        assert running.server.engine.adapter_versions() == {} and running.greedy("alice") == (None, base[1])
+        assert running.server.engine.adapter_versions() == {} and _same(running.greedy("alice"), (None, base[1]))
         on = httpx.post(f"{url}/v1/adapters/on?user=alice", headers=root)
         assert on.status_code == 200 and (on.json()["on"], on.json()["serving"]) == (True, 1)
-        assert running.greedy("alice") == adapted
+        assert _same(running.greedy("alice"), adapted)
         running.train_all()  # the samples that waited while it was off train it now
         assert running.adapters("alice")["data"][0]["serving"] == 2
         assert httpx.post(f"{url}/v1/adapters/off?user=alice", headers=root).status_code == 200
@@ -346,7 +346,7 @@ def test_a_candidate_the_gate_rejects_is_recorded_and_never_served(tiny_model_di
         (record,) = running.adapters("alice")["data"][0]["versions"]
         assert record["gate"] == "rejected" and "gate_max_kl 0" in record["reason"] and not record["serving"]
         assert running.server.engine.adapter_versions() == {}
-        assert running.greedy("alice", [{"role": "user", "content": "Name a colour."}]) == base
+        assert _same(running.greedy("alice", [{"role": "user", "content": "Name a colour."}]), base)
         # the next candidate gets the next number: a number names one set of weights forever
         running.give_feedback("alice", 4, start=10)
         running.train_all()
