@@ -21,9 +21,9 @@ import httpx
 import pytest
 import torch
 
-from openclaw_rl.cluster.deploy import serve_on_ray
-from openclaw_rl.compose import build_personal_trainer
-from openclaw_rl.config import ConfigError, JudgeConfig, RayConfig, ServeConfig, TrainConfig
+from openclaw_rl.compose import build_personal_trainer, standalone_judge
+from openclaw_rl.judge.teacher import personal_adapter
+from openclaw_rl.config import ConfigError, JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.store import Store
 from openclaw_rl.train.personal import PersonalAdapters, personal_claims, personal_config, run_personal
 from openclaw_rl.train.personal_history import AdapterHistory
@@ -197,8 +197,44 @@ def test_the_trainer_of_the_train_command_gates_each_candidate_and_honours_an_ad
         serving_store.close()
 
 
-def test_ray_refuses_personal_adapters_rather_than_serving_one_shared_model(tmp_path):
-    """Its replicas and trainer actor know no personal adapters: said at start, before Ray starts."""
-    serve = ServeConfig(data_dir=str(tmp_path), personal_adapters="on")
-    with pytest.raises(ConfigError, match="--personal-adapters on is not carried by --ray"):
-        serve_on_ray(serve, JudgeConfig(), TrainConfig(), RayConfig(ray="local"))
+def test_a_standalone_judge_scores_each_users_turn_under_the_adapter_the_store_names(tiny_model_dir, tmp_path):
+    """`openclaw-rl judge --personal-adapters on`, and each Ray judge: before a batch of turns its
+    engine loads every user's adapter version the store records, so the teacher scores alice's turn
+    under her adapter (`personal_adapter`) and bob's, who has none, on the base."""
+    turn_ids = _store_with_samples(tiny_model_dir, tmp_path, users=("alice", "bob"))
+    store = Store(tmp_path)
+    personal = _personal(tiny_model_dir, tmp_path)
+    personal.store = store
+    samples = make_samples(tiny_model_dir, FOUR_SIGNALS, turn_ids=turn_ids["alice"])
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), personal_adapters="on")
+    worker = standalone_judge(store, serve, tiny_model_dir, JudgeConfig(judge="embedding"))
+    engine = worker.teacher_engine
+    alice, bob = store.get_turn(turn_ids["alice"][0]), store.get_turn(turn_ids["bob"][0])
+
+    async def main():
+        await worker.refresh()
+        before = dict(engine.adapter_versions())
+        assert await personal.train("alice", samples) == 1  # written and recorded by "another process"
+        base = await engine.score(alice.prompt_token_ids, alice.response_token_ids)
+        await worker.refresh()
+        under = await engine.score(alice.prompt_token_ids, alice.response_token_ids, **personal_adapter(engine, alice))
+        return before, base, under
+
+    try:
+        before, base, under = asyncio.run(main())
+        assert before == {} and engine.adapter_versions() == {"alice": 1}
+        assert personal_adapter(engine, alice) == {"adapter": "alice"} and personal_adapter(engine, bob) == {}
+        assert under.logprobs != base.logprobs  # her adapter, not the base
+    finally:
+        asyncio.run(engine.aclose())
+        store.close()
+
+
+def test_the_judge_command_takes_personal_adapters(tmp_path):
+    from openclaw_rl.cli import _parser
+    from openclaw_rl.config import JudgeProcessConfig, build
+
+    args = _parser().parse_args(["judge", "--data-dir", str(tmp_path), "--personal-adapters", "on"])
+    assert build(JudgeProcessConfig, {}, args).personal_adapters == "on"
+    with pytest.raises(ConfigError, match="personal_adapters"):
+        JudgeProcessConfig(data_dir=str(tmp_path), personal_adapters="yes")

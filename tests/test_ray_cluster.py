@@ -298,3 +298,79 @@ def test_a_sharded_trainer_with_the_gate_is_refused_before_any_actor_starts():
     serve = ServeConfig(train_nproc=2)
     with pytest.raises(ConfigError, match="--gate on is not supported with --train-nproc > 1"):
         _trainer(serve, TrainConfig(gate="on"), remote=None, resources={"CPU": 4})
+
+
+@pytest.mark.slow
+def test_personal_adapters_on_ray_each_replica_serves_each_users_own_version(tiny_model_dir, tmp_path):
+    """`serve --ray --personal-adapters on`: a personal trainer actor steps alice's and bob's adapters
+    from their feedback (judged by a judge actor), both replicas serve each of them their own version
+    and carol the base exactly; a rollback made through the gateway (so by one replica) is served by
+    the other replica too, from the store. Every wait is on what the replicas serve."""
+    import ray
+
+    from openclaw_rl.cluster.deploy import deploy
+    from openclaw_rl.users import Users
+    from test_personal_serving import _same
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    users = Users(tmp_path)
+    keys = {name: {"Authorization": f"Bearer {users.add(name, admin=name == 'root')}"}
+            for name in ("alice", "bob", "carol", "root")}
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), port=free_port(), status_interval_s=0.0,
+                        personal_adapters="on")
+    train = TrainConfig(method="binary", batch_size=4, personal_lr=1e-2, gate="off", train_poll_interval_s=0.1)
+
+    def greedy(url: str, user: str) -> tuple[str | None, list[tuple[str, float]]]:
+        r = httpx.post(f"{url}/v1/chat/completions", headers=keys[user], timeout=120,
+                       json={"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6,
+                             "temperature": 0, "logprobs": True})
+        assert r.status_code == 200, r.text
+        return r.headers.get("x-adapter-version"), [(s["token"], s["logprob"])
+                                                    for s in r.json()["choices"][0]["logprobs"]["content"]]
+
+    def feedback(gateway: str, user: str, sessions: range) -> None:
+        for i in sessions:
+            r = httpx.post(f"{gateway}/v1/chat/completions", headers=keys[user], timeout=120,
+                           json={"messages": [{"role": "user", "content": f"{user}'s question {i}: 2 + {i}?"}],
+                                 "max_tokens": 4, "temperature": 1.0})
+            assert r.status_code == 200, r.text
+            assert httpx.post(f"{gateway}/v1/sessions/{r.headers['x-session-id']}/feedback", headers=keys[user],
+                              timeout=60, json={"text": REPLIES[0]}).status_code == 200
+
+    def until(deployment, want: dict[str, int], what: str) -> None:
+        deadline = time.monotonic() + 240
+        while True:
+            served = ray.get([r.adapter_versions.remote() for r in deployment.replicas])
+            if all(all(s.get(user) == v for user, v in want.items()) for s in served):
+                return
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: replicas serve {served}"
+            time.sleep(0.2)
+
+    ray.init(num_cpus=4, include_dashboard=False, object_store_memory=200 * 2**20)
+    try:
+        deployment = deploy(serve, JudgeConfig(judge="embedding", poll_interval_s=0.1), train,
+                            RayConfig(ray="local", ray_replicas=2, ray_judges=1))
+        gateway, urls = deployment.gateway_url, deployment.replica_urls
+        base = {url: greedy(url, "carol") for url in urls}
+        feedback(gateway, "alice", range(4))
+        feedback(gateway, "bob", range(4))
+        until(deployment, {"alice": 1, "bob": 1}, "v1 of both on both replicas")
+        v1 = {url: {user: greedy(url, user) for user in ("alice", "bob", "carol")} for url in urls}
+        feedback(gateway, "alice", range(10, 14))
+        until(deployment, {"alice": 2}, "alice's v2 on both replicas")
+        rolled = httpx.post(f"{gateway}/v1/adapters/rollback", headers=keys["alice"], json={"to": 1}, timeout=60)
+        until(deployment, {"alice": 3}, "alice's rollback on both replicas")
+        after = {url: {user: greedy(url, user) for user in ("alice", "bob", "carol")} for url in urls}
+        deployment.stop()
+        steps = ray.get(deployment.running["trainer"])
+    finally:
+        ray.shutdown()
+    assert rolled.status_code == 200 and rolled.json()["version"] == 3, rolled.text
+    first, second = urls
+    for url in urls:
+        assert v1[url]["alice"][0] == "1" and v1[url]["bob"][0] == "1" and v1[url]["carol"][0] is None
+        assert _same(v1[url]["carol"], base[url]) and v1[url]["alice"][1] != base[url][1]
+        assert _same(after[url]["alice"], ("3", v1[url]["alice"][1]))  # v1's weights under a new number
+        assert _same(after[url]["bob"], v1[url]["bob"]) and _same(after[url]["carol"], base[url])
+    assert _same(v1[first]["alice"], v1[second]["alice"]) and _same(v1[first]["bob"], v1[second]["bob"])
+    assert steps == 3  # alice twice, bob once: the rollback is the server's, not a step

@@ -64,6 +64,7 @@ from openclaw_rl.train import checkpoint
 from openclaw_rl.train.cores import idle_core_lender, share_the_interpreter, trainer_core_lender
 from openclaw_rl.train.gate import Gate, Scorer, auto_off_reason, read_probe_file, read_probe_messages
 from openclaw_rl.train.methods import get_method
+from openclaw_rl.train.personal import RANK as PERSONAL_RANK
 from openclaw_rl.train.personal import GateFor, PersonalAdapters, personal_config, run_personal
 from openclaw_rl.train.personal_history import AdapterHistory, follow_adapters
 from openclaw_rl.train.promotion import promoted_base
@@ -164,7 +165,7 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     if trains:
         train = _train_beside_serving(config, train)
     if config.personal_adapters == "on":  # every user's adapter beside the base (a vLLM server's LoRA slots)
-        server = _personal_server(config, threads, personal_config(train).lora_rank)
+        server = personal_server(config, threads, personal_config(train).lora_rank)
     else:
         server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
     stack = Stack(server, [status_loop(server, config.status_interval_s)] if config.status_interval_s else [],
@@ -270,15 +271,22 @@ def _add_personal(stack: Stack, config: ServeConfig, train: TrainConfig, spec: S
 
 
 def _follow_personal(stack: Stack, config: ServeConfig) -> None:
-    """Personal adapters trained by `openclaw-rl train --personal-adapters on` (`build_personal_trainer`):
-    each user is served the version the store names, loaded from the data dir within a second of
-    its record (train/personal_history.py); rollback, pin, reset and the switch stay this server's."""
-    server = stack.server
+    """Personal adapters trained by `openclaw-rl train --personal-adapters on` (`build_personal_trainer`)."""
+    stack.loops.append(follow_personal(stack.server, config))
+
+
+def follow_personal(server: Server, config: ServeConfig, load_now: bool = True) -> Background:
+    """Serve each user the adapter version the store names, loaded from the data dir within a second
+    of its record (train/personal_history.py), trained by another process (`openclaw-rl train
+    --personal-adapters on`, a Ray trainer actor); rollback, pin, reset and the switch stay this
+    server's (`server.personal`). The loop to run beside `server`. `load_now` False: the caller
+    awaits `server.personal.sync()` itself before it takes requests (an event loop runs already)."""
     history = AdapterHistory(config.data_dir, [server.engine], store=server.store)
-    loaded = asyncio.run(history.sync())
-    log.info("personal adapters on, trained by another process: %d users served their own adapter", len(loaded))
+    if load_now:
+        loaded = asyncio.run(history.sync())
+        log.info("personal adapters on, trained by another process: %d users served their own adapter", len(loaded))
     server.personal = history
-    stack.loops.append(follow_adapters(history))
+    return follow_adapters(history)
 
 
 def build_personal_trainer(store: Store, data_dir: str | Path, model: str, train: TrainConfig,
@@ -297,7 +305,7 @@ def build_personal_trainer(store: Store, data_dir: str | Path, model: str, train
                             gate=personal_gates(trainer, train, store, tokenizer) if tokenizer is not None else None)
 
 
-def _personal_server(config: ServeConfig, threads: int | None, lora_rank: int) -> Server:
+def personal_server(config: ServeConfig, threads: int | None, lora_rank: int, name: str = "") -> Server:
     """The server of --personal-adapters on: its base, under every adapter and served to users
     without one, is the shared model of the data dir's last promotion (train/promotion.py), else
     the model itself. The personal trainer builds on the engine's model dir, so on the same base."""
@@ -305,10 +313,10 @@ def _personal_server(config: ServeConfig, threads: int | None, lora_rank: int) -
     if base is None:
         log.info("personal adapters: the base is %s (no promotion in %s)", config.model or "the bundled model",
                  config.data_dir)
-        return build_server(config, threads, lora_rank=lora_rank, max_loras=MAX_LORAS)
+        return build_server(config, threads, lora_rank=lora_rank, name=name, max_loras=MAX_LORAS)
     log.info("personal adapters: the base is the promoted shared model, policy v%d (%s)", base.policy_version,
              base.path)
-    return build_server(dataclasses.replace(config, model=str(base.path)), threads, lora_rank=lora_rank,
+    return build_server(dataclasses.replace(config, model=str(base.path)), threads, lora_rank=lora_rank, name=name,
                         max_loras=MAX_LORAS, policy_version=base.policy_version)
 
 
@@ -402,20 +410,34 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
     `openclaw-rl judge`, and each Ray judge (on its shard of the store). `follow_files` (default:
     with --teacher current) loads the newest published version before each batch of turns;
     `teacher_targets` False scores none; `judge` replaces the configured one (tests). It knows no
-    method: its samples serve trainers of any methods. The engine is `worker.teacher_engine`."""
+    method: its samples serve trainers of any methods. The engine is `worker.teacher_engine`.
+
+    With `serve.personal_adapters` on, the engine holds the personal base (the data dir's
+    promotion, else the model) and, before each batch of turns, every user's adapter version the
+    store names (`AdapterHistory.sync`, as a --no-train server follows them), so a user's turn is
+    scored under the adapter that served it (judge/teacher.py `personal_adapter`); the base is
+    frozen then, so nothing follows the files channel."""
     if judge is None and config.judge == "off":  # before an engine (perhaps a vLLM server) starts
         raise ConfigError("--judge off: there is no judge to run")
-    engine = build_engine(serve, model_dir, threads, name=name)
+    refresh: Callable[[], Awaitable[object]] | None = None
+    if serve.personal_adapters == "on":
+        base = promoted_base(serve.data_dir, model_dir)
+        engine = build_engine(serve, base.path if base else model_dir, threads, PERSONAL_RANK, name, MAX_LORAS,
+                              base.policy_version if base else 0)
+        history = AdapterHistory(serve.data_dir, [engine], store=store)
+        refresh = history.sync
+    else:
+        engine = build_engine(serve, model_dir, threads, name=name)
+        channel = FilesChannel(serve.data_dir)
+        if config.teacher == "current" if follow_files is None else follow_files:
+            refresh = lambda: channel.refresh(engine)  # noqa: E731 - the one refresh of the shared model
     judge = judge or build_judge(config, model_dir, engine)
     assert judge is not None  # only --judge off builds none
     if not teacher_targets:
         config = dataclasses.replace(config, teacher_targets=False)
-    channel = FilesChannel(serve.data_dir)
-    follow_files = config.teacher == "current" if follow_files is None else follow_files
     return _judge_worker(store, judge, config, engine, tokenizer=engine.tokenizer,
                          comparer=hint_comparer(judge, config) if config.hint_check == "on" else None,
-                         refresh=(lambda: channel.refresh(engine)) if follow_files else None,
-                         experience_gate=build_experience_gate(store, config, serve, engine))
+                         refresh=refresh, experience_gate=build_experience_gate(store, config, serve, engine))
 
 
 def _judge_worker(store: Store, judge: Judge, config: JudgeConfig, teacher: Engine | None, *, tokenizer,

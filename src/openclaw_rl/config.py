@@ -132,9 +132,9 @@ class ServeConfig:
         "on = each user's samples train a LoRA adapter of their own (rank 8 on every attention and MLP projection), "
         "served to them alone beside everyone else's, each with its own update gate, history and rollback; a user "
         "with no accepted adapter yet (fewer than 4 ready samples) gets the base model, which is not trained. Needs "
-        "--engine local or vllm, and the trainer in this process (--train-nproc 1) or, with --no-train, in `openclaw-rl "
-        "train --personal-adapters on` on this data dir (docs/personal-adapters.md). off = one shared model "
-        "learns from everyone", default="off")
+        "--engine local or vllm, and the trainer in this process (--train-nproc 1), in a trainer actor with --ray, or, "
+        "with --no-train, in `openclaw-rl train --personal-adapters on` on this data dir (docs/personal-adapters.md). "
+        "off = one shared model learns from everyone", default="off")
     personal_resident: int = setting(
         "with --personal-adapters on: the most users whose trainer state (AdamW moments and update gate, 5x their "
         "adapter) stays in memory between their steps; the least recently trained leave first, their moments kept on "
@@ -960,11 +960,16 @@ class JudgeProcessConfig:
                          "file in the data dir", default="")
     model: str = setting("model directory for teacher scoring; empty: the bundled model", default="")
     once: bool = setting("judge what is waiting now, then exit", default=False)
+    personal_adapters: str = setting("on = score each user's turn under their own adapter, as the `serve "
+                                     "--personal-adapters on` of this data dir serves it (loaded from the data dir as "
+                                     "the store names each version; docs/personal-adapters.md); off = the shared "
+                                     "model", default="off")
     log_text: str = _log_text_setting()
     redact: str = _redact_setting()
 
     def __post_init__(self) -> None:
         check(self.log_text in LOG_TEXT, "log_text", self.log_text, " or ".join(LOG_TEXT))
+        check(self.personal_adapters in ("on", "off"), "personal_adapters", self.personal_adapters, "on or off")
 
 
 @dataclass

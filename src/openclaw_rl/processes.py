@@ -136,10 +136,12 @@ def judge_process(part: JudgeProcessConfig, config: JudgeConfig) -> int:
 
     Its teacher (and a `--local-weights current` judge) is a policy engine of its own that
     follows the files channel: before each batch of turns it loads the newest published
-    version, so teacher log-probs come from the policy serving has, not the one at start."""
+    version, so teacher log-probs come from the policy serving has, not the one at start; with
+    --personal-adapters on, each user's adapter version the store names instead (the base frozen)."""
     store = open_store(part.store, part.data_dir, part.log_text, part.redact)
     model_dir = resolve_model_dir(part.model or None)
-    worker = standalone_judge(store, ServeConfig(model=str(model_dir), data_dir=str(part.data_dir)), model_dir, config)
+    serve = ServeConfig(model=str(model_dir), data_dir=str(part.data_dir), personal_adapters=part.personal_adapters)
+    worker = standalone_judge(store, serve, model_dir, config)
     engine = worker.teacher_engine
 
     async def main() -> int:

@@ -20,6 +20,9 @@ here; deploy.py wraps them with `ray.remote` and the resources each one gets.
   loads it: a LoRA trainer's adapter alone to those whose engines hot-load adapters,
   the merged weights to the others. The store learns of v only after all of them
   switched (runner.py), so no turn claims a version that a replica does not serve yet.
+- `PersonalTrainerActor` (`--personal-adapters on`, instead of `TrainerActor`): each user's
+  adapter trained in turn, written to the data dir and the store; every replica and judge
+  loads a user's new version from there within a second of its record (train/personal_history.py).
 - `EnvPoolActor`: an environment pool (envs/pool.py) on a port of its own.
 - `GatewayActor`: the session-affine router (gateway.py) on the address users call.
 
@@ -43,10 +46,13 @@ import torch.distributed
 from openclaw_rl.cluster.gateway import create_gateway
 from openclaw_rl.compose import (
     TrainerLoop,
+    build_personal_trainer,
     build_server,
     build_trainer_loop,
+    follow_personal,
     load_trainer,
     open_store,
+    personal_server,
     standalone_judge,
 )
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
@@ -59,6 +65,8 @@ from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread
 from openclaw_rl.store import Store
 from openclaw_rl.train import sharded
+from openclaw_rl.train.personal import RANK as PERSONAL_RANK
+from openclaw_rl.train.personal import run_personal
 from openclaw_rl.train.weights import FilesChannel, follow
 
 log = logging.getLogger(__name__)
@@ -97,13 +105,34 @@ class Replica(_Served):
     def __init__(self, config: ServeConfig, watch_weights: bool = False, index: int = 0, lora_rank: int = 0):
         """`watch_weights`: follow the files channel instead (no trainer actor, e.g. beside
         `openclaw-rl train`). `index` names this replica's engine files in the data dir;
-        `lora_rank` gives a vLLM server it starts adapter slots of that rank (a LoRA trainer)."""
+        `lora_rank` gives a vLLM server it starts adapter slots of that rank (a LoRA trainer).
+        With --personal-adapters on it serves the personal base and each user's adapter version
+        as the store names it (`follow_personal`, as `serve --no-train` does): the trainer actor
+        writes the versions, and this replica's own rollbacks serve at once."""
         _one_torch_thread()
         config = dataclasses.replace(config, status_interval_s=0.0)
-        self.server = build_server(config, threads=config.threads or 1, lora_rank=lora_rank, name=f"replica-{index}")
-        engine = self.server.engine
-        self._start(create_app(self.server, [follow(FilesChannel(config.data_dir), engine)] if watch_weights else []),
-                    _node_ip())
+        threads, name = config.threads or 1, f"replica-{index}"
+        if config.personal_adapters == "on":
+            self.server = personal_server(config, threads, PERSONAL_RANK, name)
+            loops = [follow_personal(self.server, config, load_now=False)]  # url() loads them: Ray's loop runs
+        else:
+            self.server = build_server(config, threads=threads, lora_rank=lora_rank, name=name)
+            loops = [follow(FilesChannel(config.data_dir), self.server.engine)] if watch_weights else []
+        self._start(create_app(self.server, loops), _node_ip())
+        self._adapters_loaded = self.server.personal is None
+
+    async def url(self) -> str:
+        """The replica's address, once the users' adapters the store names are loaded (deploy waits on it)."""
+        if not self._adapters_loaded:
+            loaded = await self.server.personal.sync()
+            log.info("personal adapters: %d users served their own adapter", len(loaded))
+            self._adapters_loaded = True
+        return await super().url()
+
+    async def adapter_versions(self) -> dict[str, int]:
+        """Each user's adapter version this replica serves now (personal adapters; {} otherwise)."""
+        served = getattr(self.server.engine, "adapter_versions", None)
+        return dict(served()) if served is not None and self.server.personal is not None else {}
 
     async def load_weights(self, weights: Weights, policy_version: int) -> int:
         await self.server.engine.load_weights(weights, policy_version)
@@ -295,6 +324,40 @@ class TrainerActor:
             channels = [FilesChannel(self.data_dir), *await RayChannel.for_subscribers(subscribers)]
             self._trainer_loop = build_trainer_loop(self.store, self.trainer, self.config, channels)
         return self._trainer_loop
+
+    async def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+
+
+class PersonalTrainerActor:
+    """The personal adapters' trainer on Ray (`serve --ray --personal-adapters on`): each user's
+    adapter stepped in turn and written to the data dir and the store, as `openclaw-rl train
+    --personal-adapters on` does (`build_personal_trainer`, `run_personal`); the replicas and
+    judges load each version from there once the store records it. Nothing is pushed through
+    Ray's object store: an adapter is a few MiB and every part already follows the store."""
+
+    def __init__(self, config: ServeConfig, train: TrainConfig):
+        _one_torch_thread()
+        train = dataclasses.replace(train, train_threads=train.train_threads or 1)
+        self.store, self.config = _store(config), train
+        self.personal = build_personal_trainer(self.store, config.data_dir, config.model, train,
+                                               config.personal_resident)
+        self.steps = 0
+        self._stop: asyncio.Event | None = None
+
+    async def run(self) -> int:
+        """Train until `stop`; the users' steps taken (a rejected candidate's too)."""
+        self._stop = asyncio.Event()
+
+        def on_step(user: str, version: int | None) -> None:
+            self.steps += 1
+
+        try:
+            await run_personal(self.store, self.personal, self.config, self._stop, on_step=on_step)
+        finally:
+            self.store.close()
+        return self.steps
 
     async def stop(self) -> None:
         if self._stop is not None:

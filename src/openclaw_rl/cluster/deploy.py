@@ -7,7 +7,8 @@
 Placement follows resources: with GPUs in the cluster every replica, judge and trainer
 rank (`--train-nproc N`: N ranks of one sharded trainer, reserved together) takes one (`num_gpus=1`; a judge holds a copy of the policy for teacher
 scoring), else each takes one CPU; env pools take a CPU, the gateway nothing (it relays
-bytes). The gateway is pinned to the node this command runs on, so users call the
+bytes). With `--personal-adapters on` the trainer is `PersonalTrainerActor` (one, on the
+frozen base), and every replica and judge follows the users' adapters through the store. The gateway is pinned to the node this command runs on, so users call the
 address they started it with. Ray places the rest.
 
 A Ray address that does not answer makes `ray.init` retry for minutes, so the address is
@@ -169,19 +170,23 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     def remote(cls: type, role: str, **options: Any):
         return ray.remote(cls).options(**placement(role, resources), **options)
 
+    personal = serve.personal_adapters == "on"  # the base frozen; each user's adapter through the store
     trainer, followers = None, []
-    if serve.train:
+    if serve.train and personal:
+        trainer = remote(actors.PersonalTrainerActor, "trainer").remote(serve, train)
+    elif serve.train:
         trainer, followers = _trainer(serve, train, remote, resources)
     lora_rank = train.lora_rank if serve.train and train.lora else 0  # adapter slots for a vLLM replica
-    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train, index=i,
-                                                         lora_rank=lora_rank)
+    replicas = [remote(actors.Replica, "replica").remote(serve, watch_weights=not serve.train and not personal,
+                                                         index=i, lora_rank=lora_rank)
                 for i in range(cluster.ray_replicas)]
     shards = cluster.ray_judges if judging else 0
     teacher_targets = get_method(train.method).reads_teacher or not serve.train  # as compose.build_stack decides
     if not (get_method(train.method).reads_experience or not serve.train):  # the experience pass, likewise
         judge = replace(judge, experience_targets=False)
     judges = [remote(actors.JudgeActor, "judge").remote(serve, judge, teacher_targets, i, shards,
-                                                        watch_weights=not serve.train) for i in range(shards)]
+                                                        watch_weights=not serve.train and not personal)
+              for i in range(shards)]
     token, _ = resolve_token()  # $OPENCLAW_ENV_TOKEN, else a generated one (logged at start)
     env_actors = [remote(actors.EnvPoolActor, "env_pool").remote(PoolConfig(env=name, size=size), token)
                   for name, size in pools]
@@ -189,7 +194,9 @@ def deploy(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: 
     env_urls = dict(zip([name for name, _ in pools], ray.get([e.url.remote() for e in env_actors],
                                                             timeout=_READY_TIMEOUT_S)))
     running = {f"trainer rank {r}": rank.follow.remote() for r, rank in enumerate(followers, 1)}
-    if trainer is not None:
+    if trainer is not None and personal:  # nothing to catch up: each version is on disk and in the store
+        running["trainer"] = trainer.run.remote()
+    elif trainer is not None:
         subscribers = [*replicas, *judges]
         ray.get(trainer.catch_up.remote(subscribers))  # --resume: every replica and judge starts at its version
         running["trainer"] = trainer.run.remote(subscribers)
@@ -229,9 +236,6 @@ def _trainer(serve: ServeConfig, train: TrainConfig, remote, resources: dict[str
 
 def serve_on_ray(serve: ServeConfig, judge: JudgeConfig, train: TrainConfig, cluster: RayConfig) -> None:
     """The `serve --ray` command: deploy, report, run until Ctrl-C or SIGTERM, stop."""
-    if serve.personal_adapters == "on":  # the replicas and the trainer actor would serve and train one shared model
-        raise ConfigError("--personal-adapters on is not carried by --ray: serve it without --ray, with its trainer "
-                          "in the process or in `openclaw-rl train --personal-adapters on` (docs/personal-adapters.md)")
     check_exposure(serve, Users(serve.data_dir, serve.api_key))  # the gateway's --host; replicas need the same keys
     ray = _ray()
     connect(cluster.ray, actors=len(actor_roles(serve, judge, cluster)) - 1)  # the gateway takes no CPU
