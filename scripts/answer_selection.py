@@ -1,0 +1,177 @@
+"""Could serving pick, among several sampled answers, the one the user would accept?
+
+    python scripts/answer_selection.py DATA_DIR OUT_DIR --persona parent --approve 0.75 [--n 8]
+    python scripts/answer_selection.py DATA_DIR OUT_DIR --persona parent --approve 0.75 --analyse-only
+
+DATA_DIR is the data dir of a finished `demo`/`simulate` run (its store: the user's lessons
+and the judge's verdicts on their sessions). Its store is copied to OUT_DIR and served there
+by the base model, the experience on and training off; each of the 16 held-out problems is
+asked once with `n` answers sampled at temperature 1 (the OpenAI `n`), and every answer is
+scored by the persona's rubric. Then each selector picks one answer per problem, knowing
+only what the server knows, the user's own earlier first answers with the judge's reward
+(+1 approved, -1 rejected), the first k of them in session order:
+
+- `random`, and `oracle` (the best by the rubric: the ceiling of any selector);
+- `shortest`, `longest`: references that know the persona (the parent wants short answers);
+- `embed_knn3`, `embed_centroid`: the judge's sentence encoder (all-MiniLM-L6-v2), nearest to
+  the approved answers and farthest from the rejected ones (top-3 mean, or the centroids);
+- `style_far_rejected`, `style_both`: the same on a handful of style features (log words,
+  sentences and lines, the share of list lines, markdown, digits and `=` per word),
+  standardised over the candidates and the history.
+
+Printed: for each history size, each selector's accepted answers (rubric >= --approve) out
+of 16 and mean rubric. OUT_DIR/selection.json keeps the candidates, so `--analyse-only`
+reruns the selectors without sampling again. docs/experiments.md has what it found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import shutil
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import numpy as np
+import torch
+
+from openclaw_rl.compose import build_stack
+from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
+from openclaw_rl.eval.personas import get_persona
+from openclaw_rl.eval.problems import heldout_problems
+from openclaw_rl.judge.backends import SentenceEncoder
+from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.store import Store
+
+Candidates = list[list[tuple[str, float]]]  # per problem: (answer, rubric) for each sample
+History = list[tuple[str, int]]  # the user's earlier first answers and the judge's reward, oldest first
+
+
+def judged_history(data_dir: Path) -> History:
+    """The first answer of every played session (not the held-out evaluations) with its reward."""
+    store = Store(data_dir)
+    try:
+        found = []
+        for session in store.list_sessions(10_000, 0, None):
+            if "-train-" not in session.id:
+                continue
+            turns = [t for t in store.turns(session.id) if t.kind == "main"]
+            verdict = store.verdicts([turns[0].id]).get(turns[0].id) if turns else None
+            if verdict is not None:
+                found.append((turns[0].created_at, turns[0].response_text, verdict.reward or 0))
+    finally:
+        store.close()
+    return [(text, reward) for _, text, reward in sorted(found)]
+
+
+def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int) -> Candidates:
+    """`n` answers to each held-out problem from the base model served with the run's store."""
+    out.mkdir(parents=True, exist_ok=True)
+    for path in data_dir.glob("openclaw.db*"):
+        shutil.copy(path, out / path.name)
+    persona = get_persona(persona_name)
+    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False)
+    stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
+    thread = ServerThread(stack.app(), serve.port)
+    try:
+        candidates = []
+        for problem in heldout_problems(16):
+            r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600,
+                           json={"messages": [{"role": "user", "content": persona.first_message(problem)}], "n": n,
+                                 "max_tokens": max_tokens, "temperature": 1.0, "seed": 7})
+            r.raise_for_status()
+            texts = [choice["message"]["content"] for choice in r.json()["choices"]]
+            candidates.append([(text, persona.rubric(problem, text)) for text in texts])
+    finally:
+        thread.stop()
+    return candidates
+
+
+def style(text: str) -> np.ndarray:
+    words, lines = len(text.split()), [line for line in text.splitlines() if line.strip()]
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+", text.strip()) if s]
+    listed = sum(bool(re.match(r"\s*([-*\u2022]|\d+[.)])\s", line)) for line in lines)
+    return np.array([np.log1p(words), np.log1p(len(sentences)), np.log1p(len(lines)), listed / max(1, len(lines)),
+                     float(bool(re.search(r"\*\*|^#", text, re.M))), len(re.findall(r"\d+", text)) / max(1, words),
+                     text.count("=") / max(1, words)])
+
+
+def selectors(encoder: SentenceEncoder, rng: random.Random) -> dict[str, Callable[[list, History], int]]:
+    def embedded(mode: str):
+        def pick(answers, history):
+            approved = [t for t, r in history if r > 0]
+            rejected = [t for t, r in history if r < 0]
+            e = encoder.encode([t for t, _ in answers])
+            ea, er = (encoder.encode(approved) if approved else None), (encoder.encode(rejected) if rejected else None)
+
+            def near(i: int, group) -> float:
+                if group is None:
+                    return 0.0
+                if mode == "centroid":
+                    return float(e[i] @ group.mean(0))
+                return float((e[i] @ group.T).topk(min(3, group.shape[0])).values.mean())
+
+            return max(range(len(answers)), key=lambda i: near(i, ea) - near(i, er))
+        return pick
+
+    def styled(use_approved: bool):
+        def pick(answers, history):
+            approved = [style(t) for t, r in history if r > 0]
+            rejected = [style(t) for t, r in history if r < 0]
+            every = np.array([style(t) for t, _ in answers] + approved + rejected)
+            mean, sd = every.mean(0), every.std(0) + 1e-6
+            z = [(style(t) - mean) / sd for t, _ in answers]
+
+            def score(i: int) -> float:
+                far = min(float(np.linalg.norm(z[i] - (f - mean) / sd)) for f in rejected) if rejected else 0.0
+                near = -min(float(np.linalg.norm(z[i] - (f - mean) / sd)) for f in approved) if approved else 0.0
+                return far + (near if use_approved else 0.0)
+
+            return max(range(len(answers)), key=score)
+        return pick
+
+    return {"random": lambda answers, history: rng.randrange(len(answers)),
+            "oracle": lambda answers, history: max(range(len(answers)), key=lambda i: answers[i][1]),
+            "shortest": lambda answers, history: min(range(len(answers)), key=lambda i: len(answers[i][0])),
+            "longest": lambda answers, history: max(range(len(answers)), key=lambda i: len(answers[i][0])),
+            "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
+            "style_far_rejected": styled(False), "style_both": styled(True)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--persona", required=True)
+    parser.add_argument("--approve", type=float, required=True, help="the run's approval level")
+    parser.add_argument("--n", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--analyse-only", action="store_true", help="reuse OUT/selection.json's candidates")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    history = judged_history(args.data_dir)
+    saved = args.out / "selection.json"
+    if args.analyse_only:
+        candidates = json.loads(saved.read_text())["candidates"]
+    else:
+        candidates = sample(args.data_dir, args.out, args.persona, args.n, args.max_tokens)
+        saved.write_text(json.dumps({"persona": args.persona, "candidates": candidates}))
+    print(f"history: {len(history)} judged first answers, {sum(r > 0 for _, r in history)} approved, "
+          f"{sum(r < 0 for _, r in history)} rejected")
+    every = [score for answers in candidates for _, score in answers]
+    print(f"every sample: {sum(s >= args.approve for s in every)}/{len(every)} accepted, mean rubric "
+          f"{statistics.mean(every):.3f}")
+    print("\n| history | selector | accepted of 16 | mean rubric |\n|---|---|---|---|")
+    picks = selectors(SentenceEncoder(), random.Random(0))
+    for k in sorted({1, 2, 4, 8, len(history)}):
+        for name, pick in picks.items():
+            chosen = [answers[pick(answers, history[:k])][1] for answers in candidates]
+            print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
+
+
+if __name__ == "__main__":
+    main()
