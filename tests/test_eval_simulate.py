@@ -316,6 +316,29 @@ def test_a_run_whose_trainer_loop_died_stops_with_the_error_instead_of_playing_o
     assert not (out / "summary.json").exists()
 
 
+def test_a_caught_up_user_is_served_the_weights_every_earlier_session_made(tiny_model_dir, tmp_path):
+    """--pace caught-up: each session waits for the judge and for the trainer to train every judged
+    sample (the last batch even if short: here every batch is, at --batch-size 16). So every session
+    after the first is served a version trained on all earlier sessions; with --pace sequential the
+    trainer would wait for 16 samples and every session would be served v0."""
+    out = tmp_path / "sim"
+    code = main(["simulate", "--sessions", "3", "--method", "binary", "--judge", "oracle", "--model",
+                 str(tiny_model_dir), "--out", str(out), "--batch-size", "16", "--heldout", "2", "--max-turns", "2",
+                 "--pace", "caught-up", "--gate", "off", "--response-max-tokens", "8", "--eval-max-tokens", "8"])
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pace"] == "caught-up" and summary["parallel"] == 1
+    store = Store(out / "binary" / "data")
+    try:
+        sessions = sorted(store.list_sessions(), key=lambda s: store.turns(s.id)[0].created_at)
+        served = [store.turns(s.id)[0].policy_version for s in sessions]
+        trained = store.sample_counts("binary")
+    finally:
+        store.close()
+    assert served[0] == 0 and served[1] >= 1 and served == sorted(served), served
+    assert trained.get("ready", 0) == 0 and trained["used"] >= 2, trained  # nothing judged was left untrained
+
+
 def test_a_sequential_user_is_served_every_earlier_sessions_lessons(tiny_model_dir, tmp_path):
     """--pace sequential: one session at a time, each once the judge has judged every earlier turn. So every
     session that starts after a lesson was learned is served with a block holding all lessons learned before it

@@ -186,6 +186,9 @@ class ServeConfig:
                   "train --personal-adapters on`)")
 
 
+PACES = ("concurrent", "sequential", "caught-up")  # how simulated sessions follow each other (SimulateConfig.pace)
+
+
 def check(ok: bool, name: str, value: Any, want: str) -> None:
     """Raise a ConfigError naming the setting, the value seen and what would work."""
     if not ok:
@@ -841,8 +844,10 @@ class SimulateConfig:
                         "corrections of the sessions still in flight are not yet judged when the next starts) | "
                         "sequential: one session at a time, each starting once the judge has judged every earlier "
                         "turn, so the lessons of all earlier sessions are in (one person who comes back after "
-                        "their last conversation was read; --parallel is then 1). Training keeps its own pace "
-                        "either way", default="concurrent")
+                        "their last conversation was read; --parallel is then 1); training keeps its own pace | "
+                        "caught-up: as sequential, and with training on each session also waits until the trainer "
+                        "has trained every judged sample and the gate decided on it (one person who comes back the "
+                        "next day, when the loop has caught up)", default="concurrent")
     eval_every: int = setting("score the held-out set every this many updates (and always before training)",
                               default=1)
     eval_every_sessions: int = setting("with the experience on: also score the held-out set every this many "
@@ -904,8 +909,8 @@ class SimulateConfig:
         check(bool(self.methods), "method", self.method, "at least one method, e.g. combined")
         check(self.heldout >= 1, "heldout", self.heldout, "at least 1 held-out problem")
         check(self.parallel >= 1, "parallel", self.parallel, "at least 1 session at a time")
-        check(self.pace in ("concurrent", "sequential"), "pace", self.pace, "concurrent or sequential")
-        if self.pace == "sequential":
+        check(self.pace in PACES, "pace", self.pace, " or ".join(PACES))
+        if self.pace != "concurrent":
             self.parallel = 1
         check(self.eval_every >= 1, "eval_every", self.eval_every, "1 to score every update, or more")
         check(self.eval_every_sessions >= 0, "eval_every_sessions", self.eval_every_sessions, "0 (never) or more")

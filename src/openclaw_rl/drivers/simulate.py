@@ -3,7 +3,9 @@
 For each method: start the server in-process (engine, judge, trainer, on a loopback
 port) and play the sessions through the official OpenAI client, `parallel` users at a
 time (the engine batches their requests), or with `--pace sequential` one at a time, each
-once the judge has read every earlier turn (the user's lessons so far are in its block).
+once the judge has read every earlier turn (the user's lessons so far are in its block);
+`--pace caught-up` also waits for the trainer to train every judged sample and the gate to
+decide, so each session is served the weights all earlier sessions made.
 The personalization score of the held-out problems (greedy first answers) is measured
 before training and after every `eval_every`-th policy update. Outputs, in `--out`:
 
@@ -237,6 +239,17 @@ def _judged_all(server: Server, timeout_s: float) -> bool:
     return True
 
 
+def _trained_all(server: Server, flush: Flush, timeout_s: float) -> bool:
+    """Ask the trainer to train every judged sample, the last batch even if short, and wait (at most
+    `timeout_s`) until a claim finds nothing left: every step taken and its gate decided."""
+    flush.done.clear()
+    flush.requested.set()
+    try:
+        return server.wait_for(flush.done, timeout_s)
+    finally:
+        flush.requested.clear()
+
+
 def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progress=None) -> dict[str, Any]:
     """Play the sessions of one method against a fresh server; return its summary.
 
@@ -367,15 +380,20 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                 server.check_loops()
                 if done_training():
                     break
-                if config.pace == "sequential" and judging and not _judged_all(server, config.drain_timeout_s):
+                if config.pace != "concurrent" and judging and not _judged_all(server, config.drain_timeout_s):
                     log.warning("session %d starts before the judge caught up (%.0fs): its block may miss the "
                                 "last session's lessons", index + 1, config.drain_timeout_s)
+                if config.pace == "caught-up" and training and index and not _trained_all(server, flush,
+                                                                                        config.drain_timeout_s):
+                    log.warning("session %d starts before the trainer caught up (%.0fs)", index + 1,
+                                config.drain_timeout_s)
+                if done_training():
+                    break
                 running.add(pool.submit(play, index, problem))
             for future in running:
                 future.result()
         if training and not done_training():  # train every sample already judged, the last batch even if short
-            flush.requested.set()
-            if not server.wait_for(flush.done, config.drain_timeout_s):
+            if not _trained_all(server, flush, config.drain_timeout_s):
                 log.warning("training did not drain in %.0fs", config.drain_timeout_s)
         elif judging and not _judged_all(server, config.drain_timeout_s):  # the lessons of the last sessions too
             log.warning("the judge did not catch up in %.0fs: the last sessions' lessons may be missing",
