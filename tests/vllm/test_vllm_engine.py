@@ -448,3 +448,52 @@ def test_serve_with_vllm_learns_from_sessions(vllm_url, model_dir, tmp_path):
     assert engine.stats()["scores"] > 0, "the judge's teacher scoring went through vLLM's prompt log-probs"
     assert all(code == 200 for code, _ in results)
     assert {"0", "1"} <= {v for _, v in results}
+
+
+def test_serve_with_vllm_trains_and_serves_each_users_own_adapter(vllm_url, model_dir, tmp_path):
+    """`serve --personal-adapters on --engine vllm`, the whole loop: the judge (its teacher through
+    vLLM under each user's adapter), each user's LoRA trained in turn, hot-loaded as that user's
+    own LoRA on the server; alice and bob are each served their own v1, carol (no feedback) the
+    base's tokens and log-probs as before any training."""
+    from openclaw_rl.users import Users
+
+    data_dir = tmp_path / "data"
+    data_dir.mkdir()
+    users = Users(data_dir)
+    keys = {name: {"Authorization": f"Bearer {users.add(name)}"} for name in ("alice", "bob", "carol")}
+    server = LiveServer(model_dir, data_dir, engine="vllm", engine_url=vllm_url, personal_adapters="on",
+                        judge=JudgeConfig(judge="embedding", poll_interval_s=0.2),
+                        train=TrainConfig(method="combined", batch_size=4, personal_lr=1e-2, gate="off",
+                                          train_poll_interval_s=0.2))
+    url = f"{server.base_url}/v1/chat/completions"
+
+    def greedy(user: str) -> tuple[str | None, list[str], list[float]]:
+        r = httpx.post(url, headers=keys[user], timeout=300, json={
+            "messages": CONVERSATIONS[0], "max_tokens": 12, "temperature": 0.0, "logprobs": True})
+        assert r.status_code == 200, r.text
+        steps = r.json()["choices"][0]["logprobs"]["content"]
+        return r.headers.get("x-adapter-version"), [s["token"] for s in steps], [s["logprob"] for s in steps]
+
+    try:
+        engine = server.server.engine
+        base = greedy("carol")
+        for user in ("alice", "bob"):
+            for i in range(4):
+                r = httpx.post(url, headers=keys[user], timeout=300, json={
+                    "messages": [{"role": "user", "content": f"{user}'s question {i}: what is {i} + {i}?"}],
+                    "max_tokens": 12, "temperature": 1.0})
+                assert r.status_code == 200, r.text
+                assert httpx.post(f"{server.base_url}/v1/sessions/{r.headers['x-session-id']}/feedback",
+                                  headers=keys[user], timeout=60,
+                                  json={"text": "No, that's wrong. Don't use bullet points; write plain sentences."}
+                                  ).status_code == 200
+        _wait_for(lambda: engine.adapter_versions() == {"alice": 1, "bob": 1}, timeout_s=600)
+        alice, bob, carol = greedy("alice"), greedy("bob"), greedy("carol")
+        scores = engine.stats()["scores"]
+    finally:
+        server.stop()
+    assert alice[0] == "1" and bob[0] == "1" and carol[0] is None
+    assert carol[1] == base[1] and max(abs(a - b) for a, b in zip(carol[2], base[2])) < LOGPROB_ATOL
+    for adapted in (alice, bob):
+        assert adapted[1] != base[1] or max(abs(a - b) for a, b in zip(adapted[2], base[2])) > 0.05
+    assert scores > 0, "the judge's teacher scoring went through vLLM's prompt log-probs"
