@@ -316,6 +316,11 @@ def test_a_run_whose_trainer_loop_died_stops_with_the_error_instead_of_playing_o
     assert not (out / "summary.json").exists()
 
 
+def _in_start_order(store: Store) -> list:
+    """The store's sessions in the order they were played (by their first turn)."""
+    return sorted(store.list_sessions(), key=lambda s: store.turns(s.id)[0].created_at)
+
+
 def test_a_caught_up_user_is_served_the_weights_every_earlier_session_made(tiny_model_dir, tmp_path):
     """--pace caught-up: each session waits for the judge and for the trainer to train every judged
     sample (the last batch even if short: here every batch is, at --batch-size 16). So every session
@@ -330,7 +335,7 @@ def test_a_caught_up_user_is_served_the_weights_every_earlier_session_made(tiny_
     assert summary["pace"] == "caught-up" and summary["parallel"] == 1
     store = Store(out / "binary" / "data")
     try:
-        sessions = sorted(store.list_sessions(), key=lambda s: store.turns(s.id)[0].created_at)
+        sessions = _in_start_order(store)
         served = [store.turns(s.id)[0].policy_version for s in sessions]
         trained = store.sample_counts("binary")
     finally:
@@ -353,7 +358,7 @@ def test_a_sequential_user_is_served_every_earlier_sessions_lessons(tiny_model_d
     assert summary["pace"] == "sequential" and summary["parallel"] == 1
     store = Store(out / "off" / "data")
     try:
-        sessions = sorted(store.list_sessions(), key=lambda s: store.turns(s.id)[0].created_at)
+        sessions = _in_start_order(store)
         turns = [store.turns(s.id) for s in sessions]
         changes = store.experience_changes(LOCAL.name)
         assert changes, "the oracle's hints (failed rubric checks) became no lesson"

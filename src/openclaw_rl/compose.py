@@ -165,7 +165,7 @@ def build_stack(config: ServeConfig, judge: JudgeConfig, train: TrainConfig, spe
     if trains:
         train = _train_beside_serving(config, train)
     if config.personal_adapters == "on":  # every user's adapter beside the base (a vLLM server's LoRA slots)
-        server = personal_server(config, threads, personal_config(train).lora_rank)
+        server = personal_server(config, threads)
     else:
         server = build_server(config, threads, lora_rank=train.lora_rank if trains and train.lora else 0)
     stack = Stack(server, [status_loop(server, config.status_interval_s)] if config.status_interval_s else [],
@@ -295,9 +295,7 @@ def build_personal_trainer(store: Store, data_dir: str | Path, model: str, train
     written to the data dir and the store, where `serve --personal-adapters on --no-train` picks it up.
     Built on the base that server serves (the data dir's promoted model, else `model`), with each
     user's update gate as in one process."""
-    model_dir = resolve_model_dir(model or None)
-    base = promoted_base(data_dir, model_dir)
-    model_dir = base.path if base is not None else model_dir
+    model_dir, _ = _personal_base(data_dir, resolve_model_dir(model or None))
     share_the_interpreter()
     trainer = Trainer(model_dir, personal_config(train))
     tokenizer = AutoTokenizer.from_pretrained(model_dir) if train.gate != "off" else None
@@ -305,19 +303,28 @@ def build_personal_trainer(store: Store, data_dir: str | Path, model: str, train
                             gate=personal_gates(trainer, train, store, tokenizer) if tokenizer is not None else None)
 
 
-def personal_server(config: ServeConfig, threads: int | None, lora_rank: int, name: str = "") -> Server:
-    """The server of --personal-adapters on: its base, under every adapter and served to users
-    without one, is the shared model of the data dir's last promotion (train/promotion.py), else
-    the model itself. The personal trainer builds on the engine's model dir, so on the same base."""
-    base = promoted_base(config.data_dir, resolve_model_dir(config.model or None))
+def personal_server(config: ServeConfig, threads: int | None, name: str = "") -> Server:
+    """The server of --personal-adapters on, with a slot for each user's adapter (a vLLM server's LoRA
+    slots of the personal rank), on the personal base (`_personal_base`). The personal trainer
+    builds on the engine's model dir, so on the same base."""
+    model_dir = resolve_model_dir(config.model or None)
+    base, version = _personal_base(config.data_dir, model_dir)
+    if base != model_dir:
+        config = dataclasses.replace(config, model=str(base))
+    return build_server(config, threads, lora_rank=PERSONAL_RANK, name=name, max_loras=MAX_LORAS,
+                        policy_version=version)
+
+
+def _personal_base(data_dir: str | Path, model_dir: Path) -> tuple[Path, int]:
+    """What every personal adapter sits on, and is served to users without one: the shared model of
+    the data dir's last promotion (train/promotion.py), else `model_dir`; with its policy version."""
+    base = promoted_base(data_dir, model_dir)
     if base is None:
-        log.info("personal adapters: the base is %s (no promotion in %s)", config.model or "the bundled model",
-                 config.data_dir)
-        return build_server(config, threads, lora_rank=lora_rank, name=name, max_loras=MAX_LORAS)
+        log.info("personal adapters: the base is %s (no promotion in %s)", model_dir, data_dir)
+        return model_dir, 0
     log.info("personal adapters: the base is the promoted shared model, policy v%d (%s)", base.policy_version,
              base.path)
-    return build_server(dataclasses.replace(config, model=str(base.path)), threads, lora_rank=lora_rank, name=name,
-                        max_loras=MAX_LORAS, policy_version=base.policy_version)
+    return base.path, base.policy_version
 
 
 def build_server(config: ServeConfig, threads: int | None = None, lora_rank: int = 0, name: str = "",
@@ -421,9 +428,8 @@ def standalone_judge(store: Store, serve: ServeConfig, model_dir: Path, config: 
         raise ConfigError("--judge off: there is no judge to run")
     refresh: Callable[[], Awaitable[object]] | None = None
     if serve.personal_adapters == "on":
-        base = promoted_base(serve.data_dir, model_dir)
-        engine = build_engine(serve, base.path if base else model_dir, threads, PERSONAL_RANK, name, MAX_LORAS,
-                              base.policy_version if base else 0)
+        base, version = _personal_base(serve.data_dir, model_dir)
+        engine = build_engine(serve, base, threads, PERSONAL_RANK, name, MAX_LORAS, version)
         history = AdapterHistory(serve.data_dir, [engine], store=store)
         refresh = history.sync
     else:

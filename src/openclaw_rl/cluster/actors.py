@@ -65,7 +65,6 @@ from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread
 from openclaw_rl.store import Store
 from openclaw_rl.train import sharded
-from openclaw_rl.train.personal import RANK as PERSONAL_RANK
 from openclaw_rl.train.personal import run_personal
 from openclaw_rl.train.weights import FilesChannel, follow
 
@@ -113,7 +112,7 @@ class Replica(_Served):
         config = dataclasses.replace(config, status_interval_s=0.0)
         threads, name = config.threads or 1, f"replica-{index}"
         if config.personal_adapters == "on":
-            self.server = personal_server(config, threads, PERSONAL_RANK, name)
+            self.server = personal_server(config, threads, name)
             loops = [follow_personal(self.server, config, load_now=False)]  # url() loads them: Ray's loop runs
         else:
             self.server = build_server(config, threads=threads, lora_rank=lora_rank, name=name)

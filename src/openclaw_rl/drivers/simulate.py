@@ -378,8 +378,6 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                     for future in finished:
                         future.result()
                 server.check_loops()
-                if done_training():
-                    break
                 if config.pace != "concurrent" and judging and not _judged_all(server, config.drain_timeout_s):
                     log.warning("session %d starts before the judge caught up (%.0fs): its block may miss the "
                                 "last session's lessons", index + 1, config.drain_timeout_s)
@@ -387,7 +385,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                                                                                         config.drain_timeout_s):
                     log.warning("session %d starts before the trainer caught up (%.0fs)", index + 1,
                                 config.drain_timeout_s)
-                if done_training():
+                if done_training():  # (after the waits: a caught-up step may have been the last)
                     break
                 running.add(pool.submit(play, index, problem))
             for future in running:
