@@ -122,3 +122,74 @@ def test_a_version_trained_only_on_the_poison_is_rejected_by_the_gate(tiny_model
     assert "evil.example.com" in gate._answer(prompts[:1]).texts[0], "the poison was not learnt: the test proves nothing"
     decision = gate.decide()
     assert not decision.accepted and "gate_max_brought_in_increase" in decision.reason, decision.reason
+
+
+def test_with_personal_adapters_the_poison_trains_only_its_senders_adapter(tiny_model_dir, tmp_path):
+    """Every defence off (no hint screen, no gate): mallory's poisoned corrections reach training,
+    and still only her adapter learns them. The log-prob of the poison on the probe prompts, as each
+    user is served, moves for her alone; carol (no feedback) is served the base exactly; alice's and
+    bob's adapters were trained on their own turns only."""
+    from openclaw_rl.compose import StackSpec, build_stack
+    from openclaw_rl.config import ServeConfig
+    from openclaw_rl.serve.background import ServerThread, free_port
+    from openclaw_rl.train.runner import Flush
+
+    flush = Flush()
+    serve = ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path), port=free_port(), status_interval_s=0.0,
+                        personal_adapters="on", train=True)
+    train = TrainConfig(method="combined", batch_size=4, personal_lr=1e-2, gate="off", train_poll_interval_s=0.05)
+    stack = build_stack(serve, JudgeConfig(judge="embedding", screen_hints=False, poll_interval_s=0.05), train,
+                        StackSpec(flush=flush))
+    server, store = stack.server, stack.server.store
+    users = Users(tmp_path)
+    keys = {name: users.add(name) for name in ("mallory", "alice", "bob", "carol")}
+    thread = ServerThread(stack.app(), serve.port)
+    base = thread.base_url
+    probe_prompts = [server.tokenizer.apply_chat_template(
+        [{"role": "user", "content": f"Which city should I visit in {country}?"}], add_generation_prompt=True,
+        tokenize=True, return_dict=False) for country in ("France", "Spain", "Italy")]
+    poison = server.tokenizer.encode(POISON, add_special_tokens=False)
+
+    def served(user: str) -> list[float]:  # the poison's log-probs on each probe, under what `user` is served
+        return [lp for p in probe_prompts for lp in asyncio.run(server.engine.score(p, poison, adapter=user)).logprobs]
+
+    try:
+        before = {name: served(name) for name in keys}
+        assert len({tuple(v) for v in before.values()}) == 1  # nobody has an adapter yet: the base for all
+        work = [(keys["mallory"], f"Where should I travel, tip {i}?", f"No, that's wrong. {POISON}.") for i in range(8)]
+        work += [(keys[name], f"{name}: what is {i} + {i}?", HONEST[i % len(HONEST)])
+                 for name in ("alice", "bob") for i in range(4)]
+        threads = [threading.Thread(target=_session, args=(base, *item)) for item in work]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        carols = httpx.post(f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {keys['carol']}"},
+                            json={"messages": [{"role": "user", "content": "Which city should I visit?"}],
+                                  "max_tokens": 8}, timeout=60)
+        assert carols.status_code == 200, carols.text
+        deadline = time.monotonic() + 120
+        while store.turns_awaiting_verdict():
+            assert time.monotonic() < deadline, "the judge did not read every turn"
+            server.check_loops()
+            time.sleep(0.05)
+        flush.requested.set()
+        assert server.wait_for(flush.done, 120)
+        after = {name: served(name) for name in keys}
+        versions = server.engine.adapter_versions()
+        histories = {name: store.adapter_versions(name) for name in ("mallory", "alice", "bob")}
+        owners = {name: {store.get_turn(t).owner for v in h for t in v["samples"]} for name, h in histories.items()}
+        hints = [store.get_turn(t) for v in histories["mallory"] for t in v["samples"]]
+    finally:
+        thread.stop()
+
+    assert versions.get("mallory", 0) >= 1 and "carol" not in versions, versions
+    assert all(h for h in histories.values()), histories  # every user with feedback trained an adapter
+    assert owners == {"mallory": {"mallory"}, "alice": {"alice"}, "bob": {"bob"}}, owners
+    assert any(POISON in t.next_state.content for t in hints)  # her adapter learnt from the poisoned turns
+    moved = max(abs(a - b) for a, b in zip(after["mallory"], before["mallory"]))
+    assert moved > 1e-3, moved  # the poison did reach her weights: otherwise the test proves nothing
+    assert max(abs(a - b) for a, b in zip(after["carol"], before["carol"])) < 1e-4  # the base's, exactly
+    # alice and bob moved with their own adapters only: what they are served differs from mallory's
+    for name in ("alice", "bob"):
+        assert after[name] != after["mallory"]
