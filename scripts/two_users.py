@@ -4,6 +4,7 @@
     python scripts/two_users.py --personas parent=0.75,student=0.775 --out runs/two-pa-s0 --personal-adapters on \\
         -- --seed 0 --method combined
     python scripts/two_users.py --summarize runs/two-s0 runs/two-s1 ...
+    python scripts/two_users.py --compare runs/two-pa-s0 runs/two-pa-s1 ... --against runs/two-s0 runs/two-s1 ...
 
 Everything after `--` is `openclaw-rl demo`'s flags (its presets apply: the embedding
 judge, 8 held-out problems, lr 5e-5...); `--sessions` is the sessions *each* user plays.
@@ -27,6 +28,11 @@ observer's answers identical to the base's). `--summarize` pools runs: per user,
 median sessions to adaptation, acceptance with a Wilson interval, and the served held-out
 score minus the base's at each evaluation with a 95 % bootstrap interval over runs.
 
+`--compare A... --against B...` pairs two arms' runs by seed (personal adapters against the
+shared model, say) and prints, per user, the served held-out score at the last evaluation of
+each pair, A minus B, with the median and mean difference, a 95 % bootstrap interval of the
+mean over seeds, how many seeds A served better, and the two-sided sign test's p.
+
 With `--personal-adapters on` the observer's answers are the base's, so they cannot say
 what a user's adapter learned: each evaluation then also scores each user's **adapter
 alone** (their adapter, no lessons in the prompt: their experience is switched off for
@@ -40,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import random
 import shutil
 import statistics
@@ -339,6 +346,48 @@ def summarize(paths: list[str]) -> None:
     print(f"turns served with another user's lesson: {sum(r['turns_with_another_users_lesson'] for r in runs)}")
 
 
+def compare(paths: list[str], against: list[str]) -> dict[str, dict]:
+    """Arm A (`paths`) against arm B (`against`), runs paired by seed: per user, the served held-out
+    score at the last evaluation, A minus B. Returns what it prints, per user."""
+    def by_seed(group: list[str], arm: str) -> dict[int, dict]:
+        runs: dict[int, dict] = {}
+        for path in group:
+            summary = _finished(path)
+            if summary["seed"] in runs:
+                raise SystemExit(f"two runs of seed {summary['seed']} in {arm}: {path} and another; one per seed")
+            runs[summary["seed"]] = summary
+        return runs
+    a, b = by_seed(paths, "--compare"), by_seed(against, "--against")
+    seeds = sorted(set(a) & set(b))
+    if not seeds:
+        raise SystemExit(f"no seed is in both arms (--compare: {sorted(a)}, --against: {sorted(b)})")
+    if set(a) != set(b):
+        print(f"paired on seeds {seeds}; unpaired runs left out: {sorted(set(a) ^ set(b))}")
+    users = [name for name in a[seeds[0]]["users"] if all(name in b[s]["users"] for s in seeds)]
+    found = {}
+    for name in users:
+        pairs = [(a[s]["users"][name]["served"][-1][1], b[s]["users"][name]["served"][-1][1]) for s in seeds]
+        diffs = [x - y for x, y in pairs]
+        low, high = bootstrap_mean_ci(diffs) if len(diffs) > 1 else (diffs[0], diffs[0])
+        better, worse = sum(d > 0 for d in diffs), sum(d < 0 for d in diffs)
+        found[name] = {"seeds": seeds, "a": [x for x, _ in pairs], "b": [y for _, y in pairs], "diff": diffs,
+                       "median": statistics.median(diffs), "mean": statistics.mean(diffs), "ci": [low, high],
+                       "better": better, "sign_p": sign_test(better, worse)}
+        print(f"{name}: " + ", ".join(f"s{s} {x:.3f} - {y:.3f} = {x - y:+.3f}" for s, (x, y) in zip(seeds, pairs)))
+        print(f"  median {found[name]['median']:+.3f}, mean {found[name]['mean']:+.3f} [{low:+.3f}, {high:+.3f}], "
+              f"A better in {better} of {len(seeds)}, sign test p {found[name]['sign_p']:.3f}")
+    return found
+
+
+def sign_test(better: int, worse: int) -> float:
+    """Two-sided exact sign test of `better` against `worse` (ties left out)."""
+    n = better + worse
+    if not n:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(max(better, worse), n + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
 def main() -> None:
     argv = sys.argv[1:]
     demo_flags = argv[argv.index("--") + 1:] if "--" in argv else []
@@ -348,10 +397,16 @@ def main() -> None:
     parser.add_argument("--out")
     parser.add_argument("--personal-adapters", choices=("on", "off"), default="off")
     parser.add_argument("--summarize", nargs="+", metavar="RUN_DIR")
+    parser.add_argument("--compare", nargs="+", metavar="RUN_DIR", help="arm A's runs, paired by seed with --against")
+    parser.add_argument("--against", nargs="+", metavar="RUN_DIR", help="arm B's runs (with --compare)")
     parser.add_argument("--rescore", nargs="+", metavar="RUN_DIR",
                         help="score each user's last adapter alone in finished --personal-adapters on runs")
     args = parser.parse_args(own)
-    if args.summarize:
+    if bool(args.compare) != bool(args.against):
+        parser.error("--compare and --against go together: arm A's runs, then arm B's")
+    if args.compare:
+        compare(args.compare, args.against)
+    elif args.summarize:
         summarize(args.summarize)
     elif args.rescore:
         rescore(args.rescore)

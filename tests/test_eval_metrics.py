@@ -176,3 +176,37 @@ def test_the_retention_table_counts_lost_and_gained_items_and_flags_a_fall_beyon
     assert kept["mean_change"] == 0 and not kept["fell"]
     assert broken["runs"]["s1"]["lost"] == 10 and broken["runs"]["s1"]["p"] == 0.001
     assert broken["mean_change"] == -0.5 and broken["fell"] and 0.1 < broken["noise_band"] < 0.25
+
+
+def test_two_users_compare_pairs_the_arms_by_seed_and_tests_the_differences(tmp_path, capsys):
+    """scripts/two_users.py --compare: per user, arm A's served held-out at the last evaluation minus
+    arm B's, paired by seed (an unpaired run is left out, a seed twice in one arm refused)."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    import pytest
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "two_users.py"
+    spec = importlib.util.spec_from_file_location("two_users", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def run(name: str, seed: int, parent: float, student: float) -> str:
+        out = tmp_path / name
+        out.mkdir()
+        users = {"parent": {"served": [[0, 0.233], [12, parent]]}, "student": {"served": [[0, 0.633], [12, student]]}}
+        (out / "summary.json").write_text(json.dumps({"seed": seed, "users": users}))
+        return str(out)
+
+    a = [run(f"on-s{s}", s, 0.5 + 0.01 * s, 0.60) for s in range(5)] + [run("on-s9", 9, 0.9, 0.9)]
+    b = [run(f"off-s{s}", s, 0.4, 0.60 + 0.01 * s) for s in range(5)]
+    found = module.compare(a, b)
+    assert found["parent"]["seeds"] == [0, 1, 2, 3, 4]  # seed 9 has no pair
+    assert found["parent"]["better"] == 5 and found["parent"]["sign_p"] == 0.0625
+    assert found["parent"]["median"] == pytest.approx(0.12) and found["parent"]["ci"][0] > 0
+    assert found["student"]["better"] == 0 and found["student"]["diff"][0] == pytest.approx(0)
+    assert found["student"]["sign_p"] == 0.125  # 4 worse of 4 (the tie left out): 2 x 1/16
+    assert "unpaired runs left out: [9]" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="two runs of seed 0"):
+        module.compare([a[0], run("again-s0", 0, 0.5, 0.5)], b)
