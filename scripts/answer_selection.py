@@ -2,6 +2,7 @@
 
     python scripts/answer_selection.py DATA_DIR OUT_DIR --persona parent --approve 0.75 [--n 8]
     python scripts/answer_selection.py DATA_DIR OUT_DIR --persona parent --approve 0.75 --analyse-only
+    python scripts/answer_selection.py RUN/data OUT_DIR --persona student --approve 0.775 --user student
 
 DATA_DIR is the data dir of a finished `demo`/`simulate` run (its store: the user's lessons
 and the judge's verdicts on their sessions). Its store is copied to OUT_DIR and served there
@@ -18,6 +19,16 @@ only what the server knows, the user's own earlier first answers with the judge'
 - `style_far_rejected`, `style_both`: the same on a handful of style features (log words,
   sentences and lines, the share of list lines, markdown, digits and `=` per word),
   standardised over the candidates and the history.
+- `lesson_checks`: the answer that keeps the user's lessons best as far as they can be
+  read off the text (experience/checks.py: "one sentence", "short", "don't show the
+  working", "show every step", "no bullet points" ...), the first sampled on a tie; it
+  knows the lessons in the store, not the verdicts. `majority_number`: the first answer
+  whose final number is the most common among the samples (self-consistency), and
+  `lesson_checks_majority`: the lessons first, the majority number breaking ties.
+
+`--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
+file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
+is NAME's sessions.
 
 Printed: for each history size, each selector's accepted answers (rubric >= --approve) out
 of 16 and mean rubric. OUT_DIR/selection.json keeps the candidates, so `--analyse-only`
@@ -32,6 +43,7 @@ import random
 import re
 import shutil
 import statistics
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -42,21 +54,24 @@ import torch
 from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
-from openclaw_rl.eval.problems import heldout_problems
+from openclaw_rl.eval.problems import final_number, heldout_problems
+from openclaw_rl.experience.checks import checks, scores
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
+from openclaw_rl.users import LOCAL, Users
 
 Candidates = list[list[tuple[str, float]]]  # per problem: (answer, rubric) for each sample
 History = list[tuple[str, int]]  # the user's earlier first answers and the judge's reward, oldest first
 
 
-def judged_history(data_dir: Path) -> History:
-    """The first answer of every played session (not the held-out evaluations) with its reward."""
+def judged_history(data_dir: Path, user: str | None = None) -> History:
+    """The first answer of every played session (not the held-out evaluations) with its reward;
+    `user`: theirs only."""
     store = Store(data_dir)
     try:
         found = []
-        for session in store.list_sessions(10_000, 0, None):
+        for session in store.list_sessions(10_000, 0, user):
             if "-train-" not in session.id:
                 continue
             turns = [t for t in store.turns(session.id) if t.kind == "main"]
@@ -68,11 +83,26 @@ def judged_history(data_dir: Path) -> History:
     return [(text, reward) for _, text, reward in sorted(found)]
 
 
-def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int) -> Candidates:
+def lessons_of(data_dir: Path, user: str | None) -> list[str]:
+    """The lessons the server puts in `user`'s prompts (None: the keyless server's local admin)."""
+    store = Store(data_dir)
+    try:
+        return [lesson.text for lesson in store.experience(user or LOCAL.name).lessons]
+    finally:
+        store.close()
+
+
+def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int, user: str | None) -> Candidates:
     """`n` answers to each held-out problem from the base model served with the run's store."""
     out.mkdir(parents=True, exist_ok=True)
     for path in data_dir.glob("openclaw.db*"):
         shutil.copy(path, out / path.name)
+    headers = {}
+    if user is not None:
+        shutil.copy(data_dir / "users.json", out / "users.json")
+        users = Users(out)
+        users.revoke(user)
+        headers = {"Authorization": f"Bearer {users.add(user)}"}
     persona = get_persona(persona_name)
     serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False)
     stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
@@ -80,7 +110,7 @@ def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int
     try:
         candidates = []
         for problem in heldout_problems(16):
-            r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600,
+            r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600, headers=headers,
                            json={"messages": [{"role": "user", "content": persona.first_message(problem)}], "n": n,
                                  "max_tokens": max_tokens, "temperature": 1.0, "seed": 7})
             r.raise_for_status()
@@ -100,7 +130,28 @@ def style(text: str) -> np.ndarray:
                      text.count("=") / max(1, words)])
 
 
-def selectors(encoder: SentenceEncoder, rng: random.Random) -> dict[str, Callable[[list, History], int]]:
+def majority(answers: list) -> list[bool]:
+    """Whether each answer's final number is the most common final number among them."""
+    numbers = [final_number(text) for text, _ in answers]
+    counted = Counter(x for x in numbers if x is not None)
+    if not counted:
+        return [False] * len(answers)
+    top = max(counted.values())
+    return [x is not None and counted[x] == top for x in numbers]
+
+
+def by_lessons(lessons: list[str], tie_break_majority: bool) -> Callable[[list, History], int]:
+    found = checks(lessons)
+
+    def pick(answers, history):
+        kept = scores([text for text, _ in answers], found)
+        agree = majority(answers) if tie_break_majority else [False] * len(answers)
+        return max(range(len(answers)), key=lambda i: (round(kept[i], 9), agree[i], -i))
+    return pick
+
+
+def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
+              ) -> dict[str, Callable[[list, History], int]]:
     def embedded(mode: str):
         def pick(answers, history):
             approved = [t for t, r in history if r > 0]
@@ -139,7 +190,11 @@ def selectors(encoder: SentenceEncoder, rng: random.Random) -> dict[str, Callabl
             "shortest": lambda answers, history: min(range(len(answers)), key=lambda i: len(answers[i][0])),
             "longest": lambda answers, history: max(range(len(answers)), key=lambda i: len(answers[i][0])),
             "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
-            "style_far_rejected": styled(False), "style_both": styled(True)}
+            "style_far_rejected": styled(False), "style_both": styled(True),
+            "lesson_checks": by_lessons(lessons, False),
+            "majority_number": lambda answers, history: max(range(len(answers)),
+                                                            key=lambda i: (majority(answers)[i], -i)),
+            "lesson_checks_majority": by_lessons(lessons, True)}
 
 
 def main() -> None:
@@ -151,14 +206,20 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--analyse-only", action="store_true", help="reuse OUT/selection.json's candidates")
+    parser.add_argument("--user", help="sample as this user of a multi-user run (their lessons, their history)")
     args = parser.parse_args()
     torch.set_num_threads(2)
-    history = judged_history(args.data_dir)
+    history = judged_history(args.data_dir, args.user)
+    lessons = lessons_of(args.data_dir, args.user)
+    found = checks(lessons)
+    print(f"lessons ({len(lessons)}), {len(found)} checks read from them:")
+    for lesson in lessons:
+        print(f"  {lesson}  ->  {[c.kind + (' ' + c.unit if c.unit else '') + (f' {c.limit}' if c.limit else '') for c in found if c.lesson == lesson]}")
     saved = args.out / "selection.json"
     if args.analyse_only:
         candidates = json.loads(saved.read_text())["candidates"]
     else:
-        candidates = sample(args.data_dir, args.out, args.persona, args.n, args.max_tokens)
+        candidates = sample(args.data_dir, args.out, args.persona, args.n, args.max_tokens, args.user)
         saved.write_text(json.dumps({"persona": args.persona, "candidates": candidates}))
     print(f"history: {len(history)} judged first answers, {sum(r > 0 for _, r in history)} approved, "
           f"{sum(r < 0 for _, r in history)} rejected")
@@ -166,7 +227,7 @@ def main() -> None:
     print(f"every sample: {sum(s >= args.approve for s in every)}/{len(every)} accepted, mean rubric "
           f"{statistics.mean(every):.3f}")
     print("\n| history | selector | accepted of 16 | mean rubric |\n|---|---|---|---|")
-    picks = selectors(SentenceEncoder(), random.Random(0))
+    picks = selectors(SentenceEncoder(), random.Random(0), lessons)
     for k in sorted({1, 2, 4, 8, len(history)}):
         for name, pick in picks.items():
             chosen = [answers[pick(answers, history[:k])][1] for answers in candidates]

@@ -1,0 +1,190 @@
+"""Which of a user's lessons can be checked on an answer, and how well each answer keeps them.
+
+A lesson such as "Answer in one sentence." or "Don't show the working." says something about
+the form of every later answer that can be read off the text. `checks(lessons)` turns each
+lesson it can read into one or more `Check`s; `scores(answers, checks)` gives each of
+several answers to one prompt the mean of its checks, in [0, 1]. What it is for: among
+answers sampled for a user, which one keeps the user's lessons best (a probe in
+scripts/answer_selection.py, docs/experiments.md "Picking among sampled answers").
+
+What a lesson is read as. Each cue word is read in its clause (split at punctuation and at
+"and", "but"), negated when a negator (not, no, never, don't, avoid, skip, omit, without,
+leave out, ...) stands within the four words before it ("no intro and no formatting":
+both negated; "don't show the working": negated):
+
+- **a count limit**: "one sentence", "a single line", "in N sentences", "under N words",
+  "at most N words/lines/sentences": the answer passes when it keeps the limit (1 or 0);
+- **length**: the short side ("short", "brief", "concise", a limit) or the long side
+  ("detailed", "longer", "elaborate"): relative, the shortest (longest) of the answers
+  scores 1 and the others by their rank;
+- **working**: "show every step", "show the working / calculations" (do) or "don't show
+  the working", "skip the calculations", "leave out the steps" (don't): relative, by the
+  count of written-out steps (a line or sentence with arithmetic, "Step N");
+- **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
+  Markdown", "no bold", "no headings", "no emojis" (don't: 1 when absent) and "use a list",
+  "use bullet points" (do: 1 when present).
+
+A lesson it cannot read (a tone, a language, a topic) gives no check; an answer's score
+is over the checks there are, and no checks at all scores every answer alike (0.5), so
+the first answer stays the choice. The rules are English; a lesson in another language
+gives no check.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+__all__ = ["Check", "checks", "count_steps", "scores", "sentences", "words"]
+
+_NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+                 "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
+_COUNT = r"(\d+|one|a single|single|two|three|four|five|six|seven|eight|nine|ten|a few|few)"
+_UNIT = r"(sentence|line|word|paragraph)s?"
+# "in one sentence", "a single line", "under 50 words", "no more than two sentences", "at most 3 lines"
+_LIMITED = re.compile(rf"\b(?:no more than|not more than|at most|up to|under|fewer than|less than|max(?:imum)?|"
+                      rf"within)\s+{_COUNT}\s+{_UNIT}\b")
+_EXACT = re.compile(rf"\b{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
+_OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d|=\s*\$?\d")
+_STEP_LABEL = re.compile(r"\bstep\s*\d+\b|^\s*\d+[.)]\s", re.IGNORECASE | re.MULTILINE)
+_LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
+_MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
+_EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+_NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
+                      "nothing none neither nor instead rather less fewer".split())
+_PHRASES = (("do not", "don't"), ("leave out", "omit"), ("cut out", "omit"), ("get rid of", "remove"),
+            ("rather than", "rather"), ("instead of", "instead"))
+_CLAUSE = re.compile(r"[,;:.!?]|\b(?:and|but|then)\b")
+_TOKEN = re.compile(r"[a-z]+(?:'[a-z]+)?|\d+")
+_WINDOW = 4  # a negator governs a cue word at most this many words after it
+# cue words (their first five letters) -> what they are about
+_ABOUT = {"step": "working", "worki": "working", "calcu": "working", "arith": "working", "math": "working",
+          "list": "list", "bulle": "list", "markd": "markdown", "forma": "markdown", "bold": "markdown",
+          "headi": "markdown", "heade": "markdown", "emoji": "emoji"}
+_SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
+_LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
+
+
+@dataclass(frozen=True)
+class Check:
+    """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
+    `limit`), `shorter`/`longer` (relative length), `less_working`/`more_working` (relative
+    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji)."""
+
+    lesson: str
+    kind: str
+    unit: str = ""
+    limit: int = 0
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def sentences(text: str) -> int:
+    """Sentences, and lines where an answer is laid out in lines (a list has as many)."""
+    body = text.strip()
+    if not body:
+        return 0
+    lines = [line for line in body.splitlines() if line.strip()]
+    return max(len(_SENTENCE_END.split(" ".join(lines))), len(lines))
+
+
+def count_steps(text: str) -> int:
+    """Written-out steps: lines or sentences that carry arithmetic, and "Step N" labels."""
+    pieces = [p for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()]
+    return sum(bool(_OPERATOR.search(p)) for p in pieces) + len(_STEP_LABEL.findall(text))
+
+
+def checks(lessons: Sequence[str]) -> list[Check]:
+    """Every check the lessons can be read as, in lesson order (see the module docstring)."""
+    found: list[Check] = []
+    for lesson in lessons:
+        found += _read(lesson)
+    return found
+
+
+def _signs(text: str) -> tuple[dict[str, int], int]:
+    """What the lesson's cue words are about, each +1 (do) or -1 (don't; the last mention wins),
+    and its length side (-1 short, +1 long, 0 none)."""
+    about: dict[str, int] = {}
+    length = 0
+    for clause in _CLAUSE.split(text):
+        tokens = _TOKEN.findall(clause)
+        for i, token in enumerate(tokens):
+            negated = any(t in _NEGATORS for t in tokens[max(0, i - _WINDOW):i])
+            sign = -1 if negated else 1
+            if token in _SHORT or token in _LONG:
+                length = (-1 if token in _SHORT else 1) * sign
+            word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
+            if (topic := _ABOUT.get(word[:5])) is not None:
+                about[topic] = sign
+    return about, length
+
+
+def _read(lesson: str) -> list[Check]:
+    text = " ".join(lesson.lower().replace("\u2019", "'").split())
+    for phrase, word in _PHRASES:
+        text = text.replace(phrase, word)
+    objects, length = _signs(text)
+    found: list[Check] = []
+    negated_limit = re.search(r"\b(?:not|don't|do not|never)\b[^.,;]*\b(?:one|a single|single) (?:sentence|line)",
+                              text)
+    for pattern in (_LIMITED, _EXACT):
+        for count, unit in pattern.findall(text):
+            if unit == "paragraph" or (pattern is _EXACT and negated_limit):
+                continue
+            limit = int(count) if count.isdigit() else _NUMBER_WORDS[count]
+            if limit > 0 and not any(c.kind == "at_most" and c.unit == unit for c in found):
+                found.append(Check(lesson, "at_most", unit, limit))
+        if found:
+            break
+    if length == -1 or (found and length != 1):  # a limit is on the short side
+        found.append(Check(lesson, "shorter"))
+    elif length == 1:
+        found.append(Check(lesson, "longer"))
+    if "working" in objects:
+        found.append(Check(lesson, "more_working" if objects["working"] > 0 else "less_working"))
+    for unit in ("list", "markdown", "emoji"):
+        if unit in objects:
+            found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
+    return found
+
+
+def scores(answers: Sequence[str], found: Sequence[Check]) -> list[float]:
+    """Each answer's mean over the checks, in [0, 1]; relative checks rank the answers among
+    themselves (ties share a rank); an empty answer 0. 0.5 for every answer when there is no check."""
+    if not answers:
+        return []
+    if not found:
+        return [0.5] * len(answers)
+    totals = [0.0] * len(answers)
+    for check in found:
+        for i, value in enumerate(_one(check, answers)):
+            totals[i] += value
+    return [t / len(found) if words(a) else 0.0 for t, a in zip(totals, answers)]  # an empty answer keeps nothing
+
+
+def _one(check: Check, answers: Sequence[str]) -> list[float]:
+    if check.kind == "at_most":
+        count = {"word": words, "sentence": sentences, "line": lambda t: len([x for x in t.splitlines() if x.strip()])
+                 }[check.unit]
+        return [float(0 < count(a) <= check.limit) for a in answers]
+    if check.kind in ("shorter", "longer"):
+        return _ranked([words(a) for a in answers], lower_is_better=check.kind == "shorter")
+    if check.kind in ("less_working", "more_working"):
+        return _ranked([count_steps(a) for a in answers], lower_is_better=check.kind == "less_working")
+    present = {"list": _LIST_ITEM, "markdown": _MARKDOWN, "emoji": _EMOJI}[check.unit]
+    return [float(bool(present.search(a)) == (check.kind == "with")) for a in answers]
+
+
+def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
+    """1 for the best value, 0 for the worst, evenly between by distinct value; all 1 if all equal."""
+    distinct = sorted(set(values), reverse=not lower_is_better)
+    if len(distinct) == 1:
+        return [1.0] * len(values)
+    place = {v: i for i, v in enumerate(distinct)}
+    return [1.0 - place[v] / (len(distinct) - 1) for v in values]

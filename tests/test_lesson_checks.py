@@ -1,0 +1,54 @@
+"""experience/checks.py: which lessons can be checked on an answer, and how well answers keep them."""
+
+from __future__ import annotations
+
+import pytest
+
+from openclaw_rl.experience.checks import checks, count_steps, scores, sentences
+
+READ = [
+    ("Answer in one sentence.", [("at_most", "sentence", 1), ("shorter", "", 0)]),
+    ("Keep it under 50 words.", [("at_most", "word", 50), ("shorter", "", 0)]),
+    ("No more than three lines.", [("at_most", "line", 3), ("shorter", "", 0)]),
+    ("Keep it short.", [("shorter", "", 0)]),
+    ("Don't make it long.", [("shorter", "", 0)]),
+    ("Write a longer, more detailed answer.", [("longer", "", 0)]),
+    ("Do not answer in one sentence.", []),
+    ("Don't show the working.", [("less_working", "", 0)]),
+    ("Skip the calculations and just tell me the answer.", [("less_working", "", 0)]),
+    ("Leave out the steps.", [("less_working", "", 0)]),
+    ("Show every step.", [("more_working", "", 0)]),
+    ("Explain each step of the calculation.", [("more_working", "", 0)]),
+    ("No intro and no formatting, just the answer.", [("without", "markdown", 0)]),  # both "no"s negate
+    ("Write plain text without bullet points or bold.", [("without", "list", 0), ("without", "markdown", 0)]),
+    ("Use bullet points.", [("with", "list", 0)]),
+    ("Never use emojis.", [("without", "emoji", 0)]),
+    ("Be friendly and encouraging.", []),  # a tone: nothing to read off the text
+    ("Réponds en une seule phrase.", []),  # the rules are English
+]
+
+
+@pytest.mark.parametrize("lesson, expected", READ)
+def test_each_lesson_is_read_as_the_checks_it_states(lesson, expected):
+    assert [(c.kind, c.unit, c.limit) for c in checks([lesson])] == expected
+
+
+def test_answers_are_scored_by_the_checks_and_the_first_best_is_the_pick():
+    parent = checks(["Answer in one sentence.", "Don't show the working."])
+    answers = ["To find the total, multiply: 3 x 4 = 12. Then add 2: 12 + 2 = 14. So the answer is 14.",
+               "The answer is 14 apples.",
+               "",
+               "It is 14. That is all."]
+    kept = scores(answers, parent)
+    assert kept[1] == max(kept) and kept[1] > kept[3] > kept[0]
+    assert kept[2] == 0.0  # an empty answer keeps nothing
+    student = checks(["Show every step."])
+    assert scores(answers, student)[0] == 1.0 and scores(answers, student)[1] == 0.0
+    assert scores(answers, []) == [0.5] * 4  # no check: every answer alike, the first stays the pick
+
+
+def test_counts_read_sentences_lines_and_written_out_steps():
+    assert sentences("The answer is 14. It took 3.5 hours.") == 2
+    assert sentences("- 3 apples\n- 4 pears") == 2
+    assert count_steps("Step 1: 3 x 4 = 12\nStep 2: 12 + 2 = 14\nSo 14.") == 4
+    assert count_steps("The answer is 14.") == 0
