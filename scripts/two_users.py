@@ -106,7 +106,8 @@ class Run:
         serve = ServeConfig(model=config.model, data_dir=str(data), port=port, status_interval_s=0.0,
                             train=self.training, experience=config.experience,
                             experience_placement=config.experience_placement, personal_adapters=personal_adapters,
-                            default_temperature=config.default_temperature, default_top_p=config.default_top_p)
+                            default_temperature=config.default_temperature, default_top_p=config.default_top_p,
+                            lesson_samples=config.lesson_samples)
         # no probe file and no rubric scorer: one persona's rubric cannot judge a model two users share
         train = replace(config.train, method=config.method if self.training else "binary")
         self.flush = Flush()

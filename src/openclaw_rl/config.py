@@ -114,6 +114,11 @@ class ServeConfig:
                                         "system = appended to the system message", default="user")
     experience_budget_tokens: int = setting("the most tokens the experience block may add to a prompt (whole lessons "
                                             "only, most supported first)", default=256)
+    lesson_samples: int = setting(
+        "when a sampled (not greedy) request's experience block holds lessons that can be checked on the answer's "
+        "form (one sentence, short, no working shown, every step shown, lists, Markdown: experience/checks.py), "
+        "sample this many answers and serve the one that keeps them best, the first on a tie; 1 = one sample, as "
+        "without the block (docs/experience.md#checked-sampling)", default=1)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
@@ -158,6 +163,7 @@ class ServeConfig:
         check(self.experience in ("on", "off"), "experience", self.experience, "on or off")
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
+        check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
         check(self.experience_budget_tokens >= 0, "experience_budget_tokens", self.experience_budget_tokens,
               "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
@@ -877,6 +883,8 @@ class SimulateConfig:
                                          "--default-temperature)", default=1.0)
     default_top_p: float = setting("the top-p the simulated users' requests are sampled at (serve --default-top-p)",
                                    default=1.0)
+    lesson_samples: int = setting("serve --lesson-samples: answers sampled per request of a user with checkable "
+                                  "lessons, the one that keeps them best served (1 = one sample)", default=1)
     shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
                             "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
                             "score is then that persona's. Empty: no shift", default="")
@@ -890,6 +898,7 @@ class SimulateConfig:
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
         check_sampling_defaults(self.default_temperature, self.default_top_p)
+        check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
         if self.shift_to:
             check(0 < self.shift_at < self.sessions, "shift_at", self.shift_at,
                   f"a session after the first and before the last ({self.sessions} sessions) for --shift-to")

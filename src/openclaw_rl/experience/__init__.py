@@ -19,8 +19,12 @@ those import this package):
 - `polarity`: `contradiction`, the explicit rule for "the newer lesson takes the other
   side".
 - `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
-- `render`: `render` (the block within a token budget) and `place` (into the client's
-  messages, in front of the first user message or in the system message).
+- `render`: `render` (the block within a token budget), `listed` (the lessons a block lists)
+  and `place` (into the client's messages, in front of the first user message or in the
+  system message).
+- `checks`: the lessons that can be read off an answer ("one sentence", "don't show the
+  working", "no bullet points"), and how well each of several answers keeps them (serving's
+  `--lesson-samples`).
 - `gate`: the experience gate's rule (`gate_decision`: does a new version make the user's own
   approved answers less likely, or rejected ones more likely?) and `take_back`, the
   change that undoes a rejected version (the scoring is judge/experience_gate.py's).
@@ -56,11 +60,20 @@ from openclaw_rl.experience.lessons import (
     undo,
 )
 from openclaw_rl.experience.polarity import agreement, contradiction
-from openclaw_rl.experience.render import HEADER, PLACEMENTS, merge_system, ordered, place, prepend_first_user, render
+from openclaw_rl.experience.render import (
+    HEADER,
+    PLACEMENTS,
+    listed,
+    merge_system,
+    ordered,
+    place,
+    prepend_first_user,
+    render,
+)
 
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
     "Experience", "GateDecision", "GatePolicy", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
-    "enforce_cap", "gate_decision", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
+    "enforce_cap", "gate_decision", "learn", "lesson_from_hint", "listed", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
     "retention", "revert", "shift_statistic", "similarities", "take_back", "too_few_turns", "undo",
 ]

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from openclaw_rl.experience.lessons import Experience, Lesson
 from openclaw_rl.types import Message
 
-__all__ = ["HEADER", "PLACEMENTS", "merge_system", "ordered", "place", "prepend_first_user", "render"]
+__all__ = ["HEADER", "PLACEMENTS", "listed", "merge_system", "ordered", "place", "prepend_first_user", "render"]
 
 HEADER = "What this user has asked for in earlier conversations (follow it unless this request says otherwise):"
 _SYSTEM_ROLES = ("system", "developer")
@@ -68,6 +68,14 @@ def render(experience: Experience, budget_tokens: int, count_tokens: Callable[[s
         if count_tokens(trial) <= budget_tokens:
             lines.append(f"- {lesson.text}")
     return "\n".join([HEADER, *lines]) if lines else ""
+
+
+def listed(block: str) -> list[str]:
+    """The lessons a block made by `render` lists, in its order ([] for "")."""
+    lines = block.splitlines()
+    if not lines or lines[0] != HEADER:
+        return []
+    return [line[2:] for line in lines[1:] if line.startswith("- ")]
 
 
 def merge_system(messages: list[Message], block: str) -> list[Message]:

@@ -86,6 +86,7 @@ class TurnInProgress:
         self.generation: Generation | None = None
         self.turn: Turn | None = None
         self.created = int(time.time())
+        self.selection: dict[str, Any] | None = None  # how it was picked among sampled answers (pipeline.py)
 
     async def deltas(self) -> AsyncIterator[tuple[str, list[TokenStep]]]:
         """Yield (text that may be shown now, the steps it covers) until the response is complete."""
@@ -125,6 +126,8 @@ class TurnInProgress:
         spec, store = self.spec, self.server.store
         sampling = {**self.params.to_dict(), "tools": spec.tools, "tool_choice": spec.tool_choice, "api": spec.api,
                     "n": spec.n, "group": self.group, "choice": self.choice, "user": spec.end_user}
+        if self.selection is not None:  # picked among several sampled answers by the user's lessons
+            sampling["selected"] = self.selection
         if self.started.adapter_version is not None:  # the owner's personal adapter answered (absent: no adapter)
             sampling["adapter_version"] = self.started.adapter_version
         hashed = (continuation_hash(spec.messages, response_message(content, tool_calls), spec.end_user or "")

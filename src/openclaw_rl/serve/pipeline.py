@@ -4,6 +4,11 @@
     -> session and the turn it continues -> record that turn's next state
     -> start n engine streams -> (the API formats deltas) -> commit each turn
 
+With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
+(experience/checks.py), one sampled response is K streams decoded to their end; the one
+that keeps the lessons best is replayed to the API as if it had just been decoded, and
+committed with how it was picked (`sampling.selected`); the others are dropped.
+
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
 translates its request into a `TurnSpec` and formats the events of `Opened`; pairing,
 recording and limits live here once. Checks that cost nothing run before any that cost
@@ -24,8 +29,9 @@ from typing import AsyncIterator
 from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.chat import content_text, render_prompt
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Started, TokenIdError
-from openclaw_rl.experience import place
+from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, TokenIdError
+from openclaw_rl.experience import listed, place
+from openclaw_rl.experience.checks import Check, checks, scores
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -248,6 +254,8 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     if spec.kind == "main":
         await run_in_threadpool(_record_next_state, server, ref, spec)
     group = uuid.uuid4().hex
+    if found := _checkable(server, spec, prompt, params):
+        return Opened(server, spec, ref, [await _checked(server, spec, ref, prompt, params, group, found)])
     # The n choices are admitted together, so the engine prefills them in one batch.
     started = await asyncio.gather(*(
         _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
@@ -259,6 +267,63 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
             await turn.stream.aclose()
         raise next(e for e in started if not isinstance(e, TurnInProgress))
     return Opened(server, spec, ref, turns)
+
+
+def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> list[Check]:
+    """The checks to pick this request's answer by, or [] to sample it once: --lesson-samples > 1,
+    one sampled (not greedy) main response in plain text, and a block with a checkable lesson."""
+    if (server.config.lesson_samples < 2 or spec.n != 1 or spec.kind != "main" or params.greedy
+            or params.constraint is not None or spec.tools_on or not prompt.experience_block):
+        return []
+    return checks(listed(prompt.experience_block))
+
+
+async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
+                   found: list[Check]) -> TurnInProgress:
+    """K answers decoded to their end (admitted together: one prefill batch), the one that keeps the
+    user's checkable lessons best (the first on a tie), as a turn whose stream replays it."""
+    k = server.config.lesson_samples
+    started = await asyncio.gather(*(
+        _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
+               group, 0)
+        for i in range(k)), return_exceptions=True)
+    candidates = [t for t in started if isinstance(t, TurnInProgress)]
+    try:
+        if len(candidates) < len(started):
+            raise next(e for e in started if not isinstance(e, TurnInProgress))
+        timeout = server.config.request_timeout_s
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(*(_drained(t) for t in candidates))
+        except TimeoutError as error:
+            raise ApiError(504, f"generation took longer than request_timeout_s={timeout}",
+                           kind="server_error") from error
+        except EngineError as error:
+            raise ApiError(500, str(error), kind="server_error") from error
+    finally:
+        for turn in candidates:
+            await turn.stream.aclose()
+    kept = scores([turn.text.finish()[0] for turn in candidates], found)
+    best = max(range(k), key=lambda i: (kept[i], -i))
+    chosen = candidates[best]
+    replay = TurnInProgress(server, spec, ref, prompt, chosen.params, chosen.started,
+                            _replayed(chosen.steps, chosen.finish_reason), group, 0)
+    replay.selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
+                        "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
+    return replay
+
+
+async def _drained(turn: TurnInProgress) -> None:
+    async for _ in turn.deltas():
+        pass
+
+
+async def _replayed(steps: list[TokenStep], reason: str) -> AsyncIterator[TokenStep | Finished]:
+    """A finished stream again, after its `Started`: the same steps (a stop string ends it where it
+    ended the first time), then how it ended."""
+    for step in steps:
+        yield step
+    yield Finished(reason)
 
 
 async def _start(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,

@@ -1,0 +1,100 @@
+"""--lesson-samples: a sampled request of a user whose lessons can be checked on the answer is
+answered K times and served the answer that keeps the lessons best (serve/pipeline.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from conftest import LiveServer
+from test_experience_serving import chat, keyed, stored_turns, teach
+
+WORKED = "Step 1: 12 x 7 = 84. Step 2: check 84 / 7 = 12. So the answer is 84."
+SHORT = "The answer is 84."
+TWO = "It is 84. That is all."
+QUESTION = [{"role": "user", "content": "What is 12 times 7?"}]
+
+
+def _stream(server, key: str, **body) -> str:
+    text = ""
+    with httpx.stream("POST", f"{server.base_url}/v1/chat/completions", timeout=60,
+                      headers={"Authorization": f"Bearer {key}"},
+                      json={"model": "m", "messages": QUESTION, "max_tokens": 64, "stream": True, **body}) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    text += choice["delta"].get("content") or ""
+    return text
+
+
+def test_the_answer_that_keeps_the_users_lessons_is_served_streamed_and_recorded(scripted_server):
+    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=3)
+    keys = keyed(server, "parent", "student", "carol")
+    teach(server.server.store, "parent", ("Answer in one sentence.", "Don't show the working."))
+    teach(server.server.store, "student", ("Show every step.",))
+
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == SHORT and len(server.engine.prompts) == 3
+    (turn,) = stored_turns(server, r)
+    assert turn.response_text == SHORT
+    assert turn.response_token_ids == server.server.tokenizer.encode(SHORT, add_special_tokens=False)
+    assert len(turn.behaviour_logprobs) == len(turn.response_token_ids)
+    selected = turn.sampling["selected"]
+    assert (selected["of"], selected["by"], selected["picked"]) == (3, "lesson_checks", 1)
+    assert selected["scores"][1] == max(selected["scores"]) > selected["scores"][0]
+    assert selected["checks"] == ["at_most sentence", "less_working", "shorter"]
+    assert all(p == server.engine.prompts[-1] for p in server.engine.prompts[-3:])  # one prompt, K samples
+
+    assert _stream(server, keys["student"]) == WORKED  # streamed: the picked answer, whole
+    (turn,) = server.server.store.turns(server.server.store.list_sessions(1, 0, "student")[0].id)
+    assert turn.response_text == WORKED and turn.sampling["selected"]["picked"] == 0
+
+
+@pytest.mark.parametrize("why, body, lessons, samples", [
+    ("greedy", {"temperature": 0}, ("Answer in one sentence.",), 3),
+    ("n choices", {"n": 2}, ("Answer in one sentence.",), 3),
+    ("a lesson with nothing to check", {}, ("Be friendly and encouraging.",), 3),
+    ("no lessons", {}, (), 3),
+    ("off", {}, ("Answer in one sentence.",), 1),
+])
+def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lessons, samples):
+    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=samples)
+    keys = keyed(server, "parent")
+    if lessons:
+        teach(server.server.store, "parent", lessons)
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, **body)
+    assert len(server.engine.prompts) == body.get("n", 1), why
+    assert all("selected" not in t.sampling for t in stored_turns(server, r))
+    assert r.json()["choices"][0]["message"]["content"] == WORKED  # the first sample, as always
+
+
+def test_lesson_samples_is_checked():
+    from openclaw_rl.config import ConfigError, ServeConfig
+
+    with pytest.raises(ConfigError, match="lesson_samples"):
+        ServeConfig(lesson_samples=0)
+
+
+def test_on_the_real_engine_the_picked_answer_records_its_own_tokens_and_logprobs(tiny_model_dir, tmp_path):
+    """The replayed answer is stored with the tokens and log-probs the engine sampled it with:
+    scoring the stored response under the same sampling settings gives them back."""
+    server = LiveServer(tiny_model_dir, tmp_path, lesson_samples=4)
+    try:
+        keys = keyed(server, "parent")
+        teach(server.server.store, "parent", ("Answer in one sentence.",))
+        r = chat(server, keys["parent"], QUESTION, max_tokens=24, temperature=1.0, seed=3)
+        (turn,) = stored_turns(server, r)
+        selected = turn.sampling["selected"]
+        assert selected["of"] == 4 and len(selected["scores"]) == 4
+        assert selected["scores"][selected["picked"]] == max(selected["scores"])
+        assert turn.sampling["seed"] == 3 + selected["picked"]  # candidate i is sampled with seed + i
+        assert r.json()["choices"][0]["message"]["content"] == turn.response_text
+        scored = asyncio.run(server.server.engine.score(turn.prompt_token_ids, turn.response_token_ids,
+                                                        temperature=1.0))
+        assert scored.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)
+    finally:
+        server.stop()
