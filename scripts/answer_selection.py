@@ -19,12 +19,13 @@ only what the server knows, the user's own earlier first answers with the judge'
 - `style_far_rejected`, `style_both`: the same on a handful of style features (log words,
   sentences and lines, the share of list lines, markdown, digits and `=` per word),
   standardised over the candidates and the history.
-- `lesson_checks`: the answer that keeps the user's lessons best as far as they can be
+- `lesson_checks_only`: the answer that keeps the user's lessons best as far as they can be
   read off the text (experience/checks.py: "one sentence", "short", "don't show the
   working", "show every step", "no bullet points" ...), the first sampled on a tie; it
   knows the lessons in the store, not the verdicts. `majority_number`: the first answer
-  whose final number is the most common among the samples (self-consistency), and
-  `lesson_checks_majority`: the lessons first, the majority number breaking ties.
+  whose final number is the most common among the samples (self-consistency).
+  `lesson_checks`: what `serve --lesson-samples` serves (`checks.pick`: the checks plus
+  half a point for consensus on the final number).
 
 `--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
 file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
@@ -55,7 +56,7 @@ from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import final_number, heldout_problems
-from openclaw_rl.experience.checks import checks, scores
+from openclaw_rl.experience.checks import checks, pick, scores
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
@@ -140,14 +141,16 @@ def majority(answers: list) -> list[bool]:
     return [x is not None and counted[x] == top for x in numbers]
 
 
-def by_lessons(lessons: list[str], tie_break_majority: bool) -> Callable[[list, History], int]:
+def by_lessons(lessons: list[str], with_consensus: bool) -> Callable[[list, History], int]:
     found = checks(lessons)
 
-    def pick(answers, history):
-        kept = scores([text for text, _ in answers], found)
-        agree = majority(answers) if tie_break_majority else [False] * len(answers)
-        return max(range(len(answers)), key=lambda i: (round(kept[i], 9), agree[i], -i))
-    return pick
+    def chosen(answers, history):
+        texts = [text for text, _ in answers]
+        if with_consensus:
+            return pick(texts, found)[0]
+        kept = scores(texts, found)
+        return max(range(len(answers)), key=lambda i: (kept[i], -i))
+    return chosen
 
 
 def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
@@ -191,10 +194,10 @@ def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
             "longest": lambda answers, history: max(range(len(answers)), key=lambda i: len(answers[i][0])),
             "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
             "style_far_rejected": styled(False), "style_both": styled(True),
-            "lesson_checks": by_lessons(lessons, False),
+            "lesson_checks_only": by_lessons(lessons, False),
             "majority_number": lambda answers, history: max(range(len(answers)),
                                                             key=lambda i: (majority(answers)[i], -i)),
-            "lesson_checks_majority": by_lessons(lessons, True)}
+            "lesson_checks": by_lessons(lessons, True)}
 
 
 def main() -> None:

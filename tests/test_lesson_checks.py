@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_rl.experience.checks import checks, count_steps, scores, sentences
+from openclaw_rl.experience.checks import checks, consensus, count_steps, pick, scores, sentences
 
 READ = [
     ("Answer in one sentence.", [("at_most", "sentence", 1), ("shorter", "", 0)]),
@@ -52,3 +52,19 @@ def test_counts_read_sentences_lines_and_written_out_steps():
     assert sentences("- 3 apples\n- 4 pears") == 2
     assert count_steps("Step 1: 3 x 4 = 12\nStep 2: 12 + 2 = 14\nSo 14.") == 4
     assert count_steps("The answer is 14.") == 0
+
+
+def test_consensus_favours_the_final_number_most_answers_agree_on():
+    answers = ["It is 14.", "The answer is 12.", "3 + 11 = 14, so 14.", "Yes."]
+    assert consensus(answers) == [True, False, True, False]
+    assert consensus(["Paris.", "Lyon."]) == [False, False]  # no numbers: no say
+    assert consensus(["1,200 apples", "1200"]) == [True, True]
+
+
+def test_pick_adds_consensus_to_the_checks_so_a_short_non_answer_loses():
+    found = checks(["Keep it short."])
+    answers = ["Yes.", "The answer is 14 apples.", "It is 14.", "The answer is 15."]
+    best, totals = pick(answers, found)
+    assert best == 2 and totals[0] < totals[2]  # "Yes." is shortest but agrees on no number
+    assert pick(["", "It is 14."], found)[1][0] == 0.0  # an empty answer keeps nothing
+    assert pick(["a", "b"], [])[0] == 0  # no checks: the first sample

@@ -28,16 +28,26 @@ A lesson it cannot read (a tone, a language, a topic) gives no check; an answer'
 is over the checks there are, and no checks at all scores every answer alike (0.5), so
 the first answer stays the choice. The rules are English; a lesson in another language
 gives no check.
+
+`pick(answers, checks)` adds **consensus** to the checks (self-consistency): half a point
+for an answer whose final number is the most common final number among the answers (any
+number, when no two agree; nothing when no answer has one, as in most chat). Why: the form
+checks alone favour the shortest answers, and at temperature 1 a 135M model's shortest
+answers are often not answers at all. On one run's lessons (scripts/answer_selection.py,
+16 problems, 8 samples each) the checks alone picked an answer the parent accepted on 5
+of 16 problems, with consensus on 9 (random: 0-2; the best of the 8 by her rubric: 12).
 """
 
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["Check", "checks", "count_steps", "scores", "sentences", "words"]
+__all__ = ["CONSENSUS_WEIGHT", "Check", "checks", "consensus", "count_steps", "pick", "scores", "sentences",
+           "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -52,6 +62,8 @@ _STEP_LABEL = re.compile(r"\bstep\s*\d+\b|^\s*\d+[.)]\s", re.IGNORECASE | re.MUL
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
 _MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+CONSENSUS_WEIGHT = 0.5
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
                       "nothing none neither nor instead rather less fewer".split())
@@ -188,3 +200,33 @@ def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
         return [1.0] * len(values)
     place = {v: i for i, v in enumerate(distinct)}
     return [1.0 - place[v] / (len(distinct) - 1) for v in values]
+
+
+def consensus(answers: Sequence[str]) -> list[bool]:
+    """Whether each answer's final number (its last) is the most common final number among them;
+    all False when no answer has a number."""
+    finals = [_final(a) for a in answers]
+    counts = Counter(x for x in finals if x is not None)
+    if not counts:
+        return [False] * len(answers)
+    top = max(counts.values())
+    return [x is not None and counts[x] == top for x in finals]
+
+
+def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[float]]:
+    """The answer to serve: the best by the checks plus `CONSENSUS_WEIGHT` for consensus, the first
+    on a tie; and every answer's total."""
+    kept = scores(answers, found)
+    agree = consensus(answers)
+    totals = [k + CONSENSUS_WEIGHT * a if k > 0 else 0.0 for k, a in zip(kept, agree)]  # empty stays 0
+    return max(range(len(answers)), key=lambda i: (totals[i], -i)), totals
+
+
+def _final(text: str) -> float | None:
+    numbers = _NUMBER.findall(text)
+    if not numbers:
+        return None
+    try:
+        return float(numbers[-1].replace(",", ""))
+    except ValueError:
+        return None

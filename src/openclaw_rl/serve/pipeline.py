@@ -6,7 +6,7 @@
 
 With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
 (experience/checks.py), one sampled response is K streams decoded to their end; the one
-that keeps the lessons best is replayed to the API as if it had just been decoded, and
+that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed to the API as if it had just been decoded, and
 committed with how it was picked (`sampling.selected`); the others are dropped.
 
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
@@ -31,7 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, TokenIdError
 from openclaw_rl.experience import listed, place
-from openclaw_rl.experience.checks import Check, checks, scores
+from openclaw_rl.experience.checks import Check, checks, pick
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -303,8 +303,7 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     finally:
         for turn in candidates:
             await turn.stream.aclose()
-    kept = scores([turn.text.finish()[0] for turn in candidates], found)
-    best = max(range(k), key=lambda i: (kept[i], -i))
+    best, kept = pick([turn.text.finish()[0] for turn in candidates], found)
     chosen = candidates[best]
     replay = TurnInProgress(server, spec, ref, prompt, chosen.params, chosen.started,
                             _replayed(chosen.steps, chosen.finish_reason), group, 0)
