@@ -117,8 +117,8 @@ class ServeConfig:
     lesson_samples: int = setting(
         "when a sampled (not greedy) request's experience block holds lessons that can be checked on the answer's "
         "form (one sentence, short, no working shown, every step shown, lists, Markdown: experience/checks.py), "
-        "sample this many answers and serve the one that keeps them best, the first on a tie; 1 = one sample, as "
-        "without the block (docs/experience.md#checked-sampling)", default=1)
+        "sample this many answers (one decode batch) and serve the one that keeps them best, the first on a tie; "
+        "1 = one sample, as without the block (docs/experience.md#checked-sampling)", default=4)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
@@ -884,7 +884,7 @@ class SimulateConfig:
     default_top_p: float = setting("the top-p the simulated users' requests are sampled at (serve --default-top-p)",
                                    default=1.0)
     lesson_samples: int = setting("serve --lesson-samples: answers sampled per request of a user with checkable "
-                                  "lessons, the one that keeps them best served (1 = one sample)", default=1)
+                                  "lessons, the one that keeps them best served (1 = one sample)", default=4)
     shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
                             "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
                             "score is then that persona's. Empty: no shift", default="")
