@@ -44,7 +44,6 @@ import random
 import re
 import shutil
 import statistics
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -55,8 +54,8 @@ import torch
 from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
-from openclaw_rl.eval.problems import final_number, heldout_problems
-from openclaw_rl.experience.checks import checks, pick, scores
+from openclaw_rl.eval.problems import heldout_problems
+from openclaw_rl.experience.checks import checks, consensus, pick, scores
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
@@ -131,16 +130,6 @@ def style(text: str) -> np.ndarray:
                      text.count("=") / max(1, words)])
 
 
-def majority(answers: list) -> list[bool]:
-    """Whether each answer's final number is the most common final number among them."""
-    numbers = [final_number(text) for text, _ in answers]
-    counted = Counter(x for x in numbers if x is not None)
-    if not counted:
-        return [False] * len(answers)
-    top = max(counted.values())
-    return [x is not None and counted[x] == top for x in numbers]
-
-
 def by_lessons(lessons: list[str], with_consensus: bool) -> Callable[[list, History], int]:
     found = checks(lessons)
 
@@ -195,8 +184,8 @@ def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
             "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
             "style_far_rejected": styled(False), "style_both": styled(True),
             "lesson_checks_only": by_lessons(lessons, False),
-            "majority_number": lambda answers, history: max(range(len(answers)),
-                                                            key=lambda i: (majority(answers)[i], -i)),
+            "majority_number": lambda answers, history: max(
+                range(len(answers)), key=lambda i: (consensus([text for text, _ in answers])[i], -i)),
             "lesson_checks": by_lessons(lessons, True)}
 
 
