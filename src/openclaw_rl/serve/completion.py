@@ -106,10 +106,14 @@ class TurnInProgress:
                 break
         await self.stream.aclose()
 
-    async def run(self) -> Generation:
-        """Decode to the end without streaming, and commit."""
+    async def decode(self) -> None:
+        """Decode to the end without streaming; nothing is committed."""
         async for _ in self.deltas():
             pass
+
+    async def run(self) -> Generation:
+        """Decode to the end without streaming, and commit."""
+        await self.decode()
         return await self.commit()
 
     async def commit(self) -> Generation:

@@ -141,15 +141,8 @@ class Opened:
 
     async def run(self) -> None:
         """Decode every choice to its end and commit it (non-streaming)."""
-        timeout = self.server.config.request_timeout_s
         try:
-            async with asyncio.timeout(timeout):
-                await asyncio.gather(*(turn.run() for turn in self.turns))
-        except TimeoutError as error:
-            raise ApiError(504, f"generation took longer than request_timeout_s={timeout}",
-                           kind="server_error") from error
-        except EngineError as error:
-            raise ApiError(500, str(error), kind="server_error") from error
+            await _to_the_end(self.server, (turn.run() for turn in self.turns))
         finally:
             await self.aclose()
         await self._finish()
@@ -256,50 +249,61 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     group = uuid.uuid4().hex
     if found := _checkable(server, spec, prompt, params):
         return Opened(server, spec, ref, [await _checked(server, spec, ref, prompt, params, group, found)])
-    # The n choices are admitted together, so the engine prefills them in one batch.
+    return Opened(server, spec, ref, await _started(server, spec, ref, prompt, params, group, range(spec.n)))
+
+
+async def _started(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
+                   choices) -> list[TurnInProgress]:
+    """One stream per entry of `choices` (its choice index), the i-th sampled with seed + i when the
+    request has a seed, admitted together so the engine prefills them in one batch; if one cannot
+    start, the others are closed and its error raised."""
     started = await asyncio.gather(*(
         _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
-               group, i)
-        for i in range(spec.n)), return_exceptions=True)
+               group, choice)
+        for i, choice in enumerate(choices)), return_exceptions=True)
     turns = [t for t in started if isinstance(t, TurnInProgress)]
     if len(turns) < len(started):
         for turn in turns:
             await turn.stream.aclose()
         raise next(e for e in started if not isinstance(e, TurnInProgress))
-    return Opened(server, spec, ref, turns)
+    return turns
 
 
-def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> list[Check]:
-    """The checks to pick this request's answer by, or [] to sample it once: --lesson-samples > 1,
+async def _to_the_end(server: Server, decoding) -> None:
+    """Await every decode in `decoding` within request_timeout_s; a timeout or an engine error as the API's."""
+    timeout = server.config.request_timeout_s
+    try:
+        async with asyncio.timeout(timeout):
+            await asyncio.gather(*decoding)
+    except TimeoutError as error:
+        raise ApiError(504, f"generation took longer than request_timeout_s={timeout}", kind="server_error") from error
+    except EngineError as error:
+        raise ApiError(500, str(error), kind="server_error") from error
+
+
+def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> tuple[Check, ...]:
+    """The checks to pick this request's answer by, or () to sample it once: --lesson-samples > 1,
     one sampled (not greedy) main response in plain text, and a block with a checkable lesson."""
     if (server.config.lesson_samples < 2 or spec.n != 1 or spec.kind != "main" or params.greedy
             or params.constraint is not None or spec.tools_on or not prompt.experience_block):
-        return []
-    return checks(listed(prompt.experience_block))
+        return ()
+    return _block_checks(prompt.experience_block)
+
+
+@functools.lru_cache(maxsize=1024)
+def _block_checks(block: str) -> tuple[Check, ...]:
+    """The checks of a block's lessons; cached, as a user's block changes only with their experience."""
+    return tuple(checks(listed(block)))
 
 
 async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
-                   found: list[Check]) -> TurnInProgress:
+                   found: tuple[Check, ...]) -> TurnInProgress:
     """K answers decoded to their end (admitted together: one prefill batch), the one that keeps the
     user's checkable lessons best (the first on a tie), as a turn whose stream replays it."""
     k = server.config.lesson_samples
-    started = await asyncio.gather(*(
-        _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
-               group, 0)
-        for i in range(k)), return_exceptions=True)
-    candidates = [t for t in started if isinstance(t, TurnInProgress)]
+    candidates = await _started(server, spec, ref, prompt, params, group, [0] * k)
     try:
-        if len(candidates) < len(started):
-            raise next(e for e in started if not isinstance(e, TurnInProgress))
-        timeout = server.config.request_timeout_s
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.gather(*(_drained(t) for t in candidates))
-        except TimeoutError as error:
-            raise ApiError(504, f"generation took longer than request_timeout_s={timeout}",
-                           kind="server_error") from error
-        except EngineError as error:
-            raise ApiError(500, str(error), kind="server_error") from error
+        await _to_the_end(server, (turn.decode() for turn in candidates))
     finally:
         for turn in candidates:
             await turn.stream.aclose()
@@ -310,11 +314,6 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     replay.selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                         "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
     return replay
-
-
-async def _drained(turn: TurnInProgress) -> None:
-    async for _ in turn.deltas():
-        pass
 
 
 async def _replayed(steps: list[TokenStep], reason: str) -> AsyncIterator[TokenStep | Finished]:
