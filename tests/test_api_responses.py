@@ -342,3 +342,8 @@ def test_an_agent_on_the_tiny_model_completes_and_its_turns_are_stored(live, mod
     turns = turns_of(live, new[0]["id"])
     assert all(t["prompt_messages"][0] == {"role": "system", "content": "Answer weather questions."} for t in turns)
     assert all(t["response_token_count"] <= 8 for t in turns)
+
+
+def test_tools_that_are_not_a_list_get_a_400_naming_them(live):
+    r = httpx.post(f"{live.base_url}/v1/responses", json={"input": "hi", "tools": 1.5}, timeout=30)
+    assert r.status_code == 400 and "tools must be a list" in r.text, r.text

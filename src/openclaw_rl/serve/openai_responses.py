@@ -182,6 +182,8 @@ class ResponsesRequest(_Lenient):
     @field_validator("tools", mode="before")
     @classmethod
     def _function_tools(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, list):
+            raise ValueError(f"tools must be a list of function tools, got {type(value).__name__}")
         for i, tool in enumerate(value or []):
             kind = tool.get("type") if isinstance(tool, dict) else None
             if kind != "function":
