@@ -119,6 +119,11 @@ class ServeConfig:
         "form (one sentence, short, no working shown, every step shown, lists, Markdown: experience/checks.py), "
         "sample this many answers (one decode batch) and serve the one that keeps them best, the first on a tie; "
         "1 = one sample, as without the block (docs/experience.md#checked-sampling)", default=4)
+    lesson_rewrites: int = setting(
+        "with --lesson-samples > 1, when every checkable lesson asks for less (a limit, short, no working, no lists, "
+        "Markdown or emojis) and the picked answer does not keep them as well as the best sample: ask the model this "
+        "many times to rewrite it to the lessons, and serve a rewrite that keeps them better (the answer otherwise); "
+        "0 = never (docs/experience.md#rewriting-to-the-lessons)", default=4)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
@@ -164,6 +169,7 @@ class ServeConfig:
         check(self.experience_placement in ("user", "system"), "experience_placement", self.experience_placement,
               "user or system")
         check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
+        check(0 <= self.lesson_rewrites <= 16, "lesson_rewrites", self.lesson_rewrites, "between 0 (off) and 16")
         check(self.experience_budget_tokens >= 0, "experience_budget_tokens", self.experience_budget_tokens,
               "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
@@ -885,6 +891,8 @@ class SimulateConfig:
                                    default=1.0)
     lesson_samples: int = setting("serve --lesson-samples: answers sampled per request of a user with checkable "
                                   "lessons, the one that keeps them best served (1 = one sample)", default=4)
+    lesson_rewrites: int = setting("serve --lesson-rewrites: rewrites of a picked answer that does not keep the "
+                                   "user's condensing lessons (0 = none)", default=4)
     shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
                             "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
                             "score is then that persona's. Empty: no shift", default="")
@@ -899,6 +907,7 @@ class SimulateConfig:
               "user or system")
         check_sampling_defaults(self.default_temperature, self.default_top_p)
         check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
+        check(0 <= self.lesson_rewrites <= 16, "lesson_rewrites", self.lesson_rewrites, "between 0 (off) and 16")
         if self.shift_to:
             check(0 < self.shift_at < self.sessions, "shift_at", self.shift_at,
                   f"a session after the first and before the last ({self.sessions} sessions) for --shift-to")

@@ -46,8 +46,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["CONSENSUS_WEIGHT", "Check", "checks", "consensus", "count_steps", "pick", "scores", "sentences",
-           "words"]
+__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "consensus", "count_steps", "pick", "rewrite_request",
+           "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -220,6 +220,26 @@ def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[floa
     agree = consensus(answers)
     totals = [k + CONSENSUS_WEIGHT * a if k > 0 else 0.0 for k, a in zip(kept, agree)]  # empty stays 0
     return max(range(len(answers)), key=lambda i: (totals[i], -i)), totals
+
+
+# The checks a rewrite can satisfy at 135M: asking for less (a limit, shorter, no working, no lists,
+# Markdown or emojis). Asking for more (detail, every step) it cannot: a rewrite of a worked answer
+# into more steps was worse than the answer it rewrote (docs/experiments.md "Rewriting").
+CONDENSING = frozenset({"at_most", "shorter", "less_working", "without"})
+
+
+def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> bool:
+    """Whether the picked one of `answers` is worth rewriting to the user's lessons: every check
+    asks for less (`CONDENSING`), and the answer does not keep them all as well as the best of
+    `answers` does, or carries no number."""
+    if not found or not all(c.kind in CONDENSING for c in found):
+        return False
+    return scores(answers, found)[picked] < 1.0 or _final(answers[picked]) is None
+
+
+def rewrite_request(found: Sequence[Check]) -> str:
+    """The user turn that asks for the rewrite: the lessons the checks came from, in the user's words."""
+    return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found)])
 
 
 def _final(text: str) -> float | None:

@@ -31,7 +31,7 @@ from fastapi.concurrency import run_in_threadpool
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, TokenIdError
 from openclaw_rl.experience import listed, place
-from openclaw_rl.experience.checks import Check, checks, pick
+from openclaw_rl.experience.checks import Check, checks, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -307,13 +307,66 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     finally:
         for turn in candidates:
             await turn.stream.aclose()
-    best, kept = pick([turn.text.finish()[0] for turn in candidates], found)
+    texts = [turn.text.finish()[0] for turn in candidates]
+    best, kept = pick(texts, found)
     chosen = candidates[best]
-    replay = TurnInProgress(server, spec, ref, prompt, chosen.params, chosen.started,
-                            _replayed(chosen.steps, chosen.finish_reason), group, 0)
-    replay.selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
-                        "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
+    started, steps, reason = chosen.started, chosen.steps, chosen.finish_reason
+    selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
+                 "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
+    if server.config.lesson_rewrites and to_rewrite(texts, best, found):
+        rewritten = await _rewritten(server, spec, ref, prompt, chosen, group, found)
+        if rewritten is not None:
+            started, steps, reason, selection["rewrite"] = rewritten
+    replay = TurnInProgress(server, spec, ref, prompt, chosen.params, started, _replayed(steps, reason), group, 0)
+    replay.selection = selection
     return replay
+
+
+async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, draft: TurnInProgress,
+                     group: str, found: tuple[Check, ...]) -> tuple[Started, list[TokenStep], str, dict] | None:
+    """The draft rewritten to the user's lessons, when one of --lesson-rewrites rewrites keeps them
+    better than the draft (`checks.pick` over the draft and the rewrites, the draft on a tie): its
+    `Started`, its steps with log-probs re-scored under the served prompt (what the answer's tokens
+    have there, so training sees the distribution of the prompt it is stored with), how it ended,
+    and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better, the
+    rewrite prompt does not fit, or the weights changed before the re-score)."""
+    draft_text = draft.text.finish()[0]
+    asked = [*spec.messages, {"role": "assistant", "content": draft_text},
+             {"role": "user", "content": rewrite_request(found)}]
+    ids = await _rendered(server, spec, place(asked, prompt.experience_block, prompt.experience_placement))
+    params = draft.params
+    if len(ids) + params.max_new_tokens > server.engine.max_context:
+        return None
+    count = server.config.lesson_rewrites
+    rewrites = await _started(server, spec, ref, ServedPrompt(ids, prompt.experience_block, prompt.experience_version,
+                                                              prompt.experience_placement), params, group, [0] * count)
+    try:
+        await _to_the_end(server, (turn.decode() for turn in rewrites))
+    finally:
+        for turn in rewrites:
+            await turn.stream.aclose()
+    best, totals = pick([draft_text, *(turn.text.finish()[0] for turn in rewrites)], found)
+    if best == 0:
+        return None
+    chosen = rewrites[best - 1]
+    engine, tokens = server.engine, [step.token_id for step in chosen.steps]
+    served = getattr(engine, "adapter_versions", None)
+    adapter = {"adapter": params.adapter} if served is not None and params.adapter in served() else {}
+    try:
+        score = await engine.score(prompt.ids, tokens, temperature=params.logprob_temperature,
+                                   top_p=params.logprob_top_p, top_k=params.top_logprobs, **adapter)
+    except EngineError as error:
+        log.warning("a rewrite could not be scored under the served prompt (%s); the draft is served", error)
+        return None
+    now = (engine.policy_version, served().get(params.adapter) if served is not None else None)
+    if now != (chosen.started.policy_version, chosen.started.adapter_version):
+        return None  # new weights since the rewrite was sampled: the log-probs would not be the sampler's
+    steps = [TokenStep(token, logprob, tuple(zip(top_ids, top_logprobs))) for token, logprob, top_ids, top_logprobs
+             in zip(tokens, score.logprobs, score.top_ids, score.top_logprobs)]
+    started = Started(chosen.started.policy_version, len(prompt.ids), chosen.started.adapter_version)
+    return started, steps, chosen.finish_reason, {"of": count, "picked": best - 1,
+                                                   "scores": [round(x, 4) for x in totals[1:]],
+                                                   "draft_score": round(totals[0], 4)}
 
 
 async def _replayed(steps: list[TokenStep], reason: str) -> AsyncIterator[TokenStep | Finished]:
