@@ -280,6 +280,7 @@ class ScriptedEngine:
         self.model_dir, self.model_name = Path("scripted"), "scripted"
         self.loads_lora_adapters = False
         self.prompts: list[list[int]] = []
+        self.scored: list[tuple[list[int], list[int]]] = []
 
     async def stream(self, prompt_ids, params):
         from openclaw_rl.engine.base import Finished, Started
@@ -294,7 +295,12 @@ class ScriptedEngine:
         yield Finished("stop" if len(ids) <= params.max_new_tokens else "length")
 
     async def score(self, prompt_ids, response_ids, *, temperature=1.0, top_p=1.0, top_k=0):
-        raise NotImplementedError("the scripted engine does not score")
+        """-0.25 for every token (its stream says -0.5, so a re-scored answer shows), no top-k;
+        what was scored is kept in `scored`."""
+        from openclaw_rl.types import Score
+
+        self.scored.append((list(prompt_ids), list(response_ids)))
+        return Score([-0.25] * len(response_ids), [[] for _ in response_ids], [[] for _ in response_ids])
 
     async def load_weights(self, state_dict, policy_version):
         self.policy_version = policy_version

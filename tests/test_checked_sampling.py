@@ -98,3 +98,90 @@ def test_on_the_real_engine_the_picked_answer_records_its_own_tokens_and_logprob
         assert scored.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)
     finally:
         server.stop()
+
+
+# -- rewriting the picked answer to the lessons (--lesson-rewrites) ---------------------------------
+
+LONG = "Well, 12 x 7 = 84 because 10 x 7 = 70 and 2 x 7 = 14. So it is 84. Hope that helps with the homework."
+WORDY = "Let us see. Twelve sevens make eighty-four, so the answer is 84, I think."
+
+
+def test_a_picked_answer_that_breaks_a_condensing_lesson_is_rewritten_and_the_rewrite_served(scripted_server):
+    """Two drafts that break "one sentence", then two rewrites: the one that keeps the lessons is
+    served (streamed too), stored under the served prompt with log-probs re-scored there."""
+    server = scripted_server([LONG, WORDY, TWO, SHORT], lesson_samples=2, lesson_rewrites=2)
+    keys = keyed(server, "parent")
+    teach(server.server.store, "parent", ("Answer in one sentence.", "Don't show the working."))
+
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == SHORT
+    engine = server.engine
+    served, rewrite_prompt = engine.prompts[0], engine.prompts[2]
+    assert engine.prompts[1] == served and engine.prompts[3] == rewrite_prompt != served
+    asked = server.server.tokenizer.decode(rewrite_prompt)
+    request = asked.rsplit("Rewrite your answer.", 1)[1].split("<|im_end|>")[0]  # in the block's order
+    assert sorted(request.strip().rstrip(".").split(". ")) == ["Answer in one sentence", "Don't show the working"]
+    assert WORDY in asked  # the picked draft (shorter, no working) is what is rewritten
+    (turn,) = stored_turns(server, r)
+    assert turn.prompt_token_ids == served and turn.response_text == SHORT
+    assert engine.scored == [(served, turn.response_token_ids)]
+    assert turn.behaviour_logprobs == [-0.25] * len(turn.response_token_ids)  # re-scored, not the rewrite's -0.5
+    selected = turn.sampling["selected"]
+    assert selected["picked"] == 1 and selected["rewrite"]["of"] == 2 and selected["rewrite"]["picked"] == 1
+    assert selected["rewrite"]["scores"][1] > selected["rewrite"]["draft_score"]
+
+    assert _stream(server, keys["parent"]) == SHORT  # the same four replies again, streamed
+
+
+@pytest.mark.parametrize("why, replies, lessons, rewrites", [
+    ("the draft keeps the lessons", [SHORT, LONG], ("Answer in one sentence.",), 2),
+    ("a lesson asks for more", [LONG, WORDY], ("Answer in one sentence.", "Show every step."), 2),
+    ("rewrites off", [LONG, WORDY], ("Answer in one sentence.",), 0),
+])
+def test_no_rewrite_is_asked_for(scripted_server, why, replies, lessons, rewrites):
+    server = scripted_server(replies, lesson_samples=2, lesson_rewrites=rewrites)
+    keys = keyed(server, "parent")
+    teach(server.server.store, "parent", lessons)
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
+    assert len(server.engine.prompts) == 2 and not server.engine.scored, why
+    assert "rewrite" not in stored_turns(server, r)[0].sampling["selected"]
+
+
+def test_a_rewrite_no_better_than_the_draft_leaves_the_draft(scripted_server):
+    server = scripted_server([LONG, WORDY, LONG, WORDY], lesson_samples=2, lesson_rewrites=2)
+    keys = keyed(server, "parent")
+    teach(server.server.store, "parent", ("Answer in one sentence.",))
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
+    assert len(server.engine.prompts) == 4 and not server.engine.scored
+    (turn,) = stored_turns(server, r)
+    assert turn.response_text == WORDY and turn.behaviour_logprobs == [-0.5] * len(turn.response_token_ids)
+
+
+def test_lesson_rewrites_is_checked():
+    from openclaw_rl.config import ConfigError, ServeConfig
+
+    with pytest.raises(ConfigError, match="lesson_rewrites"):
+        ServeConfig(lesson_rewrites=17)
+
+
+def test_on_the_real_engine_a_served_rewrite_records_the_served_prompts_logprobs(tiny_model_dir, tmp_path):
+    """A rewrite is sampled after another prompt (the draft and the request to rewrite it); what is
+    stored is the served prompt, the rewrite's tokens, and their log-probs under the served prompt."""
+    server = LiveServer(tiny_model_dir, tmp_path, lesson_samples=2, lesson_rewrites=4)
+    try:
+        keys = keyed(server, "parent")
+        teach(server.server.store, "parent", ("Keep it short.",))
+        rewritten = []
+        for seed in range(8):  # the random tiny model's answers carry no number: each is rewritten
+            r = chat(server, keys["parent"], QUESTION, max_tokens=24, temperature=1.0, seed=seed)
+            rewritten += [t for t in stored_turns(server, r) if "rewrite" in t.sampling["selected"]]
+            if rewritten:
+                break
+        assert rewritten, "no rewrite was shorter than its draft in 8 requests"
+        turn = rewritten[0]
+        scored = asyncio.run(server.server.engine.score(turn.prompt_token_ids, turn.response_token_ids,
+                                                        temperature=1.0))
+        assert scored.logprobs == pytest.approx(turn.behaviour_logprobs, abs=1e-4)
+        assert "Rewrite your answer" not in server.server.tokenizer.decode(turn.prompt_token_ids)
+    finally:
+        server.stop()

@@ -68,3 +68,17 @@ def test_pick_adds_consensus_to_the_checks_so_a_short_non_answer_loses():
     assert best == 2 and totals[0] < totals[2]  # "Yes." is shortest but agrees on no number
     assert pick(["", "It is 14."], found)[1][0] == 0.0  # an empty answer keeps nothing
     assert pick(["a", "b"], [])[0] == 0  # no checks: the first sample
+
+
+def test_only_an_answer_that_breaks_lessons_asking_for_less_is_worth_rewriting():
+    from openclaw_rl.experience.checks import rewrite_request, to_rewrite
+
+    condensing = checks(["Answer in one sentence.", "Don't show the working."])
+    answers = ["It is 84. Because 12 x 7 = 84.", "It is 84."]
+    assert to_rewrite(answers, 0, condensing)  # two sentences, working shown
+    assert not to_rewrite(answers, 1, condensing)  # keeps both
+    assert to_rewrite(["Sure, happy to help."], 0, condensing)  # keeps them, but no number at all
+    asking_more = checks(["Answer in one sentence.", "Show every step."])
+    assert not to_rewrite(answers, 0, asking_more)  # a rewrite cannot add the steps a small model left out
+    assert not to_rewrite(answers, 0, [])
+    assert rewrite_request(condensing) == "Rewrite your answer. Answer in one sentence. Don't show the working."
