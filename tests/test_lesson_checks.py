@@ -23,6 +23,10 @@ READ = [
     ("Write plain text without bullet points or bold.", [("without", "list", 0), ("without", "markdown", 0)]),
     ("Use bullet points.", [("with", "list", 0)]),
     ("Never use emojis.", [("without", "emoji", 0)]),
+    ("Make it much shorter, a few words will do.", [("at_most", "word", 10), ("shorter", "", 0)]),  # brief, not 3
+    ("Keep it short, a few sentences is enough.", [("at_most", "sentence", 3), ("shorter", "", 0)]),
+    ("Remove the # titles.", [("without", "markdown", 0)]),
+    ("Write it without Step 1, Step 2 labels.", []),  # labels named, not the working
     ("Be friendly and encouraging.", []),  # a tone: nothing to read off the text
     ("Réponds en une seule phrase.", []),  # the rules are English
 ]

@@ -13,15 +13,17 @@ leave out, ...) stands within the four words before it ("no intro and no formatt
 both negated; "don't show the working": negated):
 
 - **a count limit**: "one sentence", "a single line", "in N sentences", "under N words",
-  "at most N words/lines/sentences": the answer passes when it keeps the limit (1 or 0);
+  "at most N words/lines/sentences" ("a few" is three sentences or lines, ten words): the
+  answer passes when it keeps the limit (1 or 0);
 - **length**: the short side ("short", "brief", "concise", a limit) or the long side
   ("detailed", "longer", "elaborate"): relative, the shortest (longest) of the answers
   scores 1 and the others by their rank;
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
-  count of written-out steps (a line or sentence with arithmetic, "Step N");
+  count of written-out steps (a line or sentence with arithmetic, "Step N"); a lesson that
+  names "Step 1" is about the label, not the working, and gives no working check;
 - **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
-  Markdown", "no bold", "no headings", "no emojis" (don't: 1 when absent) and "use a list",
+  Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when absent) and "use a list",
   "use bullet points" (do: 1 when present).
 
 A lesson it cannot read (a tone, a language, a topic) gives no check; an answer's score
@@ -75,7 +77,8 @@ _WINDOW = 4  # a negator governs a cue word at most this many words after it
 # cue words (their first five letters) -> what they are about
 _ABOUT = {"step": "working", "worki": "working", "calcu": "working", "arith": "working", "math": "working",
           "list": "list", "bulle": "list", "markd": "markdown", "forma": "markdown", "bold": "markdown",
-          "headi": "markdown", "heade": "markdown", "emoji": "emoji"}
+          "headi": "markdown", "heade": "markdown", "title": "markdown", "emoji": "emoji"}
+_A_FEW_WORDS = 10  # "a few words will do": brief, not literally three ("a few sentences" is three)
 _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
 
@@ -132,6 +135,8 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
             if token in _SHORT or token in _LONG:
                 length = (-1 if token in _SHORT else 1) * sign
             word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
+            if word == "step" and tokens[i + 1:i + 2] and tokens[i + 1].isdigit():
+                continue  # "Step 1" names a label ("without Step 1, Step 2 labels"), not the working
             if (topic := _ABOUT.get(word[:5])) is not None:
                 about[topic] = sign
     return about, length
@@ -150,6 +155,8 @@ def _read(lesson: str) -> list[Check]:
             if unit == "paragraph" or (pattern is _EXACT and negated_limit):
                 continue
             limit = int(count) if count.isdigit() else _NUMBER_WORDS[count]
+            if count in ("a few", "few") and unit == "word":
+                limit = _A_FEW_WORDS
             if limit > 0 and not any(c.kind == "at_most" and c.unit == unit for c in found):
                 found.append(Check(lesson, "at_most", unit, limit))
         if found:
