@@ -27,6 +27,12 @@ only what the server knows, the user's own earlier first answers with the judge'
   `lesson_checks`: what `serve --lesson-samples` serves (`checks.pick`: the checks plus
   half a point for consensus on the final number).
 
+`--rewrites R` also asks for what `serve --lesson-rewrites R` serves: on each problem where the
+`lesson_checks` pick among the first 4 samples is worth rewriting (`checks.to_rewrite`), R
+rewrites of it to the lessons (the conversation, the picked answer, then "Rewrite your
+answer." and the lessons), and `checks.pick` over the pick and the rewrites; printed as
+`lesson_checks+rewrite` (4 samples), beside `lesson_checks` on the same 4.
+
 `--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
 file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
 is NAME's sessions.
@@ -55,7 +61,7 @@ from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
-from openclaw_rl.experience.checks import checks, consensus, pick, scores
+from openclaw_rl.experience.checks import checks, consensus, pick, rewrite_request, scores, to_rewrite
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
@@ -92,8 +98,9 @@ def lessons_of(data_dir: Path, user: str | None) -> list[str]:
         store.close()
 
 
-def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int, user: str | None) -> Candidates:
-    """`n` answers to each held-out problem from the base model served with the run's store."""
+def _serving(data_dir: Path, out: Path, user: str | None) -> tuple[ServerThread, dict[str, str]]:
+    """The base model served with a copy of the run's store in `out` (training off), and the
+    headers that make a request NAME's (none: the keyless server's local admin)."""
     out.mkdir(parents=True, exist_ok=True)
     for path in data_dir.glob("openclaw.db*"):
         shutil.copy(path, out / path.name)
@@ -103,22 +110,56 @@ def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int
         users = Users(out)
         users.revoke(user)
         headers = {"Authorization": f"Bearer {users.add(user)}"}
-    persona = get_persona(persona_name)
-    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False)
+    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False, lesson_samples=1)
     stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
-    thread = ServerThread(stack.app(), serve.port)
+    return ServerThread(stack.app(), serve.port), headers
+
+
+def _answers(thread: ServerThread, headers: dict[str, str], messages: list[dict], n: int, max_tokens: int,
+             seed: int) -> list[str]:
+    r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600, headers=headers,
+                   json={"messages": messages, "n": n, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed})
+    r.raise_for_status()
+    return [choice["message"]["content"] for choice in r.json()["choices"]]
+
+
+def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int, user: str | None) -> Candidates:
+    """`n` answers to each held-out problem from the base model served with the run's store."""
+    persona = get_persona(persona_name)
+    thread, headers = _serving(data_dir, out, user)
     try:
         candidates = []
         for problem in heldout_problems(16):
-            r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600, headers=headers,
-                           json={"messages": [{"role": "user", "content": persona.first_message(problem)}], "n": n,
-                                 "max_tokens": max_tokens, "temperature": 1.0, "seed": 7})
-            r.raise_for_status()
-            texts = [choice["message"]["content"] for choice in r.json()["choices"]]
+            texts = _answers(thread, headers, [{"role": "user", "content": persona.first_message(problem)}], n,
+                             max_tokens, seed=7)
             candidates.append([(text, persona.rubric(problem, text)) for text in texts])
     finally:
         thread.stop()
     return candidates
+
+
+def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidates, lessons: list[str], rewrites: int,
+              max_tokens: int, user: str | None) -> list[float]:
+    """Per problem, the rubric of what `serve --lesson-samples 4 --lesson-rewrites R` would serve
+    from the first 4 candidates: their pick, or a rewrite of it that keeps the lessons better."""
+    persona, found = get_persona(persona_name), checks(lessons)
+    thread, headers = _serving(data_dir, out / "rewrites", user)
+    try:
+        served = []
+        for problem, answers in zip(heldout_problems(16), candidates):
+            texts = [text for text, _ in answers[:4]]
+            best = pick(texts, found)[0]
+            final = texts[best]
+            if to_rewrite(texts, best, found):
+                asked = [{"role": "user", "content": persona.first_message(problem)},
+                         {"role": "assistant", "content": texts[best]},
+                         {"role": "user", "content": rewrite_request(found)}]
+                pool = [texts[best], *_answers(thread, headers, asked, rewrites, max_tokens, seed=3)]
+                final = pool[pick(pool, found)[0]]
+            served.append(persona.rubric(problem, final))
+    finally:
+        thread.stop()
+    return served
 
 
 def style(text: str) -> np.ndarray:
@@ -199,6 +240,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--analyse-only", action="store_true", help="reuse OUT/selection.json's candidates")
     parser.add_argument("--user", help="sample as this user of a multi-user run (their lessons, their history)")
+    parser.add_argument("--rewrites", type=int, default=0, help="also rewrite the 4-sample pick R times (serve "
+                        "--lesson-rewrites R) and print what that serves")
     args = parser.parse_args()
     torch.set_num_threads(2)
     history = judged_history(args.data_dir, args.user)
@@ -224,6 +267,12 @@ def main() -> None:
         for name, pick in picks.items():
             chosen = [answers[pick(answers, history[:k])][1] for answers in candidates]
             print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
+    if args.rewrites:
+        first4 = [answers[pick([t for t, _ in answers[:4]], found)[0]][1] for answers in candidates]
+        served = rewritten(args.data_dir, args.out, args.persona, candidates, lessons, args.rewrites,
+                           args.max_tokens, args.user)
+        for name, chosen in (("lesson_checks (first 4)", first4), (f"lesson_checks+rewrite ({args.rewrites})", served)):
+            print(f"| all | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
 With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
 (experience/checks.py), one sampled response is K streams decoded to their end; the one
 that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed to the API as if it had just been decoded, and
-committed with how it was picked (`sampling.selected`); the others are dropped.
+committed with how it was picked (`sampling.selected`); the others are dropped. With
+`--lesson-rewrites R` > 0, a picked answer that does not keep lessons asking for less is
+rewritten R times to them (`checks.to_rewrite`), and a rewrite that keeps them better is
+served instead, stored as the answer to the served prompt with log-probs re-scored there.
 
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
 translates its request into a `TurnSpec` and formats the events of `Opened`; pairing,
