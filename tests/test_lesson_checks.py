@@ -27,6 +27,10 @@ READ = [
     ("Keep it short, a few sentences is enough.", [("at_most", "sentence", 3), ("shorter", "", 0)]),
     ("Remove the # titles.", [("without", "markdown", 0)]),
     ("Write it without Step 1, Step 2 labels.", []),  # labels named, not the working
+    ("Do not say \u201cAbsolutely\u201d.", [("without", "phrase", 0)]),
+    ("Drop the \u201cTo solve this problem\u201d part, it sounds like a chatbot.", [("without", "phrase", 0)]),
+    ("Skip phrases like 'great question' and just answer.", [("without", "phrase", 0)]),
+    ('Start with "Dear".', []),  # a phrase asked for: not read
     ("Be friendly and encouraging.", []),  # a tone: nothing to read off the text
     ("Réponds en une seule phrase.", []),  # the rules are English
 ]
@@ -86,3 +90,9 @@ def test_only_an_answer_that_breaks_lessons_asking_for_less_is_worth_rewriting()
     assert not to_rewrite(answers, 0, asking_more)  # a rewrite cannot add the steps a small model left out
     assert not to_rewrite(answers, 0, [])
     assert rewrite_request(condensing) == "Rewrite your answer. Answer in one sentence. Don't show the working."
+
+
+def test_a_quoted_phrase_to_leave_out_is_checked_in_any_case():
+    (check,) = checks(["Drop the \u201cTo solve this problem\u201d part."])
+    assert check.phrase == "to solve this problem"
+    assert scores(["To solve this problem, add 3 and 4: 7.", "3 and 4 make 7."], [check]) == [0.0, 1.0]

@@ -26,6 +26,10 @@ both negated; "don't show the working": negated):
   Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when absent) and "use a list",
   "use bullet points" (do: 1 when present).
 
+- **quoted phrases to leave out**: "Don't say “Absolutely”", "drop the “To solve this problem”
+  part", "skip phrases like 'great question'" (a negator within the four words before the
+  quote): 1 when the answer does not contain the phrase (any case).
+
 A lesson it cannot read (a tone, a language, a topic) gives no check; an answer's score
 is over the checks there are, and no checks at all scores every answer alike (0.5), so
 the first answer stays the choice. The rules are English; a lesson in another language
@@ -63,6 +67,8 @@ _OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d
 _STEP_LABEL = re.compile(r"\bstep\s*\d+\b|^\s*\d+[.)]\s", re.IGNORECASE | re.MULTILINE)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
 _MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
+_QUOTED = re.compile(r'"([^"\n]{1,80})"|\u201c([^\u201d\n]{1,80})\u201d|\u2018([^\u2019\n]{1,80})\u2019'
+                     r"|(?<![a-z])'([^'\n]{1,80})'(?![a-z])")
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 CONSENSUS_WEIGHT = 0.5
@@ -87,12 +93,14 @@ _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".spli
 class Check:
     """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
     `limit`), `shorter`/`longer` (relative length), `less_working`/`more_working` (relative
-    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji)."""
+    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, or phrase:
+    `phrase`, compared case-insensitively)."""
 
     lesson: str
     kind: str
     unit: str = ""
     limit: int = 0
+    phrase: str = ""
 
 
 def words(text: str) -> int:
@@ -143,7 +151,7 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
 
 
 def _read(lesson: str) -> list[Check]:
-    text = " ".join(lesson.lower().replace("\u2019", "'").split())
+    text = " ".join(lesson.lower().replace("\u2019", "'").replace("\u2018", "'").split())
     for phrase, word in _PHRASES:
         text = text.replace(phrase, word)
     objects, length = _signs(text)
@@ -170,7 +178,20 @@ def _read(lesson: str) -> list[Check]:
     for unit in ("list", "markdown", "emoji"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
+    found += [Check(lesson, "without", "phrase", phrase=phrase) for phrase in _quoted_to_avoid(text)]
     return found
+
+
+def _quoted_to_avoid(text: str) -> list[str]:
+    """The quoted phrases a (lower-cased) lesson asks to leave out: a negator within the four words
+    before the quote, in its clause ("don't say "certainly"", "drop the "to solve this" part")."""
+    phrases = []
+    for match in _QUOTED.finditer(text):
+        phrase = " ".join(next(g for g in match.groups() if g is not None).strip(" .,!?").split())
+        before = _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])[-_WINDOW:]
+        if phrase and len(phrase) <= 80 and any(t in _NEGATORS for t in before):
+            phrases.append(phrase)
+    return list(dict.fromkeys(phrases))
 
 
 def scores(answers: Sequence[str], found: Sequence[Check]) -> list[float]:
@@ -196,6 +217,8 @@ def _one(check: Check, answers: Sequence[str]) -> list[float]:
         return _ranked([words(a) for a in answers], lower_is_better=check.kind == "shorter")
     if check.kind in ("less_working", "more_working"):
         return _ranked([count_steps(a) for a in answers], lower_is_better=check.kind == "less_working")
+    if check.unit == "phrase":
+        return [float((check.phrase in a.lower()) == (check.kind == "with")) for a in answers]
     present = {"list": _LIST_ITEM, "markdown": _MARKDOWN, "emoji": _EMOJI}[check.unit]
     return [float(bool(present.search(a)) == (check.kind == "with")) for a in answers]
 
