@@ -30,7 +30,7 @@ only what the server knows, the user's own earlier first answers with the judge'
 `--rewrites R` also asks for what `serve --lesson-rewrites R` serves: on each problem where the
 `lesson_checks` pick among the first 4 samples is worth rewriting (`checks.to_rewrite`), R
 rewrites of it to the lessons (the conversation, the picked answer, then "Rewrite your
-answer." and the lessons), and `checks.pick` over the pick and the rewrites; printed as
+answer." and the lessons), and `checks.choose_rewrite` over the pick and the rewrites; printed as
 `lesson_checks+rewrite` (4 samples), beside `lesson_checks` on the same 4.
 
 `--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
@@ -61,7 +61,7 @@ from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
-from openclaw_rl.experience.checks import checks, consensus, pick, rewrite_request, scores, to_rewrite
+from openclaw_rl.experience.checks import checks, choose_rewrite, consensus, pick, rewrite_request, scores, to_rewrite
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
@@ -154,8 +154,9 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
                 asked = [{"role": "user", "content": persona.first_message(problem)},
                          {"role": "assistant", "content": texts[best]},
                          {"role": "user", "content": rewrite_request(found)}]
-                pool = [texts[best], *_answers(thread, headers, asked, rewrites, max_tokens, seed=3)]
-                final = pool[pick(pool, found)[0]]
+                again = _answers(thread, headers, asked, rewrites, max_tokens, seed=3)
+                chosen = choose_rewrite(texts[best], again, found)[0]
+                final = texts[best] if chosen is None else again[chosen]
             served.append(persona.rubric(problem, final))
     finally:
         thread.stop()
@@ -264,8 +265,8 @@ def main() -> None:
     print("\n| history | selector | accepted of 16 | mean rubric |\n|---|---|---|---|")
     picks = selectors(SentenceEncoder(), random.Random(0), lessons)
     for k in sorted({1, 2, 4, 8, len(history)}):
-        for name, pick in picks.items():
-            chosen = [answers[pick(answers, history[:k])][1] for answers in candidates]
+        for name, select in picks.items():
+            chosen = [answers[select(answers, history[:k])][1] for answers in candidates]
             print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
     if args.rewrites:
         first4 = [answers[pick([t for t, _ in answers[:4]], found)[0]][1] for answers in candidates]

@@ -96,3 +96,15 @@ def test_a_quoted_phrase_to_leave_out_is_checked_in_any_case():
     (check,) = checks(["Drop the \u201cTo solve this problem\u201d part."])
     assert check.phrase == "to solve this problem"
     assert scores(["To solve this problem, add 3 and 4: 7.", "3 and 4 make 7."], [check]) == [0.0, 1.0]
+
+
+def test_a_rewrite_replaces_the_draft_only_when_it_keeps_the_lessons_better_and_the_number():
+    from openclaw_rl.experience.checks import choose_rewrite
+
+    found = checks(["Answer in one sentence."])
+    draft = "First 12 x 7 = 84. So it is 84."
+    assert choose_rewrite(draft, ["Sure thing.", "It is 84.", "It is 84."], found)[0] == 1  # the first best
+    assert choose_rewrite(draft, ["Sure thing."], found)[0] is None  # one sentence, but the number is gone
+    assert choose_rewrite(draft, [draft], found)[0] is None  # no better: the draft
+    best, totals = choose_rewrite("No idea, sorry. Really.", ["No idea."], found)
+    assert best == 0 and len(totals) == 2  # a draft without a number: any rewrite may replace it

@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "consensus", "count_steps", "pick", "rewrite_request",
+__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick", "rewrite_request",
            "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
@@ -265,6 +265,20 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> b
     if not found or not all(c.kind in CONDENSING for c in found):
         return False
     return scores(answers, found)[picked] < 1.0 or _final(answers[picked]) is None
+
+
+def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check]) -> tuple[int | None, list[float]]:
+    """Which rewrite to serve instead of `draft` (None: the draft), and the `pick` totals of the
+    draft and each rewrite (a rewrite left out scores 0): `pick` over the draft and the rewrites,
+    the draft first; a rewrite without a number cannot replace a draft that has one (a rewrite
+    changes the form, and a 135M model's sometimes drops the answer)."""
+    needs_number = _final(draft) is not None
+    kept = [i for i, text in enumerate(rewrites) if not needs_number or _final(text) is not None]
+    best, totals = pick([draft, *(rewrites[i] for i in kept)], found)
+    every = [totals[0]] + [0.0] * len(rewrites)
+    for place, i in enumerate(kept, start=1):
+        every[i + 1] = totals[place]
+    return (None if best == 0 else kept[best - 1]), every
 
 
 def rewrite_request(found: Sequence[Check]) -> str:

@@ -34,7 +34,7 @@ from fastapi.concurrency import run_in_threadpool
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, TokenIdError
 from openclaw_rl.experience import listed, place
-from openclaw_rl.experience.checks import Check, checks, pick, rewrite_request, to_rewrite
+from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -328,9 +328,10 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
 async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, draft: TurnInProgress,
                      group: str, found: tuple[Check, ...]) -> tuple[Started, list[TokenStep], str, dict] | None:
     """The draft rewritten to the user's lessons, when one of --lesson-rewrites rewrites keeps them
-    better than the draft (`checks.pick` over the draft and the rewrites, the draft on a tie): its
-    `Started`, its steps with log-probs re-scored under the served prompt (what the answer's tokens
-    have there, so training sees the distribution of the prompt it is stored with), how it ended,
+    better than the draft (`checks.choose_rewrite`: the draft on a tie, and no rewrite that drops
+    the draft's number): its `Started`, its steps with log-probs re-scored under the served prompt
+    (what the answer's tokens have there, so training sees the distribution of the prompt it is
+    stored with), how it ended,
     and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better, the
     rewrite prompt does not fit, or the weights changed before the re-score)."""
     draft_text = draft.text.finish()[0]
@@ -348,10 +349,10 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     finally:
         for turn in rewrites:
             await turn.stream.aclose()
-    best, totals = pick([draft_text, *(turn.text.finish()[0] for turn in rewrites)], found)
-    if best == 0:
+    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found)
+    if best is None:
         return None
-    chosen = rewrites[best - 1]
+    chosen = rewrites[best]
     engine, tokens = server.engine, [step.token_id for step in chosen.steps]
     served = getattr(engine, "adapter_versions", None)
     adapter = {"adapter": params.adapter} if served is not None and params.adapter in served() else {}
@@ -367,7 +368,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     steps = [TokenStep(token, logprob, tuple(zip(top_ids, top_logprobs))) for token, logprob, top_ids, top_logprobs
              in zip(tokens, score.logprobs, score.top_ids, score.top_logprobs)]
     started = Started(chosen.started.policy_version, len(prompt.ids), chosen.started.adapter_version)
-    return started, steps, chosen.finish_reason, {"of": count, "picked": best - 1,
+    return started, steps, chosen.finish_reason, {"of": count, "picked": best,
                                                    "scores": [round(x, 4) for x in totals[1:]],
                                                    "draft_score": round(totals[0], 4)}
 
