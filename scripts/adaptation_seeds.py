@@ -127,7 +127,10 @@ def main() -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
 
-        fig, (axis, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+        if scored:  # the held-out panel only where something was trained
+            fig, (axis, right) = plt.subplots(1, 2, figsize=(12, 4.2))
+        else:
+            fig, axis = plt.subplots(figsize=(6.5, 4.2))
         for label, runs in groups.items():
             curves = [_rolling(r["accepted"]) for r in runs]
             color = axis.plot([], [])[0].get_color()
@@ -159,8 +162,6 @@ def main() -> None:
             right.set_ylabel("held-out score (8 greedy first answers)")
             right.grid(alpha=0.3)
             right.legend(fontsize=8)
-        else:
-            right.set_axis_off()
         fig.tight_layout()
         args.figure.parent.mkdir(parents=True, exist_ok=True)
         fig.savefig(args.figure, dpi=110)

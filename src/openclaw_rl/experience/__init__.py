@@ -23,8 +23,9 @@ those import this package):
   and `place` (into the client's messages, in front of the first user message or in the
   system message).
 - `checks`: the lessons that can be read off an answer ("one sentence", "don't show the
-  working", "no bullet points"), and how well each of several answers keeps them (serving's
-  `--lesson-samples`).
+  working", "no bullet points", "don't say “Absolutely”"), how well each of several answers
+  keeps them (serving's `--lesson-samples`), and when a picked answer is worth rewriting to
+  them and which rewrite to serve (`--lesson-rewrites`).
 - `gate`: the experience gate's rule (`gate_decision`: does a new version make the user's own
   approved answers less likely, or rejected ones more likely?) and `take_back`, the
   change that undoes a rejected version (the scoring is judge/experience_gate.py's).
