@@ -17,6 +17,10 @@ translates its request into a `TurnSpec` and formats the events of `Opened`; pai
 recording and limits live here once. Checks that cost nothing run before any that cost
 something: a 4 MB prompt is refused by its length in characters before it is tokenized,
 and tokenizing runs in a worker thread so one large prompt never stalls the loop.
+
+(Over 400 lines: the one request path every API shares, from limits to commit; checked
+sampling and rewriting start, decode and replay streams through the same starters
+(`_started`, `_to_the_end`, `_rendered`), so apart they would import each other.)
 """
 
 from __future__ import annotations
