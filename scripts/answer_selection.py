@@ -139,16 +139,18 @@ def sample(data_dir: Path, out: Path, persona_name: str, n: int, max_tokens: int
 
 
 def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidates, lessons: list[str], rewrites: int,
-              max_tokens: int, user: str | None) -> list[float]:
-    """Per problem, the rubric of what `serve --lesson-samples 4 --lesson-rewrites R` would serve
-    from the first 4 candidates: their pick, or a rewrite of it that keeps the lessons better."""
+              max_tokens: int, user: str | None) -> tuple[list[float], list[float]]:
+    """Per problem, the rubric of the `checks.pick` of the first 4 candidates, and of what
+    `serve --lesson-samples 4 --lesson-rewrites R` would serve: that pick, or a rewrite of it
+    that keeps the lessons better."""
     persona, found = get_persona(persona_name), checks(lessons)
     thread, headers = _serving(data_dir, out / "rewrites", user)
     try:
-        served = []
+        picked, served = [], []
         for problem, answers in zip(heldout_problems(16), candidates):
             texts = [text for text, _ in answers[:4]]
             best = pick(texts, found)[0]
+            picked.append(answers[best][1])
             final = texts[best]
             if to_rewrite(texts, best, found):
                 asked = [{"role": "user", "content": persona.first_message(problem)},
@@ -160,7 +162,7 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
             served.append(persona.rubric(problem, final))
     finally:
         thread.stop()
-    return served
+    return picked, served
 
 
 def style(text: str) -> np.ndarray:
@@ -269,8 +271,7 @@ def main() -> None:
             chosen = [answers[select(answers, history[:k])][1] for answers in candidates]
             print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
     if args.rewrites:
-        first4 = [answers[pick([t for t, _ in answers[:4]], found)[0]][1] for answers in candidates]
-        served = rewritten(args.data_dir, args.out, args.persona, candidates, lessons, args.rewrites,
+        first4, served = rewritten(args.data_dir, args.out, args.persona, candidates, lessons, args.rewrites,
                            args.max_tokens, args.user)
         for name, chosen in (("lesson_checks (first 4)", first4), (f"lesson_checks+rewrite ({args.rewrites})", served)):
             print(f"| all | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")

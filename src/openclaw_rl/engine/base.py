@@ -17,6 +17,20 @@ from typing import Any, AsyncIterator, Protocol, runtime_checkable
 from openclaw_rl.types import Constraint, SamplingParams, Score, TokenStep
 
 
+def scoring_adapter(engine, owner: str | None) -> dict[str, str]:
+    """`adapter=` for `engine.score` when the engine serves `owner` a personal adapter now;
+    nothing otherwise (the shared model, and engines without personal adapters)."""
+    served = getattr(engine, "adapter_versions", None)
+    return {"adapter": owner} if served is not None and owner and owner in served() else {}
+
+
+def weights_in_use(engine, owner: str | None) -> tuple[int, int | None]:
+    """The weights a request of `owner` runs on now: the engine's version, and `owner`'s adapter
+    version (None: none)."""
+    served = getattr(engine, "adapter_versions", None)
+    return engine.policy_version, (served().get(owner) if served is not None and owner else None)
+
+
 class EngineError(RuntimeError):
     """The engine could not serve a request (it was stopped, or the request was invalid)."""
 

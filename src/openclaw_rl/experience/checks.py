@@ -23,9 +23,8 @@ both negated; "don't show the working": negated):
   count of written-out steps (a line or sentence with arithmetic, "Step N"); a lesson that
   names "Step 1" is about the label, not the working, and gives no working check;
 - **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
-  Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when absent) and "use a list",
-  "use bullet points" (do: 1 when present).
-
+  Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when
+  absent) and "use a list", "use bullet points" (do: 1 when present);
 - **quoted phrases to leave out**: "Don't say “Absolutely”", "drop the “To solve this problem”
   part", "skip phrases like 'great question'" (a negator within the four words before the
   quote): 1 when the answer does not contain the phrase (any case).
@@ -52,8 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick", "rewrite_request",
-           "scores", "sentences", "to_rewrite", "words"]
+__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick",
+           "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -189,7 +188,7 @@ def _quoted_to_avoid(text: str) -> list[str]:
     for match in _QUOTED.finditer(text):
         phrase = " ".join(next(g for g in match.groups() if g is not None).strip(" .,!?").split())
         before = _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])[-_WINDOW:]
-        if phrase and len(phrase) <= 80 and any(t in _NEGATORS for t in before):
+        if phrase and any(t in _NEGATORS for t in before):
             phrases.append(phrase)
     return list(dict.fromkeys(phrases))
 

@@ -47,6 +47,7 @@ import copy
 from dataclasses import dataclass, replace
 
 from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.engine.base import scoring_adapter, weights_in_use
 from openclaw_rl.experience import place
 from openclaw_rl.judge.overlap import HintSelection, select_hint
 from openclaw_rl.types import Constraint, ExperienceTargets, Message, SamplingParams, Score, Turn
@@ -95,14 +96,7 @@ def logprob_top_p(turn: Turn) -> float:
 def personal_adapter(engine, turn: Turn) -> dict[str, str]:
     """`adapter=` for `engine.score` when the engine serves `turn`'s owner a personal adapter
     now; nothing otherwise (the shared model, and engines without personal adapters)."""
-    served = getattr(engine, "adapter_versions", None)
-    return {"adapter": turn.owner} if served is not None and turn.owner in served() else {}
-
-
-def _scored_by(engine, owner: str | None) -> tuple[int, int | None]:
-    """The weights a scoring runs on: the engine's version, and `owner`'s adapter version (None: none)."""
-    served = getattr(engine, "adapter_versions", None)
-    return engine.policy_version, (served().get(owner) if served is not None and owner else None)
+    return scoring_adapter(engine, turn.owner)
 
 
 def grammar_mask(turn: Turn) -> dict[str, Constraint]:
@@ -191,9 +185,9 @@ async def at_one_weights(engine, what: str, scoring, owner: str | None = None):
     """As `at_one_version`, with the weights: (result, (the engine's version, `owner`'s adapter
     version or None when the engine serves them none))."""
     for _ in range(VERSION_ATTEMPTS):
-        before = _scored_by(engine, owner)
+        before = weights_in_use(engine, owner)
         result = await scoring()
-        if _scored_by(engine, owner) == before:
+        if weights_in_use(engine, owner) == before:
             return result, before
     raise TeacherVersionError(
         f"the teacher's weights changed during each of {VERSION_ATTEMPTS} scorings of {what} "

@@ -6,8 +6,8 @@
 
 With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
 (experience/checks.py), one sampled response is K streams decoded to their end; the one
-that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed to the API as if it had just been decoded, and
-committed with how it was picked (`sampling.selected`); the others are dropped. With
+that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed
+to the API as if it had just been decoded, and committed with how it was picked (`sampling.selected`); the others are dropped. With
 `--lesson-rewrites R` > 0, a picked answer that does not keep lessons asking for less is
 rewritten R times to them (`checks.to_rewrite`), and a rewrite that keeps them better is
 served instead, stored as the answer to the served prompt with log-probs re-scored there.
@@ -36,7 +36,8 @@ from typing import AsyncIterator
 from fastapi.concurrency import run_in_threadpool
 
 from openclaw_rl.chat import content_text, render_prompt
-from openclaw_rl.engine.base import ContextLengthError, EngineError, Finished, Started, TokenIdError
+from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, Started, TokenIdError, scoring_adapter,
+                                     weights_in_use)
 from openclaw_rl.experience import listed, place
 from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
@@ -308,12 +309,7 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     """K answers decoded to their end (admitted together: one prefill batch), the one that keeps the
     user's checkable lessons best (the first on a tie), as a turn whose stream replays it."""
     k = server.config.lesson_samples
-    candidates = await _started(server, spec, ref, prompt, params, group, [0] * k)
-    try:
-        await _to_the_end(server, (turn.decode() for turn in candidates))
-    finally:
-        for turn in candidates:
-            await turn.stream.aclose()
+    candidates = await _decoded(server, spec, ref, prompt, params, group, k)
     texts = [turn.text.finish()[0] for turn in candidates]
     best, kept = pick(texts, found)
     chosen = candidates[best]
@@ -321,7 +317,7 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
     if server.config.lesson_rewrites and to_rewrite(texts, best, found):
-        rewritten = await _rewritten(server, spec, ref, prompt, chosen, group, found)
+        rewritten = await _rewritten(server, spec, ref, prompt, chosen.params, texts[best], group, found)
         if rewritten is not None:
             started, steps, reason, selection["rewrite"] = rewritten
     replay = TurnInProgress(server, spec, ref, prompt, chosen.params, started, _replayed(steps, reason), group, 0)
@@ -329,45 +325,50 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     return replay
 
 
-async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, draft: TurnInProgress,
-                     group: str, found: tuple[Check, ...]) -> tuple[Started, list[TokenStep], str, dict] | None:
-    """The draft rewritten to the user's lessons, when one of --lesson-rewrites rewrites keeps them
-    better than the draft (`checks.choose_rewrite`: the draft on a tie, and no rewrite that drops
-    the draft's number): its `Started`, its steps with log-probs re-scored under the served prompt
-    (what the answer's tokens have there, so training sees the distribution of the prompt it is
-    stored with), how it ended,
-    and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better, the
-    rewrite prompt does not fit, or the weights changed before the re-score)."""
-    draft_text = draft.text.finish()[0]
+async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
+                   k: int) -> list[TurnInProgress]:
+    """`k` answers to `prompt` decoded to their end (admitted together: one prefill batch), their
+    streams closed; nothing committed."""
+    turns = await _started(server, spec, ref, prompt, params, group, [0] * k)
+    try:
+        await _to_the_end(server, (turn.decode() for turn in turns))
+    finally:
+        for turn in turns:
+            await turn.stream.aclose()
+    return turns
+
+
+async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,
+                     draft_text: str, group: str, found: tuple[Check, ...]
+                     ) -> tuple[Started, list[TokenStep], str, dict] | None:
+    """The draft (sampled with `params`) rewritten to the user's lessons, when one of
+    --lesson-rewrites rewrites keeps them better than the draft (`checks.choose_rewrite`: the draft
+    on a tie, and no rewrite that drops the draft's number): its `Started`, its steps with
+    log-probs re-scored under the served prompt (what the answer's tokens have there, so training
+    sees the distribution of the prompt it is stored with), how it ended, and what
+    `sampling.selected.rewrite` records. None: the draft
+    stays (no rewrite better, the rewrite prompt does not fit, or the weights changed before the
+    re-score)."""
     asked = [*spec.messages, {"role": "assistant", "content": draft_text},
              {"role": "user", "content": rewrite_request(found)}]
     ids = await _rendered(server, spec, place(asked, prompt.experience_block, prompt.experience_placement))
-    params = draft.params
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
     count = server.config.lesson_rewrites
-    rewrites = await _started(server, spec, ref, ServedPrompt(ids, prompt.experience_block, prompt.experience_version,
-                                                              prompt.experience_placement), params, group, [0] * count)
-    try:
-        await _to_the_end(server, (turn.decode() for turn in rewrites))
-    finally:
-        for turn in rewrites:
-            await turn.stream.aclose()
+    rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group, count)
     best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found)
     if best is None:
         return None
     chosen = rewrites[best]
     engine, tokens = server.engine, [step.token_id for step in chosen.steps]
-    served = getattr(engine, "adapter_versions", None)
-    adapter = {"adapter": params.adapter} if served is not None and params.adapter in served() else {}
     try:
         score = await engine.score(prompt.ids, tokens, temperature=params.logprob_temperature,
-                                   top_p=params.logprob_top_p, top_k=params.top_logprobs, **adapter)
+                                   top_p=params.logprob_top_p, top_k=params.top_logprobs,
+                                   **scoring_adapter(engine, params.adapter))
     except EngineError as error:
         log.warning("a rewrite could not be scored under the served prompt (%s); the draft is served", error)
         return None
-    now = (engine.policy_version, served().get(params.adapter) if served is not None else None)
-    if now != (chosen.started.policy_version, chosen.started.adapter_version):
+    if weights_in_use(engine, params.adapter) != (chosen.started.policy_version, chosen.started.adapter_version):
         return None  # new weights since the rewrite was sampled: the log-probs would not be the sampler's
     steps = [TokenStep(token, logprob, tuple(zip(top_ids, top_logprobs))) for token, logprob, top_ids, top_logprobs
              in zip(tokens, score.logprobs, score.top_ids, score.top_logprobs)]
