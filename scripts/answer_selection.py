@@ -152,10 +152,10 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
             best = pick(texts, found)[0]
             picked.append(answers[best][1])
             final = texts[best]
-            if to_rewrite(texts, best, found):
+            if asked := to_rewrite(texts, best, found):
                 asked = [{"role": "user", "content": persona.first_message(problem)},
                          {"role": "assistant", "content": texts[best]},
-                         {"role": "user", "content": rewrite_request(found)}]
+                         {"role": "user", "content": rewrite_request(asked)}]
                 again = _answers(thread, headers, asked, rewrites, max_tokens, seed=3)
                 chosen = choose_rewrite(texts[best], again, found)[0]
                 final = texts[best] if chosen is None else again[chosen]

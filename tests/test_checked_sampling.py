@@ -133,9 +133,28 @@ def test_a_picked_answer_that_breaks_a_condensing_lesson_is_rewritten_and_the_re
     assert _stream(server, keys["parent"]) == SHORT  # the same four replies again, streamed
 
 
+LISTED = "Twelve sevens:\n- 10 x 7 = 70\n- 2 x 7 = 14\n- 70 + 14 = 84"
+PLAIN = "First 10 x 7 = 70. Then 2 x 7 = 14. And 70 + 14 = 84."
+TERSE = "It is 84."
+
+
+def test_beside_a_lesson_asking_for_more_the_pick_is_rewritten_to_what_it_breaks(scripted_server):
+    """"Show every step." asks for more, "No bullet points." for less: a listed pick is asked to
+    drop the list only; the rewrite that keeps the steps is served, the one that drops them is not."""
+    server = scripted_server([LISTED, LISTED, TERSE, PLAIN], lesson_samples=2, lesson_rewrites=2)
+    keys = keyed(server, "student")
+    teach(server.server.store, "student", ("Show every step.", "No bullet points."))
+    r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == PLAIN
+    request = server.server.tokenizer.decode(server.engine.prompts[2]).rsplit("Rewrite your answer.", 1)[1]
+    assert request.split("<|im_end|>")[0].strip() == "No bullet points."
+    selected = stored_turns(server, r)[0].sampling["selected"]
+    assert selected["rewrite"]["picked"] == 1
+
+
 @pytest.mark.parametrize("why, replies, lessons, rewrites", [
     ("the draft keeps the lessons", [SHORT, LONG], ("Answer in one sentence.",), 2),
-    ("a lesson asks for more", [LONG, WORDY], ("Answer in one sentence.", "Show every step."), 2),
+    ("a lesson asks for more, the pick breaks none by itself", [LONG, WORDY], ("Keep it short.", "Show every step."), 2),
     ("rewrites off", [LONG, WORDY], ("Answer in one sentence.",), 0),
 ])
 def test_no_rewrite_is_asked_for(scripted_server, why, replies, lessons, rewrites):

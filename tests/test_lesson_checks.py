@@ -86,10 +86,21 @@ def test_only_an_answer_that_breaks_lessons_asking_for_less_is_worth_rewriting()
     assert to_rewrite(answers, 0, condensing)  # two sentences, working shown
     assert not to_rewrite(answers, 1, condensing)  # keeps both
     assert to_rewrite(["Sure, happy to help."], 0, condensing)  # keeps them, but no number at all
-    asking_more = checks(["Answer in one sentence.", "Show every step."])
-    assert not to_rewrite(answers, 0, asking_more)  # a rewrite cannot add the steps a small model left out
+    assert to_rewrite(answers, 0, condensing) == condensing  # every lesson asked for, in the user's words
     assert not to_rewrite(answers, 0, [])
     assert rewrite_request(condensing) == "Rewrite your answer. Answer in one sentence. Don't show the working."
+
+
+def test_beside_a_lesson_asking_for_more_only_what_the_answer_breaks_by_itself_is_rewritten():
+    from openclaw_rl.experience.checks import rewrite_request, to_rewrite
+
+    found = checks(["Show every step.", "No bullet points.", "Don't say \u201cTo solve this problem\u201d."])
+    listed = "To solve this problem:\n- 12 x 7 = 84\n- so 84."
+    asked = to_rewrite([listed], 0, found)
+    assert [(c.kind, c.unit) for c in asked] == [("without", "list"), ("without", "phrase")]
+    assert rewrite_request(asked) == "Rewrite your answer. No bullet points. Don't say \u201cTo solve this problem\u201d."
+    # a rewrite cannot add the steps a small model left out: few steps alone is not worth a rewrite
+    assert not to_rewrite(["It is 84.", "12 x 7 = 84, so it is 84."], 0, found)
 
 
 def test_a_quoted_phrase_to_leave_out_is_checked_in_any_case():

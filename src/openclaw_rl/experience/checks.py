@@ -51,7 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick",
+__all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick",
            "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
@@ -252,18 +252,28 @@ def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[floa
 
 
 # The checks a rewrite can satisfy at 135M: asking for less (a limit, shorter, no working, no lists,
-# Markdown or emojis). Asking for more (detail, every step) it cannot: a rewrite of a worked answer
-# into more steps was worse than the answer it rewrote (docs/experiments.md "Rewriting").
+# Markdown, emojis or a phrase). Asking for more (detail, every step) it cannot: a rewrite of a worked
+# answer into more steps was worse than the answer it rewrote (docs/experiments.md "Rewriting").
 CONDENSING = frozenset({"at_most", "shorter", "less_working", "without"})
+# Of those, the ones an answer keeps or breaks by itself (not relative to other answers).
+ABSOLUTE = frozenset({"at_most", "without"})
 
 
-def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> bool:
-    """Whether the picked one of `answers` is worth rewriting to the user's lessons: every check
-    asks for less (`CONDENSING`), and the answer does not keep them all as well as the best of
-    `answers` does, or carries no number."""
-    if not found or not all(c.kind in CONDENSING for c in found):
-        return False
-    return scores(answers, found)[picked] < 1.0 or _final(answers[picked]) is None
+def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> list[Check]:
+    """The checks to ask the picked one of `answers` to be rewritten to ([]: serve it as it is).
+
+    When every check asks for less (`CONDENSING`): all of them, if the answer does not keep them
+    as well as the best of `answers` does, or carries no number. When some lesson asks for more
+    ("Show every step"): only the checks the answer breaks by itself among `ABSOLUTE` (a list, a
+    heading, a quoted phrase, a count over its limit), so the rewrite is an edit of what is wrong,
+    and `choose_rewrite`, which scores every check, keeps the draft unless the edit lost nothing
+    else of the same weight."""
+    if not found:
+        return []
+    if all(c.kind in CONDENSING for c in found):
+        kept = scores(answers, found)[picked] < 1.0 or _final(answers[picked]) is None
+        return list(found) if kept else []
+    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]
 
 
 def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check]) -> tuple[int | None, list[float]]:
@@ -281,7 +291,8 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check]) 
 
 
 def rewrite_request(found: Sequence[Check]) -> str:
-    """The user turn that asks for the rewrite: the lessons the checks came from, in the user's words."""
+    """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
+    came from, in the user's words."""
     return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found)])
 
 

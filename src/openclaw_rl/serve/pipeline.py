@@ -9,7 +9,8 @@ With `--lesson-samples K` > 1 and a block whose lessons can be checked on an ans
 that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed
 to the API as if it had just been decoded, and committed with how it was picked (`sampling.selected`); the others are dropped. With
 `--lesson-rewrites R` > 0, a picked answer that does not keep lessons asking for less is
-rewritten R times to them (`checks.to_rewrite`), and a rewrite that keeps them better is
+rewritten R times to them (`checks.to_rewrite`: to the ones it breaks, when another lesson asks
+for more), and a rewrite that keeps them all better is
 served instead, stored as the answer to the served prompt with log-probs re-scored there.
 
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
@@ -316,8 +317,8 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     started, steps, reason = chosen.started, chosen.steps, chosen.finish_reason
     selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
-    if server.config.lesson_rewrites and to_rewrite(texts, best, found):
-        rewritten = await _rewritten(server, spec, ref, prompt, chosen.params, texts[best], group, found)
+    if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found)):
+        rewritten = await _rewritten(server, spec, ref, prompt, chosen.params, texts[best], group, found, asked)
         if rewritten is not None:
             started, steps, reason, selection["rewrite"] = rewritten
     replay = TurnInProgress(server, spec, ref, prompt, chosen.params, started, _replayed(steps, reason), group, 0)
@@ -339,9 +340,9 @@ async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
 
 
 async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,
-                     draft_text: str, group: str, found: tuple[Check, ...]
+                     draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check]
                      ) -> tuple[Started, list[TokenStep], str, dict] | None:
-    """The draft (sampled with `params`) rewritten to the user's lessons, when one of
+    """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
     --lesson-rewrites rewrites keeps them better than the draft (`checks.choose_rewrite`: the draft
     on a tie, and no rewrite that drops the draft's number): its `Started`, its steps with
     log-probs re-scored under the served prompt (what the answer's tokens have there, so training
@@ -350,7 +351,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     stays (no rewrite better, the rewrite prompt does not fit, or the weights changed before the
     re-score)."""
     asked = [*spec.messages, {"role": "assistant", "content": draft_text},
-             {"role": "user", "content": rewrite_request(found)}]
+             {"role": "user", "content": rewrite_request(asked)}]
     ids = await _rendered(server, spec, place(asked, prompt.experience_block, prompt.experience_placement))
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
