@@ -33,6 +33,10 @@ rewrites of it to the lessons (the conversation, the picked answer, then "Rewrit
 answer." and the lessons), and `checks.choose_rewrite` over the pick and the rewrites; printed as
 `lesson_checks+rewrite` (4 samples), beside `lesson_checks` on the same 4.
 
+`--greedy` asks only for each problem's greedy answer, served with `--lesson-rewrites` 0 and 4
+(a greedy answer that breaks a checkable lesson is rewritten once): how a run's held-out
+evaluation is served, with and without the rewrite.
+
 `--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
 file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
 is NAME's sessions.
@@ -98,9 +102,10 @@ def lessons_of(data_dir: Path, user: str | None) -> list[str]:
         store.close()
 
 
-def _serving(data_dir: Path, out: Path, user: str | None) -> tuple[ServerThread, dict[str, str]]:
-    """The base model served with a copy of the run's store in `out` (training off), and the
-    headers that make a request NAME's (none: the keyless server's local admin)."""
+def _serving(data_dir: Path, out: Path, user: str | None, rewrites: int = 0) -> tuple[ServerThread, dict[str, str]]:
+    """The base model served with a copy of the run's store in `out` (training off, no checked
+    sampling, `--lesson-rewrites rewrites`), and the headers that make a request NAME's (none:
+    the keyless server's local admin)."""
     out.mkdir(parents=True, exist_ok=True)
     for path in data_dir.glob("openclaw.db*"):
         shutil.copy(path, out / path.name)
@@ -110,15 +115,17 @@ def _serving(data_dir: Path, out: Path, user: str | None) -> tuple[ServerThread,
         users = Users(out)
         users.revoke(user)
         headers = {"Authorization": f"Bearer {users.add(user)}"}
-    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False, lesson_samples=1)
+    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False, lesson_samples=1,
+                        lesson_rewrites=rewrites)
     stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
     return ServerThread(stack.app(), serve.port), headers
 
 
 def _answers(thread: ServerThread, headers: dict[str, str], messages: list[dict], n: int, max_tokens: int,
-             seed: int) -> list[str]:
+             seed: int, temperature: float = 1.0) -> list[str]:
     r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600, headers=headers,
-                   json={"messages": messages, "n": n, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed})
+                   json={"messages": messages, "n": n, "max_tokens": max_tokens, "temperature": temperature,
+                         "seed": seed})
     r.raise_for_status()
     return [choice["message"]["content"] for choice in r.json()["choices"]]
 
@@ -163,6 +170,24 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
     finally:
         thread.stop()
     return picked, served
+
+
+def greedy(data_dir: Path, out: Path, persona_name: str, max_tokens: int, user: str | None
+           ) -> dict[str, list[float]]:
+    """The rubric of each held-out problem's greedy answer as served with the run's store, with
+    `--lesson-rewrites` 0 and 4 (a greedy answer that breaks a checkable lesson is rewritten
+    once): the served held-out score of a run's evaluations, with and without rewriting."""
+    persona, served = get_persona(persona_name), {}
+    for rewrites in (0, 4):
+        thread, headers = _serving(data_dir, out / f"greedy-{rewrites}", user, rewrites)
+        try:
+            served[f"greedy, rewrites {rewrites}"] = [
+                persona.rubric(problem, _answers(thread, headers, [{"role": "user", "content":
+                               persona.first_message(problem)}], 1, max_tokens, seed=0, temperature=0.0)[0])
+                for problem in heldout_problems(16)]
+        finally:
+            thread.stop()
+    return served
 
 
 def style(text: str) -> np.ndarray:
@@ -243,6 +268,8 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=160)
     parser.add_argument("--analyse-only", action="store_true", help="reuse OUT/selection.json's candidates")
     parser.add_argument("--user", help="sample as this user of a multi-user run (their lessons, their history)")
+    parser.add_argument("--greedy", action="store_true", help="only the greedy answers, served with rewrites off "
+                        "and on (what a run's held-out evaluation is served)")
     parser.add_argument("--rewrites", type=int, default=0, help="also rewrite the 4-sample pick R times (serve "
                         "--lesson-rewrites R) and print what that serves")
     args = parser.parse_args()
@@ -253,6 +280,10 @@ def main() -> None:
     print(f"lessons ({len(lessons)}), {len(found)} checks read from them:")
     for lesson in lessons:
         print(f"  {lesson}  ->  {[c.kind + (' ' + c.unit if c.unit else '') + (f' {c.limit}' if c.limit else '') for c in found if c.lesson == lesson]}")
+    if args.greedy:
+        for name, chosen in greedy(args.data_dir, args.out, args.persona, args.max_tokens, args.user).items():
+            print(f"| {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
+        return
     saved = args.out / "selection.json"
     if args.analyse_only:
         candidates = json.loads(saved.read_text())["candidates"]

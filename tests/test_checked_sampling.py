@@ -54,15 +54,15 @@ def test_the_answer_that_keeps_the_users_lessons_is_served_streamed_and_recorded
     assert turn.response_text == WORKED and turn.sampling["selected"]["picked"] == 0
 
 
-@pytest.mark.parametrize("why, body, lessons, samples", [
-    ("greedy", {"temperature": 0}, ("Answer in one sentence.",), 3),
-    ("n choices", {"n": 2}, ("Answer in one sentence.",), 3),
-    ("a lesson with nothing to check", {}, ("Be friendly and encouraging.",), 3),
-    ("no lessons", {}, (), 3),
-    ("off", {}, ("Answer in one sentence.",), 1),
+@pytest.mark.parametrize("why, body, lessons, samples, rewrites", [
+    ("greedy, rewrites off", {"temperature": 0}, ("Answer in one sentence.",), 3, 0),
+    ("n choices", {"n": 2}, ("Answer in one sentence.",), 3, 4),
+    ("a lesson with nothing to check", {}, ("Be friendly and encouraging.",), 3, 4),
+    ("no lessons", {}, (), 3, 4),
+    ("off", {}, ("Answer in one sentence.",), 1, 0),
 ])
-def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lessons, samples):
-    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=samples)
+def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lessons, samples, rewrites):
+    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=samples, lesson_rewrites=rewrites)
     keys = keyed(server, "parent")
     if lessons:
         teach(server.server.store, "parent", lessons)
@@ -70,6 +70,21 @@ def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lesso
     assert len(server.engine.prompts) == body.get("n", 1), why
     assert all("selected" not in t.sampling for t in stored_turns(server, r))
     assert r.json()["choices"][0]["message"]["content"] == WORKED  # the first sample, as always
+
+
+@pytest.mark.parametrize("why, body, samples", [("greedy", {"temperature": 0}, 3),
+                                              ("one sample", {"temperature": 1.0}, 1)])
+def test_a_single_answer_that_breaks_a_lesson_is_rewritten_once_when_greedy(scripted_server, why, body, samples):
+    """A greedy request (or --lesson-samples 1) decodes one answer; one that breaks a checkable
+    lesson is rewritten (once when greedy: R greedy rewrites would be R copies)."""
+    server = scripted_server([WORKED, SHORT, TWO, TWO, TWO], lesson_samples=samples, lesson_rewrites=4)
+    keys = keyed(server, "parent")
+    teach(server.server.store, "parent", ("Answer in one sentence.",))
+    r = chat(server, keys["parent"], QUESTION, max_tokens=64, **body)
+    assert r.json()["choices"][0]["message"]["content"] == SHORT, why
+    assert len(server.engine.prompts) == (2 if why == "greedy" else 5)
+    selected = stored_turns(server, r)[0].sampling["selected"]
+    assert selected["of"] == 1 and selected["rewrite"]["picked"] == 0
 
 
 def test_lesson_samples_is_checked():

@@ -26,7 +26,8 @@ READ = [
     ("Make it much shorter, a few words will do.", [("at_most", "word", 10), ("shorter", "", 0)]),  # brief, not 3
     ("Keep it short, a few sentences is enough.", [("at_most", "sentence", 3), ("shorter", "", 0)]),
     ("Remove the # titles.", [("without", "markdown", 0)]),
-    ("Write it without Step 1, Step 2 labels.", []),  # labels named, not the working
+    ("Write it without Step 1, Step 2 labels.", [("without", "label", 0)]),  # the labels, not the working
+    ("Do not label things Step 1, Step 2, just explain it in sentences.", [("without", "label", 0)]),
     ("Do not say \u201cAbsolutely\u201d.", [("without", "phrase", 0)]),
     ("Drop the \u201cTo solve this problem\u201d part, it sounds like a chatbot.", [("without", "phrase", 0)]),
     ("Skip phrases like 'great question' and just answer.", [("without", "phrase", 0)]),
@@ -101,6 +102,12 @@ def test_beside_a_lesson_asking_for_more_only_what_the_answer_breaks_by_itself_i
     assert rewrite_request(asked) == "Rewrite your answer. No bullet points. Don't say \u201cTo solve this problem\u201d."
     # a rewrite cannot add the steps a small model left out: few steps alone is not worth a rewrite
     assert not to_rewrite(["It is 84.", "12 x 7 = 84, so it is 84."], 0, found)
+
+
+def test_a_step_label_is_what_a_label_lesson_checks():
+    (check,) = checks(["Don't label things Step 1, Step 2."])
+    assert scores(["Step 1: 3 x 4 = 12. Step 2. So 12.", "**Step 1:** 12", "First 3 x 4 = 12, a step 2 times."],
+                  [check]) == [0.0, 0.0, 1.0]
 
 
 def test_a_quoted_phrase_to_leave_out_is_checked_in_any_case():

@@ -120,10 +120,11 @@ class ServeConfig:
         "sample this many answers (one decode batch) and serve the one that keeps them best, the first on a tie; "
         "1 = one sample, as without the block (docs/experience.md#checked-sampling)", default=4)
     lesson_rewrites: int = setting(
-        "with --lesson-samples > 1, when every checkable lesson asks for less (a limit, short, no working, no lists, "
-        "Markdown or emojis) and the picked answer does not keep them as well as the best sample: ask the model this "
-        "many times to rewrite it to the lessons, and serve a rewrite that keeps them better (the answer otherwise); "
-        "0 = never (docs/experience.md#rewriting-to-the-lessons)", default=4)
+        "when the picked (or only, or greedy) answer does not keep the checkable lessons asking for less (a limit, "
+        "short, no working, no lists, Markdown, emojis or a quoted phrase): ask the model this many times (once when "
+        "greedy) to rewrite it to them (beside a lesson asking for more: to the ones it breaks by itself), and serve a "
+        "rewrite that keeps every lesson better (the answer otherwise); 0 = never "
+        "(docs/experience.md#rewriting-to-the-lessons)", default=4)
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
@@ -891,8 +892,8 @@ class SimulateConfig:
                                    default=1.0)
     lesson_samples: int = setting("serve --lesson-samples: answers sampled per request of a user with checkable "
                                   "lessons, the one that keeps them best served (1 = one sample)", default=4)
-    lesson_rewrites: int = setting("serve --lesson-rewrites: rewrites of a picked answer that does not keep the "
-                                   "user's condensing lessons (0 = none)", default=4)
+    lesson_rewrites: int = setting("serve --lesson-rewrites: rewrites of an answer that does not keep the user's "
+                                   "lessons asking for less (0 = none)", default=4)
     shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
                             "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
                             "score is then that persona's. Empty: no shift", default="")

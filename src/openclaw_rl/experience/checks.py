@@ -21,10 +21,11 @@ both negated; "don't show the working": negated):
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
   count of written-out steps (a line or sentence with arithmetic, "Step N"); a lesson that
-  names "Step 1" is about the label, not the working, and gives no working check;
+  names "Step 1" is about the label, not the working (a label check below);
 - **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
   Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when
-  absent) and "use a list", "use bullet points" (do: 1 when present);
+  absent) and "use a list", "use bullet points" (do: 1 when present); "no Step 1, Step 2
+  labels" (a step label: "Step 1:", "Step 2.");
 - **quoted phrases to leave out**: "Don't say “Absolutely”", "drop the “To solve this problem”
   part", "skip phrases like 'great question'" (a negator within the four words before the
   quote): 1 when the answer does not contain the phrase (any case).
@@ -68,6 +69,7 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
 _MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\n]{1,80})"|\u201c([^\u201d\n]{1,80})\u201d|\u2018([^\u2019\n]{1,80})\u2019'
                      r"|(?<![a-z])'([^'\n]{1,80})'(?![a-z])")
+_LABEL = re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE)  # "Step 1:", "**Step 2.**"
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 CONSENSUS_WEIGHT = 0.5
@@ -92,8 +94,8 @@ _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".spli
 class Check:
     """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
     `limit`), `shorter`/`longer` (relative length), `less_working`/`more_working` (relative
-    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, or phrase:
-    `phrase`, compared case-insensitively)."""
+    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label (a
+    "Step N:" label), or phrase: `phrase`, compared case-insensitively)."""
 
     lesson: str
     kind: str
@@ -143,7 +145,10 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
                 length = (-1 if token in _SHORT else 1) * sign
             word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
             if word == "step" and tokens[i + 1:i + 2] and tokens[i + 1].isdigit():
-                continue  # "Step 1" names a label ("without Step 1, Step 2 labels"), not the working
+                # "Step 1" names a label ("without Step 1, Step 2 labels"), not the working; one
+                # negated mention negates the lesson's labels (", Step 2" stands in a clause of its own)
+                about["label"] = min(sign, about.get("label", 1))
+                continue
             if (topic := _ABOUT.get(word[:5])) is not None:
                 about[topic] = sign
     return about, length
@@ -174,7 +179,7 @@ def _read(lesson: str) -> list[Check]:
         found.append(Check(lesson, "longer"))
     if "working" in objects:
         found.append(Check(lesson, "more_working" if objects["working"] > 0 else "less_working"))
-    for unit in ("list", "markdown", "emoji"):
+    for unit in ("list", "markdown", "emoji", "label"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
     found += [Check(lesson, "without", "phrase", phrase=phrase) for phrase in _quoted_to_avoid(text)]
@@ -218,7 +223,7 @@ def _one(check: Check, answers: Sequence[str]) -> list[float]:
         return _ranked([count_steps(a) for a in answers], lower_is_better=check.kind == "less_working")
     if check.unit == "phrase":
         return [float((check.phrase in a.lower()) == (check.kind == "with")) for a in answers]
-    present = {"list": _LIST_ITEM, "markdown": _MARKDOWN, "emoji": _EMOJI}[check.unit]
+    present = {"list": _LIST_ITEM, "markdown": _MARKDOWN, "emoji": _EMOJI, "label": _LABEL}[check.unit]
     return [float(bool(present.search(a)) == (check.kind == "with")) for a in answers]
 
 

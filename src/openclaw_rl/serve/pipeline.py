@@ -291,10 +291,12 @@ async def _to_the_end(server: Server, decoding) -> None:
 
 
 def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> tuple[Check, ...]:
-    """The checks to pick this request's answer by, or () to sample it once: --lesson-samples > 1,
-    one sampled (not greedy) main response in plain text, and a block with a checkable lesson."""
-    if (server.config.lesson_samples < 2 or spec.n != 1 or spec.kind != "main" or params.greedy
-            or params.constraint is not None or spec.tools_on or not prompt.experience_block):
+    """The checks to pick or rewrite this request's answer by, or () to stream it as decoded: one
+    main response in plain text, a block with a checkable lesson, and something to do with it:
+    --lesson-samples > 1 for a sampled request, --lesson-rewrites > 0 (a greedy one too)."""
+    config = server.config
+    if (spec.n != 1 or spec.kind != "main" or params.constraint is not None or spec.tools_on
+            or not prompt.experience_block or (config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites):
         return ()
     return _block_checks(prompt.experience_block)
 
@@ -307,9 +309,10 @@ def _block_checks(block: str) -> tuple[Check, ...]:
 
 async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
                    found: tuple[Check, ...]) -> TurnInProgress:
-    """K answers decoded to their end (admitted together: one prefill batch), the one that keeps the
-    user's checkable lessons best (the first on a tie), as a turn whose stream replays it."""
-    k = server.config.lesson_samples
+    """K answers decoded to their end (admitted together: one prefill batch; one when greedy), the
+    one that keeps the user's checkable lessons best (the first on a tie), or a rewrite of it, as a
+    turn whose stream replays it."""
+    k = 1 if params.greedy else server.config.lesson_samples
     candidates = await _decoded(server, spec, ref, prompt, params, group, k)
     texts = [turn.text.finish()[0] for turn in candidates]
     best, kept = pick(texts, found)
@@ -355,7 +358,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     ids = await _rendered(server, spec, place(asked, prompt.experience_block, prompt.experience_placement))
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
-    count = server.config.lesson_rewrites
+    count = 1 if params.greedy else server.config.lesson_rewrites  # greedy: R would be R copies
     rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group, count)
     best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found)
     if best is None:
