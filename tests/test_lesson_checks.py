@@ -26,6 +26,8 @@ READ = [
     ("Make it much shorter, a few words will do.", [("at_most", "word", 10), ("shorter", "", 0)]),  # brief, not 3
     ("Keep it short, a few sentences is enough.", [("at_most", "sentence", 3), ("shorter", "", 0)]),
     ("Remove the # titles.", [("without", "markdown", 0)]),
+    ("Show every step of the working, one sentence per step.", [("more_working", "", 0)]),  # a rate, no limit
+    ("Two lines for each step.", [("more_working", "", 0)]),  # a rate: no line limit
     ("Write it without Step 1, Step 2 labels.", [("without", "label", 0)]),  # the labels, not the working
     ("Do not label things Step 1, Step 2, just explain it in sentences.", [("without", "label", 0)]),
     ("Do not say \u201cAbsolutely\u201d.", [("without", "phrase", 0)]),

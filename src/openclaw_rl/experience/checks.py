@@ -14,7 +14,7 @@ both negated; "don't show the working": negated):
 
 - **a count limit**: "one sentence", "a single line", "in N sentences", "under N words",
   "at most N words/lines/sentences" ("a few" is three sentences or lines, ten words): the
-  answer passes when it keeps the limit (1 or 0);
+  answer passes when it keeps the limit (1 or 0); "one sentence per step" is a rate, not a limit;
 - **length**: the short side ("short", "brief", "concise", a limit) or the long side
   ("detailed", "longer", "elaborate"): relative, the shortest (longest) of the answers
   scores 1 and the others by their rank;
@@ -63,6 +63,7 @@ _UNIT = r"(sentence|line|word|paragraph)s?"
 _LIMITED = re.compile(rf"\b(?:no more than|not more than|at most|up to|under|fewer than|less than|max(?:imum)?|"
                       rf"within)\s+{_COUNT}\s+{_UNIT}\b")
 _EXACT = re.compile(rf"\b{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
+_RATE = re.compile(r"s?\s+(?:per|for each|for every|each|a)\b")  # "one sentence per step": a rate, not a limit
 _OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d|=\s*\$?\d")
 _STEP_LABEL = re.compile(r"\bstep\s*\d+\b|^\s*\d+[.)]\s", re.IGNORECASE | re.MULTILINE)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
@@ -163,8 +164,9 @@ def _read(lesson: str) -> list[Check]:
     negated_limit = re.search(r"\b(?:not|don't|do not|never)\b[^.,;]*\b(?:one|a single|single) (?:sentence|line)",
                               text)
     for pattern in (_LIMITED, _EXACT):
-        for count, unit in pattern.findall(text):
-            if unit == "paragraph" or (pattern is _EXACT and negated_limit):
+        for match in pattern.finditer(text):
+            count, unit = match.groups()
+            if unit == "paragraph" or (pattern is _EXACT and negated_limit) or _RATE.match(text, match.end()):
                 continue
             limit = int(count) if count.isdigit() else _NUMBER_WORDS[count]
             if count in ("a few", "few") and unit == "word":
