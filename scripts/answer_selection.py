@@ -160,11 +160,11 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
             picked.append(answers[best][1])
             final = texts[best]
             if asked := to_rewrite(texts, best, found):
-                asked = [{"role": "user", "content": persona.first_message(problem)},
-                         {"role": "assistant", "content": texts[best]},
-                         {"role": "user", "content": rewrite_request(asked)}]
-                again = _answers(thread, headers, asked, rewrites, max_tokens, seed=3)
-                chosen = choose_rewrite(texts[best], again, found)[0]
+                messages = [{"role": "user", "content": persona.first_message(problem)},
+                            {"role": "assistant", "content": texts[best]},
+                            {"role": "user", "content": rewrite_request(asked)}]
+                again = _answers(thread, headers, messages, rewrites, max_tokens, seed=3)
+                chosen = choose_rewrite(texts[best], again, found, asked)[0]
                 final = texts[best] if chosen is None else again[chosen]
             served.append(persona.rubric(problem, final))
     finally:

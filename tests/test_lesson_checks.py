@@ -128,3 +128,22 @@ def test_a_rewrite_replaces_the_draft_only_when_it_keeps_the_lessons_better_and_
     assert choose_rewrite(draft, [draft], found)[0] is None  # no better: the draft
     best, totals = choose_rewrite("No idea, sorry. Really.", ["No idea."], found)
     assert best == 0 and len(totals) == 2  # a draft without a number: any rewrite may replace it
+
+
+def test_a_rewrite_must_fix_what_it_was_asked_to_fix():
+    """Asked to drop the list, a rewrite that keeps the list and repeats its lines wins nothing
+    for its "more working" (a line said again is not another step)."""
+    from openclaw_rl.experience.checks import choose_rewrite, to_rewrite
+
+    found = checks(["Show every step.", "No bullet points."])
+    draft = "- 21 - 4 = 17\n- 17 - 1 = 16\nSo 16."
+    asked = to_rewrite([draft], 0, found)
+    assert [c.unit for c in asked] == ["list"]
+    repeated = "- 21 - 4 = 17\n- 17 - 1 = 16\n- 17 - 1 = 16\n- 17 - 1 = 16\nSo 16."
+    assert count_steps(repeated) == count_steps(draft) == 2
+    more = "- 21 - 4 = 17\n- 17 - 1 = 16\n- 16 x 1 = 16\nSo 16."
+    assert choose_rewrite(draft, [repeated, more], found, asked)[0] is None  # neither dropped the list
+    plain = "21 - 4 = 17. Then 17 - 1 = 16. So 16."
+    assert choose_rewrite(draft, [more, plain], found, asked)[0] == 1
+    fewer = "21 - 4 = 17, and 17 - 1 = 16. So 16."  # the list dropped, and a step with it: no better as a whole
+    assert choose_rewrite(draft, [fewer], found, asked)[0] is None

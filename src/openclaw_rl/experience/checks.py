@@ -119,9 +119,10 @@ def sentences(text: str) -> int:
 
 
 def count_steps(text: str) -> int:
-    """Written-out steps: lines or sentences that carry arithmetic, and "Step N" labels."""
-    pieces = [p for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()]
-    return sum(bool(_OPERATOR.search(p)) for p in pieces) + len(_STEP_LABEL.findall(text))
+    """Written-out steps: distinct lines or sentences that carry arithmetic (a line said again is
+    not another step), and "Step N" labels."""
+    pieces = {" ".join(p.split()) for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()}
+    return sum(bool(_OPERATOR.search(p)) for p in pieces) + len(set(_STEP_LABEL.findall(text)))
 
 
 def checks(lessons: Sequence[str]) -> list[Check]:
@@ -283,18 +284,28 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> l
     return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]
 
 
-def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check]) -> tuple[int | None, list[float]]:
+def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = ()
+                   ) -> tuple[int | None, list[float]]:
     """Which rewrite to serve instead of `draft` (None: the draft), and the `pick` totals of the
-    draft and each rewrite (a rewrite left out scores 0): `pick` over the draft and the rewrites,
-    the draft first; a rewrite without a number cannot replace a draft that has one (a rewrite
-    changes the form, and a 135M model's sometimes drops the answer)."""
+    draft and each rewrite (a rewrite left out scores 0). A rewrite is a candidate only if it
+    keeps the lessons it was asked to keep (`asked`, default all of `found`) better than the draft
+    does, and has a number if the draft has one (a rewrite changes the form, and a 135M model's
+    sometimes drops the answer); then `pick` over the draft and the candidates on every check,
+    the draft first."""
+    asked = asked or found
     needs_number = _final(draft) is not None
-    kept = [i for i, text in enumerate(rewrites) if not needs_number or _final(text) is not None]
+    kept = [i for i, text in enumerate(rewrites)
+            if (not needs_number or _final(text) is not None) and _keeps_better(text, draft, asked)]
     best, totals = pick([draft, *(rewrites[i] for i in kept)], found)
     every = [totals[0]] + [0.0] * len(rewrites)
     for place, i in enumerate(kept, start=1):
         every[i + 1] = totals[place]
     return (None if best == 0 else kept[best - 1]), every
+
+
+def _keeps_better(text: str, draft: str, found: Sequence[Check]) -> bool:
+    draft_kept, text_kept = scores([draft, text], found)
+    return text_kept > draft_kept
 
 
 def rewrite_request(found: Sequence[Check]) -> str:

@@ -346,21 +346,21 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
                      draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check]
                      ) -> tuple[Started, list[TokenStep], str, dict] | None:
     """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
-    --lesson-rewrites rewrites keeps them better than the draft (`checks.choose_rewrite`: the draft
-    on a tie, and no rewrite that drops the draft's number): its `Started`, its steps with
-    log-probs re-scored under the served prompt (what the answer's tokens have there, so training
+    --lesson-rewrites rewrites keeps them better than the draft and every lesson better as a whole
+    (`checks.choose_rewrite`: the draft on a tie, and no rewrite that drops the draft's number):
+    its `Started`, its steps with log-probs re-scored under the served prompt (what the answer's tokens have there, so training
     sees the distribution of the prompt it is stored with), how it ended, and what
     `sampling.selected.rewrite` records. None: the draft
     stays (no rewrite better, the rewrite prompt does not fit, or the weights changed before the
     re-score)."""
-    asked = [*spec.messages, {"role": "assistant", "content": draft_text},
-             {"role": "user", "content": rewrite_request(asked)}]
-    ids = await _rendered(server, spec, place(asked, prompt.experience_block, prompt.experience_placement))
+    request = [*spec.messages, {"role": "assistant", "content": draft_text},
+               {"role": "user", "content": rewrite_request(asked)}]
+    ids = await _rendered(server, spec, place(request, prompt.experience_block, prompt.experience_placement))
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
     count = 1 if params.greedy else server.config.lesson_rewrites  # greedy: R would be R copies
     rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group, count)
-    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found)
+    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked)
     if best is None:
         return None
     chosen = rewrites[best]
