@@ -27,7 +27,7 @@ from openclaw_rl.train.methods import METHODS
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.types import ExperienceTargets, NextState, Sample, Turn, TurnRecord
 
-BLOCK = f"{HEADER}\n- Show every step of the calculation.\n- Answer in plain sentences, no bullet points."
+BLOCK = f"{HEADER} Show every step of the calculation. Answer in plain sentences, no bullet points."
 MESSAGES = [{"role": "system", "content": "You are a careful maths tutor."},
             {"role": "user", "content": "What is 12 times 7?"}]
 TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "evaluate an expression",
@@ -219,7 +219,7 @@ def test_a_lessons_absorption_is_its_mean_gap_with_and_without_it(tmp_path, engi
     turns = [record(store, tokenizer), record(store, tokenizer, block="", tools=None, tool_choice=None)]
     lesson = Lesson(id=4, owner="alice", text="Show every step of the calculation.", support=2, sources=("1",),
                     created_at=0.0, updated_at=0.0)
-    assert lesson_block(lesson) == f"{HEADER}\n- Show every step of the calculation."
+    assert lesson_block(lesson) == f"{HEADER} Show every step of the calculation."
     expected = []
     for turn, tools in zip(turns, (TOOLS, None)):
         choice = "auto" if tools else None

@@ -470,15 +470,21 @@ def test_real_encoder_on_the_labelled_pairs(minilm, capsys):
 def test_the_block_lists_the_most_supported_first():
     experience = Experience("alice", (lesson(1, "Use metric units.", 1, updated_at=5.0),
                                       lesson(2, "Show every step.", 3), lesson(3, "Answer in French.", 1, 9.0)), 3)
-    assert render(experience, 500, words) == (
-        f"{HEADER}\n- Show every step.\n- Answer in French.\n- Use metric units.")
+    assert render(experience, 500, words) == f"{HEADER} Show every step. Answer in French. Use metric units."
+
+
+def test_the_block_is_one_paragraph_each_lesson_a_sentence():
+    """No list in the block: a small model copies the form of what it reads."""
+    experience = Experience("alice", (lesson(1, "Don't say \u201cCertainly\u201d", 2), lesson(2, "Keep it  short!", 1)), 2)
+    block = render(experience, 500, words)
+    assert block == f"{HEADER} Don't say \u201cCertainly\u201d. Keep it short!" and "\n" not in block
 
 
 def test_the_block_skips_what_does_not_fit_and_keeps_what_does():
     experience = Experience("alice", (lesson(1, "Show every step of the calculation, in full.", 3),
                                       lesson(2, "Be brief.", 1)), 2)
-    budget = words(HEADER) + words("- Be brief.")
-    assert render(experience, budget, words) == f"{HEADER}\n- Be brief."
+    budget = words(HEADER) + words("Be brief.")
+    assert render(experience, budget, words) == f"{HEADER} Be brief."
     assert render(experience, words(HEADER), words) == ""  # no lesson fits: nothing at all
     assert render(Experience("alice"), 500, words) == ""
 

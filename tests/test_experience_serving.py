@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from openclaw_rl.chat import render_prompt
-from openclaw_rl.experience import HEADER, Experience, learn, merge_system, place, render
+from openclaw_rl.experience import HEADER, Experience, block_of, fitting, learn, merge_system, place, render
 from openclaw_rl.serve.experience_block import experience_block
 from openclaw_rl.store import Store
 from openclaw_rl.types import NextState, SamplingParams, TokenStep, TurnRecord
@@ -96,7 +96,8 @@ def test_each_user_is_served_their_own_lessons_and_the_turn_records_them(scripte
     assert turn.prompt_messages == QUESTION  # the client's own messages: what is paired and judged
     assert turn.experience_version == alice.version == 2
     assert turn.experience_block == render(alice, 256, _count(server))
-    assert sorted(turn.experience_block.splitlines()[1:]) == sorted(f"- {lesson}" for lesson in ALICE_LESSONS)
+    assert turn.experience_block == block_of(fitting(alice, 256, _count(server)))
+    assert sorted(fitting(alice, 256, _count(server))) == sorted(ALICE_LESSONS)
     shown = httpx.get(f"{server.base_url}/v1/sessions/{turn.session_id}",
                       headers={"Authorization": f"Bearer {keys['alice']}"}).json()["turns"][0]
     assert shown["experience_version"] == 2 and shown["prompt_messages"] == QUESTION
@@ -287,14 +288,14 @@ def test_the_block_is_rendered_once_per_experience_version(tmp_path, tiny_model_
             return self.tokenizer.encode(text, **kwargs)
 
     store, tokenizer = Store(tmp_path), Counting(AutoTokenizer.from_pretrained(tiny_model_dir))
-    assert experience_block(store, tokenizer, ServeConfig(), LOCAL) == ("", None)
+    assert experience_block(store, tokenizer, ServeConfig(), LOCAL) == ("", None, ())
     teach(store, "local", ALICE_LESSONS)
-    block, version = experience_block(store, tokenizer, ServeConfig(), LOCAL)
+    block, version, lessons = experience_block(store, tokenizer, ServeConfig(), LOCAL)
     calls = tokenizer.calls
-    assert version == 2 and ALICE_LESSONS[0] in block and calls > 0
-    assert experience_block(store, tokenizer, ServeConfig(), LOCAL) == (block, 2) and tokenizer.calls == calls
+    assert version == 2 and ALICE_LESSONS[0] in block and calls > 0 and sorted(lessons) == sorted(ALICE_LESSONS)
+    assert experience_block(store, tokenizer, ServeConfig(), LOCAL) == (block, 2, lessons) and tokenizer.calls == calls
     teach(store, "local", BOB_LESSONS)
-    block, version = experience_block(store, tokenizer, ServeConfig(), LOCAL)
+    block, version, lessons = experience_block(store, tokenizer, ServeConfig(), LOCAL)
     assert version == 3 and BOB_LESSONS[0] in block and tokenizer.calls > calls
 
 

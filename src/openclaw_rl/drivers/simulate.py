@@ -191,7 +191,7 @@ class _SnapshotEvaluator:
             version, state_dict, sessions, scored = item
             try:
                 found, way = None, "serving"
-                block, experience_version = self._experience() if self._experience else ("", None)
+                block, experience_version, _ = self._experience() if self._experience else ("", None, ())
                 persona = self._persona_now().name
                 if self._shared is not None and self._serving.engine.policy_version == version:
                     found = self._answers(self._shared[1], self._serving.model_name, block)

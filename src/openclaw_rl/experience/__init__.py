@@ -19,8 +19,8 @@ those import this package):
 - `polarity`: `contradiction`, the explicit rule for "the newer lesson takes the other
   side".
 - `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
-- `render`: `render` (the block within a token budget), `listed` (the lessons a block lists)
-  and `place` (into the client's messages, in front of the first user message or in the
+- `render`: `render` (the block within a token budget), `fitting` (the lessons it holds),
+  `block_of` (the block of given lessons) and `place` (into the client's messages, in front of the first user message or in the
   system message).
 - `checks`: the lessons that can be read off an answer ("one sentence", "don't show the
   working", "no bullet points", "don't say “Absolutely”"), how well each of several answers
@@ -64,7 +64,8 @@ from openclaw_rl.experience.polarity import agreement, contradiction
 from openclaw_rl.experience.render import (
     HEADER,
     PLACEMENTS,
-    listed,
+    block_of,
+    fitting,
     merge_system,
     ordered,
     place,
@@ -75,6 +76,6 @@ from openclaw_rl.experience.render import (
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
     "Experience", "GateDecision", "GatePolicy", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
-    "enforce_cap", "gate_decision", "learn", "lesson_from_hint", "listed", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
+    "enforce_cap", "fitting", "block_of", "gate_decision", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
     "retention", "revert", "shift_statistic", "similarities", "take_back", "too_few_turns", "undo",
 ]

@@ -1,12 +1,16 @@
 """The experience block that serving puts in a user's context, and where it goes.
 
-One documented block, the same on every API and engine:
+One documented block, the same on every API and engine, one paragraph:
 
-    What this user has asked for in earlier conversations (follow it unless this request says otherwise):
-    - Show every step of the calculation.
-    - Answer in plain sentences, no bullet points.
+    What this user has asked for in earlier conversations (follow it unless this request says otherwise): Show every step of the calculation. Answer in plain sentences, no bullet points.
 
 Decisions and why:
+
+- **One paragraph, not a list.** Each lesson is one sentence of it (a full stop added where
+  a lesson has none). A 135M model copies the form of what it reads: with the lessons as a
+  "- " list in front of the request, the parent's greedy held-out answers (only the result,
+  in one sentence) scored 0.312, 0.450 and ... on three runs' lessons, against 0.623, 0.489
+  and ... as a paragraph (16 problems each; docs/experiments.md "The block as a paragraph").
 
 - **Most supported first**, ties broken by the most recently backed, then the lowest id:
   a rule the user has repeated is the one a short budget should keep, and a fixed order
@@ -43,12 +47,13 @@ Decisions and why:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from openclaw_rl.experience.lessons import Experience, Lesson
 from openclaw_rl.types import Message
 
-__all__ = ["HEADER", "PLACEMENTS", "listed", "merge_system", "ordered", "place", "prepend_first_user", "render"]
+__all__ = ["HEADER", "PLACEMENTS", "block_of", "fitting", "merge_system", "ordered", "place", "prepend_first_user",
+           "render"]
 
 HEADER = "What this user has asked for in earlier conversations (follow it unless this request says otherwise):"
 _SYSTEM_ROLES = ("system", "developer")
@@ -62,20 +67,30 @@ def ordered(experience: Experience) -> list[Lesson]:
 
 def render(experience: Experience, budget_tokens: int, count_tokens: Callable[[str], int]) -> str:
     """The experience block within `budget_tokens`, or "" when there is nothing to add."""
-    lines: list[str] = []
+    return block_of(fitting(experience, budget_tokens, count_tokens))
+
+
+def fitting(experience: Experience, budget_tokens: int, count_tokens: Callable[[str], int]) -> tuple[str, ...]:
+    """The lessons the block holds within `budget_tokens`, in its order (whole lessons, most
+    supported first; one that does not fit is skipped, not the end of the block)."""
+    texts: list[str] = []
     for lesson in ordered(experience):
-        trial = "\n".join([HEADER, *lines, f"- {lesson.text}"])
-        if count_tokens(trial) <= budget_tokens:
-            lines.append(f"- {lesson.text}")
-    return "\n".join([HEADER, *lines]) if lines else ""
+        if count_tokens(block_of([*texts, lesson.text])) <= budget_tokens:
+            texts.append(lesson.text)
+    return tuple(texts)
 
 
-def listed(block: str) -> list[str]:
-    """The lessons a block made by `render` lists, in its order ([] for "")."""
-    lines = block.splitlines()
-    if not lines or lines[0] != HEADER:
-        return []
-    return [line[2:] for line in lines[1:] if line.startswith("- ")]
+def block_of(lessons: Sequence[str]) -> str:
+    """The block that holds `lessons`: the header, then the lessons as sentences of one paragraph
+    ("" for none)."""
+    if not lessons:
+        return ""
+    return " ".join([HEADER, *(_sentence(text) for text in lessons)])
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text if text[-1:] in ".!?" else text + "."
 
 
 def merge_system(messages: list[Message], block: str) -> list[Message]:

@@ -310,7 +310,7 @@ async def count_tokens(server: Server, body: CountTokensRequest, user: User) -> 
     block included (as `usage.input_tokens` counts it); no limit on it (knowing that a prompt
     is too long is the point), the body size limit bounds the work."""
     tools, tool_choice = chat_tools(body)
-    block, _ = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config, user)
+    block, _, _ = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config, user)
     try:
         messages = place(chat_messages(body), block, server.config.experience_placement)
         ids = await run_in_threadpool(render_prompt, server.tokenizer, messages, tools, tool_choice)

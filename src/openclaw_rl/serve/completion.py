@@ -45,6 +45,7 @@ class ServedPrompt:
     experience_block: str = ""  # placed in the ids' messages (experience.place), never in the spec's messages
     experience_version: int | None = None  # None: no block
     experience_placement: str = "system"
+    experience_lessons: tuple[str, ...] = ()  # the lessons the block holds, in its order
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ import functools
 from typing import Any
 
 from openclaw_rl.config import ServeConfig
-from openclaw_rl.experience import Experience, render
+from openclaw_rl.experience import Experience, block_of, fitting
 from openclaw_rl.store import Store
 from openclaw_rl.users import User
 
@@ -43,20 +43,22 @@ def experience_on(config: ServeConfig, user: User) -> bool:
     return wanted and config.experience_budget_tokens > 0
 
 
-def experience_block(store: Store, tokenizer: Any, config: ServeConfig, user: User) -> tuple[str, int | None]:
-    """(the block to serve `user` with, the experience version it renders); ("", None) for none.
+def experience_block(store: Store, tokenizer: Any, config: ServeConfig, user: User
+                     ) -> tuple[str, int | None, tuple[str, ...]]:
+    """(the block to serve `user` with, the experience version it renders, the lessons it holds);
+    ("", None, ()) for none.
 
     Blocking (a store read, maybe tokenizing): call it off the event loop."""
     if not experience_on(config, user):
-        return "", None
+        return "", None, ()
     experience = store.experience(user.name)
     if not experience.lessons:
-        return "", None
-    block = _rendered(tokenizer, experience, config.experience_budget_tokens)
-    return (block, experience.version) if block else ("", None)
+        return "", None, ()
+    lessons = _fitting(tokenizer, experience, config.experience_budget_tokens)
+    return (block_of(lessons), experience.version, lessons) if lessons else ("", None, ())
 
 
 @functools.lru_cache(maxsize=1024)
-def _rendered(tokenizer: Any, experience: Experience, budget_tokens: int) -> str:
-    """`render` with the policy's tokenizer; cached, as an experience version never changes."""
-    return render(experience, budget_tokens, lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+def _fitting(tokenizer: Any, experience: Experience, budget_tokens: int) -> tuple[str, ...]:
+    """`fitting` with the policy's tokenizer; cached, as an experience version never changes."""
+    return fitting(experience, budget_tokens, lambda text: len(tokenizer.encode(text, add_special_tokens=False)))

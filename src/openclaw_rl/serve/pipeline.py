@@ -39,7 +39,7 @@ from fastapi.concurrency import run_in_threadpool
 from openclaw_rl.chat import content_text, render_prompt
 from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, Started, TokenIdError, scoring_adapter,
                                      weights_in_use)
-from openclaw_rl.experience import listed, place
+from openclaw_rl.experience import place
 from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
@@ -75,13 +75,13 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
             raise ApiError(400, f"the prompt has {chars} characters, more than the model's context of {context} "
                            "tokens can hold; shorten the conversation", param="messages",
                            code="context_length_exceeded")
-        block, version = "", None
+        block, version, lessons = "", None, ()
         if experience_on(server.config, spec.caller):  # the store read (and a thread hop) only when it can serve
-            block, version = await run_in_threadpool(experience_block, server.store, server.tokenizer, server.config,
-                                                     spec.caller)
+            block, version, lessons = await run_in_threadpool(experience_block, server.store, server.tokenizer,
+                                                              server.config, spec.caller)
         placement = server.config.experience_placement
         prompt = ServedPrompt(await _rendered(server, spec, place(spec.messages, block, placement)), block, version,
-                              placement)
+                              placement, lessons)
         if block and len(prompt.ids) + spec.params.max_new_tokens > context:
             prompt = await _within_context(server, spec, prompt)
     if not prompt.ids:
@@ -298,13 +298,13 @@ def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> 
     if (spec.n != 1 or spec.kind != "main" or params.constraint is not None or spec.tools_on
             or not prompt.experience_block or (config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites):
         return ()
-    return _block_checks(prompt.experience_block)
+    return _block_checks(prompt.experience_lessons)
 
 
 @functools.lru_cache(maxsize=1024)
-def _block_checks(block: str) -> tuple[Check, ...]:
+def _block_checks(lessons: tuple[str, ...]) -> tuple[Check, ...]:
     """The checks of a block's lessons; cached, as a user's block changes only with their experience."""
-    return tuple(checks(listed(block)))
+    return tuple(checks(lessons))
 
 
 async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
