@@ -9,8 +9,9 @@ Decisions and why:
 - **One paragraph, not a list.** Each lesson is one sentence of it (a full stop added where
   a lesson has none). A 135M model copies the form of what it reads: with the lessons as a
   "- " list in front of the request, the parent's greedy held-out answers (only the result,
-  in one sentence) scored 0.312, 0.450 and ... on three runs' lessons, against 0.623, 0.489
-  and ... as a paragraph (16 problems each; docs/experiments.md "The block as a paragraph").
+  in one sentence) scored 0.312, 0.450 and 0.405 on three runs' lessons, against 0.623,
+  0.489 and 0.607 as a paragraph (16 problems each; no block: 0.223); the student's did not
+  change (docs/experiments.md "The block as one paragraph", scripts/block_format.py).
 
 - **Most supported first**, ties broken by the most recently backed, then the lowest id:
   a rule the user has repeated is the one a short budget should keep, and a fixed order
