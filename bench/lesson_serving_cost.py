@@ -136,7 +136,8 @@ def main() -> None:
         for thread, _ in servers.values():
             thread.stop()
     rows = []
-    print("| setting | user | request | median s | p90 s | / one sample | served a rewrite |\n|---|---|---|---|---|---|---|")
+    print("| setting | user | request | median s | p90 s | / one sample | served a rewrite |\n"
+          "|---|---|---|---|---|---|---|")
     for (name, user, greedy), spent in times.items():
         base = statistics.median(times[("one sample", user, greedy)])
         row = {"setting": name, "user": user, "greedy": greedy, "median_s": statistics.median(spent),

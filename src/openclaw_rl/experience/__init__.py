@@ -19,9 +19,9 @@ those import this package):
 - `polarity`: `contradiction`, the explicit rule for "the newer lesson takes the other
   side".
 - `consolidate`: `learn` = `consolidate` (replace, merge or add) + `enforce_cap`.
-- `render`: `render` (the block within a token budget), `fitting` (the lessons it holds),
-  `block_of` (the block of given lessons) and `place` (into the client's messages, in front of the first user message or in the
-  system message).
+- `render`: `render` (the block within a token budget, one paragraph), `fitting` (the lessons
+  it holds), `block_of` (the block of given lessons) and `place` (into the client's messages,
+  in front of the first user message or in the system message).
 - `checks`: the lessons that can be read off an answer ("one sentence", "don't show the
   working", "no bullet points", "don't say “Absolutely”"), how well each of several answers
   keeps them (serving's `--lesson-samples`), and when a picked answer is worth rewriting to
@@ -76,6 +76,7 @@ from openclaw_rl.experience.render import (
 __all__ = [
     "HEADER", "MAX_LESSON_CHARS", "Change", "ChangeKind", "ConsolidationPolicy", "CountTokens", "Embed",
     "Experience", "GateDecision", "GatePolicy", "Lesson", "agreement", "apply", "consolidate", "contradiction", "delete_lesson", "edit_lesson",
-    "enforce_cap", "fitting", "block_of", "gate_decision", "learn", "lesson_from_hint", "merge_system", "ordered", "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
+    "block_of", "enforce_cap", "fitting", "gate_decision", "learn", "lesson_from_hint", "merge_system", "ordered",
+    "place", "PLACEMENTS", "prepend_first_user", "render", "replay",
     "retention", "revert", "shift_statistic", "similarities", "take_back", "too_few_turns", "undo",
 ]

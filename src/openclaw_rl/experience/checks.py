@@ -52,8 +52,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus", "count_steps", "pick",
-           "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
+__all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus",
+           "count_steps", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}

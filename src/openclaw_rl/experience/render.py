@@ -1,8 +1,9 @@
 """The experience block that serving puts in a user's context, and where it goes.
 
-One documented block, the same on every API and engine, one paragraph:
+One documented block, the same on every API and engine, one paragraph (one line; wrapped here):
 
-    What this user has asked for in earlier conversations (follow it unless this request says otherwise): Show every step of the calculation. Answer in plain sentences, no bullet points.
+    What this user has asked for in earlier conversations (follow it unless this request says
+    otherwise): Show every step of the calculation. Answer in plain sentences, no bullet points.
 
 Decisions and why:
 

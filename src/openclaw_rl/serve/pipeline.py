@@ -7,11 +7,12 @@
 With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
 (experience/checks.py), one sampled response is K streams decoded to their end; the one
 that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed
-to the API as if it had just been decoded, and committed with how it was picked (`sampling.selected`); the others are dropped. With
-`--lesson-rewrites R` > 0, a picked answer that does not keep lessons asking for less is
-rewritten R times to them (`checks.to_rewrite`: to the ones it breaks, when another lesson asks
-for more), and a rewrite that keeps them all better is
-served instead, stored as the answer to the served prompt with log-probs re-scored there.
+to the API as if it had just been decoded, and committed with how it was picked
+(`sampling.selected`); the others are dropped. With `--lesson-rewrites R` > 0, a picked
+answer (or the one answer of a greedy request or of K = 1) that does not keep lessons asking
+for less is rewritten R times to them (once when greedy; `checks.to_rewrite`: to the ones it
+breaks by itself, when another lesson asks for more), and a rewrite that keeps them all better
+is served instead, stored as the answer to the served prompt with log-probs re-scored there.
 
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
 translates its request into a `TurnSpec` and formats the events of `Opened`; pairing,
@@ -295,8 +296,9 @@ def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> 
     main response in plain text, a block with a checkable lesson, and something to do with it:
     --lesson-samples > 1 for a sampled request, --lesson-rewrites > 0 (a greedy one too)."""
     config = server.config
+    nothing_to_do = (config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites
     if (spec.n != 1 or spec.kind != "main" or params.constraint is not None or spec.tools_on
-            or not prompt.experience_block or (config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites):
+            or not prompt.experience_lessons or nothing_to_do):
         return ()
     return _block_checks(prompt.experience_lessons)
 
@@ -348,11 +350,10 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
     --lesson-rewrites rewrites keeps them better than the draft and every lesson better as a whole
     (`checks.choose_rewrite`: the draft on a tie, and no rewrite that drops the draft's number):
-    its `Started`, its steps with log-probs re-scored under the served prompt (what the answer's tokens have there, so training
-    sees the distribution of the prompt it is stored with), how it ended, and what
-    `sampling.selected.rewrite` records. None: the draft
-    stays (no rewrite better, the rewrite prompt does not fit, or the weights changed before the
-    re-score)."""
+    its `Started`, its steps with log-probs re-scored under the served prompt (what the answer's
+    tokens have there, so training sees the distribution of the prompt it is stored with), how it
+    ended, and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better,
+    the rewrite prompt does not fit, or the weights changed before the re-score)."""
     request = [*spec.messages, {"role": "assistant", "content": draft_text},
                {"role": "user", "content": rewrite_request(asked)}]
     ids = await _rendered(server, spec, place(request, prompt.experience_block, prompt.experience_placement))
