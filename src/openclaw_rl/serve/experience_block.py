@@ -54,11 +54,13 @@ def experience_block(store: Store, tokenizer: Any, config: ServeConfig, user: Us
     experience = store.experience(user.name)
     if not experience.lessons:
         return "", None, ()
-    lessons = _fitting(tokenizer, experience, config.experience_budget_tokens)
-    return (block_of(lessons), experience.version, lessons) if lessons else ("", None, ())
+    block, lessons = _rendered(tokenizer, experience, config.experience_budget_tokens)
+    return (block, experience.version, lessons) if lessons else ("", None, ())
 
 
 @functools.lru_cache(maxsize=1024)
-def _fitting(tokenizer: Any, experience: Experience, budget_tokens: int) -> tuple[str, ...]:
-    """`fitting` with the policy's tokenizer; cached, as an experience version never changes."""
-    return fitting(experience, budget_tokens, lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+def _rendered(tokenizer: Any, experience: Experience, budget_tokens: int) -> tuple[str, tuple[str, ...]]:
+    """The block and the lessons it holds (`fitting`, with the policy's tokenizer); cached, as an
+    experience version never changes."""
+    lessons = fitting(experience, budget_tokens, lambda text: len(tokenizer.encode(text, add_special_tokens=False)))
+    return block_of(lessons), lessons

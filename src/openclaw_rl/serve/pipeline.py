@@ -314,13 +314,12 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     """K answers decoded to their end (admitted together: one prefill batch; one when greedy), the
     one that keeps the user's checkable lessons best (the first on a tie), or a rewrite of it, as a
     turn whose stream replays it."""
-    k = 1 if params.greedy else server.config.lesson_samples
-    candidates = await _decoded(server, spec, ref, prompt, params, group, k)
+    candidates = await _decoded(server, spec, ref, prompt, params, group, server.config.lesson_samples)
     texts = [turn.text.finish()[0] for turn in candidates]
     best, kept = pick(texts, found)
     chosen = candidates[best]
     started, steps, reason = chosen.started, chosen.steps, chosen.finish_reason
-    selection = {"of": k, "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
+    selection = {"of": len(candidates), "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
     if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found)):
         rewritten = await _rewritten(server, spec, ref, prompt, chosen.params, texts[best], group, found, asked)
@@ -333,9 +332,9 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
 
 async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
                    k: int) -> list[TurnInProgress]:
-    """`k` answers to `prompt` decoded to their end (admitted together: one prefill batch), their
-    streams closed; nothing committed."""
-    turns = await _started(server, spec, ref, prompt, params, group, [0] * k)
+    """`k` answers to `prompt` decoded to their end (admitted together: one prefill batch; one
+    when greedy, as k greedy answers would be k copies), their streams closed; nothing committed."""
+    turns = await _started(server, spec, ref, prompt, params, group, [0] * (1 if params.greedy else k))
     try:
         await _to_the_end(server, (turn.decode() for turn in turns))
     finally:
@@ -359,8 +358,8 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     ids = await _rendered(server, spec, place(request, prompt.experience_block, prompt.experience_placement))
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
-    count = 1 if params.greedy else server.config.lesson_rewrites  # greedy: R would be R copies
-    rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group, count)
+    rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group,
+                              server.config.lesson_rewrites)
     best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked)
     if best is None:
         return None
@@ -378,7 +377,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     steps = [TokenStep(token, logprob, tuple(zip(top_ids, top_logprobs))) for token, logprob, top_ids, top_logprobs
              in zip(tokens, score.logprobs, score.top_ids, score.top_logprobs)]
     started = Started(chosen.started.policy_version, len(prompt.ids), chosen.started.adapter_version)
-    return started, steps, chosen.finish_reason, {"of": count, "picked": best,
+    return started, steps, chosen.finish_reason, {"of": len(rewrites), "picked": best,
                                                    "scores": [round(x, 4) for x in totals[1:]],
                                                    "draft_score": round(totals[0], 4)}
 
