@@ -107,7 +107,8 @@ class Run:
                             train=self.training, experience=config.experience,
                             experience_placement=config.experience_placement, personal_adapters=personal_adapters,
                             default_temperature=config.default_temperature, default_top_p=config.default_top_p,
-                            lesson_samples=config.lesson_samples, lesson_rewrites=config.lesson_rewrites)
+                            lesson_samples=config.lesson_samples, lesson_rewrites=config.lesson_rewrites,
+                            lesson_plain=config.lesson_plain)
         # no probe file and no rubric scorer: one persona's rubric cannot judge a model two users share
         train = replace(config.train, method=config.method if self.training else "binary")
         self.flush = Flush()

@@ -32,7 +32,7 @@ def _stream(server, key: str, **body) -> str:
 
 
 def test_the_answer_that_keeps_the_users_lessons_is_served_streamed_and_recorded(scripted_server):
-    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=3)
+    server = scripted_server([WORKED, SHORT, TWO], lesson_plain="off", lesson_samples=3)
     keys = keyed(server, "parent", "student", "carol")
     teach(server.server.store, "parent", ("Answer in one sentence.", "Don't show the working."))
     teach(server.server.store, "student", ("Show every step.",))
@@ -62,7 +62,8 @@ def test_the_answer_that_keeps_the_users_lessons_is_served_streamed_and_recorded
     ("off", {}, ("Answer in one sentence.",), 1, 0),
 ])
 def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lessons, samples, rewrites):
-    server = scripted_server([WORKED, SHORT, TWO], lesson_samples=samples, lesson_rewrites=rewrites)
+    server = scripted_server([WORKED, SHORT, TWO], lesson_plain="off", lesson_samples=samples,
+                             lesson_rewrites=rewrites)
     keys = keyed(server, "parent")
     if lessons:
         teach(server.server.store, "parent", lessons)
@@ -77,7 +78,8 @@ def test_otherwise_each_choice_is_sampled_once(scripted_server, why, body, lesso
 def test_a_single_answer_that_breaks_a_lesson_is_rewritten_once_when_greedy(scripted_server, why, body, samples):
     """A greedy request (or --lesson-samples 1) decodes one answer; one that breaks a checkable
     lesson is rewritten (once when greedy: R greedy rewrites would be R copies)."""
-    server = scripted_server([WORKED, SHORT, TWO, TWO, TWO], lesson_samples=samples, lesson_rewrites=4)
+    server = scripted_server([WORKED, SHORT, TWO, TWO, TWO], lesson_plain="off", lesson_samples=samples,
+                             lesson_rewrites=4)
     keys = keyed(server, "parent")
     teach(server.server.store, "parent", ("Answer in one sentence.",))
     r = chat(server, keys["parent"], QUESTION, max_tokens=64, **body)
@@ -103,8 +105,8 @@ def test_on_the_real_engine_the_picked_answer_records_its_own_tokens_and_logprob
         teach(server.server.store, "parent", ("Answer in one sentence.",))
         r = chat(server, keys["parent"], QUESTION, max_tokens=24, temperature=1.0, seed=3)
         (turn,) = stored_turns(server, r)
-        selected = turn.sampling["selected"]
-        assert selected["of"] == 4 and len(selected["scores"]) == 4
+        selected = turn.sampling["selected"]  # 4 with the block, and one without it (--lesson-plain on)
+        assert selected["of"] == 5 and len(selected["scores"]) == 5 and selected["plain"] == 4
         assert selected["scores"][selected["picked"]] == max(selected["scores"])
         assert turn.sampling["seed"] == 3 + selected["picked"]  # candidate i is sampled with seed + i
         assert r.json()["choices"][0]["message"]["content"] == turn.response_text
@@ -124,7 +126,7 @@ WORDY = "Let us see. Twelve sevens make eighty-four, so the answer is 84, I thin
 def test_a_picked_answer_that_breaks_a_condensing_lesson_is_rewritten_and_the_rewrite_served(scripted_server):
     """Two drafts that break "one sentence", then two rewrites: the one that keeps the lessons is
     served (streamed too), stored under the served prompt with log-probs re-scored there."""
-    server = scripted_server([LONG, WORDY, TWO, SHORT], lesson_samples=2, lesson_rewrites=2)
+    server = scripted_server([LONG, WORDY, TWO, SHORT], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
     keys = keyed(server, "parent")
     teach(server.server.store, "parent", ("Answer in one sentence.", "Don't show the working."))
 
@@ -156,7 +158,7 @@ TERSE = "It is 84."
 def test_beside_a_lesson_asking_for_more_the_pick_is_rewritten_to_what_it_breaks(scripted_server):
     """"Show every step." asks for more, "No bullet points." for less: a listed pick is asked to
     drop the list only; the rewrite that keeps the steps is served, the one that drops them is not."""
-    server = scripted_server([LISTED, LISTED, TERSE, PLAIN], lesson_samples=2, lesson_rewrites=2)
+    server = scripted_server([LISTED, LISTED, TERSE, PLAIN], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
     keys = keyed(server, "student")
     teach(server.server.store, "student", ("Show every step.", "No bullet points."))
     r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
@@ -173,7 +175,7 @@ def test_beside_a_lesson_asking_for_more_the_pick_is_rewritten_to_what_it_breaks
     ("rewrites off", [LONG, WORDY], ("Answer in one sentence.",), 0),
 ])
 def test_no_rewrite_is_asked_for(scripted_server, why, replies, lessons, rewrites):
-    server = scripted_server(replies, lesson_samples=2, lesson_rewrites=rewrites)
+    server = scripted_server(replies, lesson_plain="off", lesson_samples=2, lesson_rewrites=rewrites)
     keys = keyed(server, "parent")
     teach(server.server.store, "parent", lessons)
     r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
@@ -182,7 +184,7 @@ def test_no_rewrite_is_asked_for(scripted_server, why, replies, lessons, rewrite
 
 
 def test_a_rewrite_no_better_than_the_draft_leaves_the_draft(scripted_server):
-    server = scripted_server([LONG, WORDY, LONG, WORDY], lesson_samples=2, lesson_rewrites=2)
+    server = scripted_server([LONG, WORDY, LONG, WORDY], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
     keys = keyed(server, "parent")
     teach(server.server.store, "parent", ("Answer in one sentence.",))
     r = chat(server, keys["parent"], QUESTION, max_tokens=64, temperature=1.0)
@@ -219,3 +221,69 @@ def test_on_the_real_engine_a_served_rewrite_records_the_served_prompts_logprobs
         assert "Rewrite your answer" not in server.server.tokenizer.decode(turn.prompt_token_ids)
     finally:
         server.stop()
+
+
+# -- the answer without the block (--lesson-plain) ---------------------------------------------------
+
+OUTLINE = "Step 1: Find the product.\nStep 2: Check it.\nStep 3: Give the answer."
+
+
+def test_an_answer_without_the_block_is_served_when_it_keeps_the_lessons_better(scripted_server):
+    """The block derails the model into an outline with nothing worked out; the answer decoded to the
+    conversation alone shows the working: it is served, and stored as what it was, the plain prompt's
+    answer with the log-probs it was sampled with and no block."""
+    server = scripted_server([OUTLINE, OUTLINE, PLAIN], lesson_samples=2, lesson_rewrites=0)
+    keys = keyed(server, "student")
+    teach(server.server.store, "student", ("Show every step.", "No bullet points."))
+    r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == PLAIN
+    engine, tokenizer = server.engine, server.server.tokenizer
+    assert engine.prompts[0] == engine.prompts[1] != engine.prompts[2]
+    assert "Show every step." in tokenizer.decode(engine.prompts[0])
+    assert "Show every step." not in tokenizer.decode(engine.prompts[2])
+    (turn,) = stored_turns(server, r)
+    assert turn.prompt_token_ids == engine.prompts[2] and turn.response_text == PLAIN
+    assert turn.experience_block == "" and turn.experience_version is None
+    assert turn.behaviour_logprobs == [-0.5] * len(turn.response_token_ids) and not engine.scored
+    selected = turn.sampling["selected"]
+    assert (selected["of"], selected["plain"], selected["picked"]) == (3, 2, 2)
+
+
+@pytest.mark.parametrize("why, body, replies, decoded", [
+    ("a tie: the block's answer", {"temperature": 1.0}, [PLAIN, PLAIN, PLAIN], 3),
+    ("greedy: one answer each way", {"temperature": 0}, [PLAIN, PLAIN], 2),
+])
+def test_the_answer_with_the_block_wins_a_tie(scripted_server, why, body, replies, decoded):
+    server = scripted_server(replies, lesson_samples=2, lesson_rewrites=0)
+    keys = keyed(server, "student")
+    teach(server.server.store, "student", ("Show every step.",))
+    r = chat(server, keys["student"], QUESTION, max_tokens=64, **body)
+    assert len(server.engine.prompts) == decoded, why
+    (turn,) = stored_turns(server, r)
+    selected = turn.sampling["selected"]
+    assert selected["picked"] == 0 and selected["plain"] == decoded - 1, why
+    assert turn.prompt_token_ids == server.engine.prompts[0] and turn.experience_version is not None
+
+
+def test_a_plain_answer_that_breaks_a_lesson_is_rewritten_without_the_block(scripted_server):
+    """The plain answer wins on the working but carries a list: it is rewritten, from the conversation
+    without the block, and the rewrite is stored under the plain prompt, re-scored there."""
+    server = scripted_server([OUTLINE, LISTED, PLAIN], lesson_samples=1, lesson_rewrites=1)
+    keys = keyed(server, "student")
+    teach(server.server.store, "student", ("Show every step.", "No bullet points."))
+    r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == PLAIN
+    engine, tokenizer = server.engine, server.server.tokenizer
+    rewrite_prompt = tokenizer.decode(engine.prompts[2])
+    assert "Rewrite your answer. No bullet points." in rewrite_prompt and "Show every step." not in rewrite_prompt
+    (turn,) = stored_turns(server, r)
+    assert turn.prompt_token_ids == engine.prompts[1] and turn.experience_version is None
+    assert engine.scored == [(engine.prompts[1], turn.response_token_ids)]
+    assert turn.sampling["selected"]["picked"] == 1 and turn.sampling["selected"]["rewrite"]["picked"] == 0
+
+
+def test_lesson_plain_is_checked():
+    from openclaw_rl.config import ConfigError, ServeConfig
+
+    with pytest.raises(ConfigError, match="lesson_plain"):
+        ServeConfig(lesson_plain="sometimes")

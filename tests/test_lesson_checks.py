@@ -61,8 +61,29 @@ def test_answers_are_scored_by_the_checks_and_the_first_best_is_the_pick():
 def test_counts_read_sentences_lines_and_written_out_steps():
     assert sentences("The answer is 14. It took 3.5 hours.") == 2
     assert sentences("- 3 apples\n- 4 pears") == 2
-    assert count_steps("Step 1: 3 x 4 = 12\nStep 2: 12 + 2 = 14\nSo 14.") == 4
+    assert count_steps("Step 1: 3 x 4 = 12\nStep 2: 12 + 2 = 14\nSo 14.") == 2
     assert count_steps("The answer is 14.") == 0
+
+
+def test_an_outline_of_step_labels_is_not_working():
+    """Told to show every step, the 135M model writes "Step 1: Determine the total." outlines with
+    no number worked out; their labels (or list numbers) are not steps, so checked sampling prefers
+    the answer that works the numbers out."""
+    outline = "Step 1: Determine the total.\nStep 2: Calculate what is left.\nStep 3: Give the answer."
+    listed = "1. Read the question.\n2. Find the numbers.\n3. Answer it."
+    worked = "He has 8 x 8 = 64 crayons. He gives away 64 - 10 = 54. So 54."
+    assert count_steps(outline) == count_steps(listed) == 0 and count_steps(worked) == 2
+    best, totals = pick([outline, outline, worked], checks(["Show every step."]))
+    assert best == 2 and totals[0] == totals[1] < totals[2]
+    assert consensus([outline, outline, listed, worked]) == [False, False, False, True]  # "Step 3" is no answer
+
+
+def test_an_answer_last_on_every_relative_check_keeps_its_consensus():
+    """Only "Show every step." (relative): the answer with the fewest steps ranks 0 on it, yet its
+    agreement on the final number still counts (only an empty answer scores 0)."""
+    answers = ["3 + 4 = 7, 7 x 2 = 14. So 14.", "It is 14.", "I cannot help with that.", ""]
+    _, totals = pick(answers, checks(["Show every step."]))
+    assert totals[1] == 0.5 and totals[2] == 0.0 + 0.0 and totals[3] == 0.0
 
 
 def test_consensus_favours_the_final_number_most_answers_agree_on():

@@ -125,6 +125,11 @@ class ServeConfig:
         "greedy) to rewrite it to them (beside a lesson asking for more: to the ones it breaks by itself), and serve a "
         "rewrite that keeps every lesson better (the answer otherwise); 0 = never "
         "(docs/experience.md#rewriting-to-the-lessons)", default=4)
+    lesson_plain: str = setting(
+        "on = beside the answers decoded with the experience block, decode one to the conversation without it and "
+        "serve that one when it keeps the user's checkable lessons better (the block can derail a small model: "
+        "refusals, \"Step 1:\" outlines with no number worked out); off = never "
+        "(docs/experience.md#the-answer-without-the-block)", default="on")
     max_body_bytes: int = setting("largest request body accepted", default=4 * 1024 * 1024)
     request_timeout_s: float = setting("longest a chat completion may take before it is cancelled", default=300.0)
     limit_concurrency: int = setting("most connections and requests in progress at once (uvicorn's "
@@ -171,6 +176,7 @@ class ServeConfig:
               "user or system")
         check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
         check(0 <= self.lesson_rewrites <= 16, "lesson_rewrites", self.lesson_rewrites, "between 0 (off) and 16")
+        check(self.lesson_plain in ("on", "off"), "lesson_plain", self.lesson_plain, "on or off")
         check(self.experience_budget_tokens >= 0, "experience_budget_tokens", self.experience_budget_tokens,
               "0 (no block) or a positive number of tokens")
         check(self.max_body_bytes >= 1024, "max_body_bytes", self.max_body_bytes, "at least 1024")
@@ -894,6 +900,8 @@ class SimulateConfig:
                                   "lessons, the one that keeps them best served (1 = one sample)", default=4)
     lesson_rewrites: int = setting("serve --lesson-rewrites: rewrites of an answer that does not keep the user's "
                                    "lessons asking for less (0 = none)", default=4)
+    lesson_plain: str = setting("serve --lesson-plain: also decode an answer without the experience block and serve "
+                                "it when it keeps the user's lessons better (on | off)", default="on")
     shift_to: str = setting("a preference shift: from session --shift-at on, the same user wants what this persona "
                             "wants (student | teacher | parent | module:ATTR), at --approve-threshold; the held-out "
                             "score is then that persona's. Empty: no shift", default="")
@@ -909,6 +917,7 @@ class SimulateConfig:
         check_sampling_defaults(self.default_temperature, self.default_top_p)
         check(1 <= self.lesson_samples <= 16, "lesson_samples", self.lesson_samples, "between 1 (off) and 16")
         check(0 <= self.lesson_rewrites <= 16, "lesson_rewrites", self.lesson_rewrites, "between 0 (off) and 16")
+        check(self.lesson_plain in ("on", "off"), "lesson_plain", self.lesson_plain, "on or off")
         if self.shift_to:
             check(0 < self.shift_at < self.sessions, "shift_at", self.shift_at,
                   f"a session after the first and before the last ({self.sessions} sessions) for --shift-to")

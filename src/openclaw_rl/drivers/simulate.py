@@ -318,7 +318,8 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
                         train=training, experience=config.experience,
                         experience_placement=config.experience_placement,
                         default_temperature=config.default_temperature, default_top_p=config.default_top_p,
-                        lesson_samples=config.lesson_samples, lesson_rewrites=config.lesson_rewrites)
+                        lesson_samples=config.lesson_samples, lesson_rewrites=config.lesson_rewrites,
+                        lesson_plain=config.lesson_plain)
     train = replace(config.train, method=method if training else "binary",
                     gate_max_new_tokens=config.eval_max_tokens,  # probe answers scored as held-out ones are
                     **({"gate_probe_file": str(probe_file), "gate_anchors": len(probes)} if probes else {}))

@@ -20,7 +20,8 @@ both negated; "don't show the working": negated):
   scores 1 and the others by their rank;
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
-  count of written-out steps (a line or sentence with arithmetic, "Step N"); a lesson that
+  count of written-out steps (a distinct line or sentence with arithmetic; a "Step N" label
+  alone is not one); a lesson that
   names "Step 1" is about the label, not the working (a label check below);
 - **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
   Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when
@@ -36,8 +37,9 @@ the first answer stays the choice. The rules are English; a lesson in another la
 gives no check.
 
 `pick(answers, checks)` adds **consensus** to the checks (self-consistency): half a point
-for an answer whose final number is the most common final number among the answers (any
-number, when no two agree; nothing when no answer has one, as in most chat). Why: the form
+for an answer whose final number (its last, "Step N" labels and list numbers aside) is the
+most common final number among the answers (any number, when no two agree; nothing when no
+answer has one, as in most chat). Why: the form
 checks alone favour the shortest answers, and at temperature 1 a 135M model's shortest
 answers are often not answers at all. On one run's lessons (scripts/answer_selection.py,
 16 problems, 8 samples each) the checks alone picked an answer the parent accepted on 5
@@ -65,11 +67,11 @@ _LIMITED = re.compile(rf"\b(?:no more than|not more than|at most|up to|under|few
 _EXACT = re.compile(rf"\b{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
 _RATE = re.compile(r"s?\s+(?:per|for each|for every|each|a)\b")  # "one sentence per step": a rate, not a limit
 _OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d|=\s*\$?\d")
-_STEP_LABEL = re.compile(r"\bstep\s*\d+\b|^\s*\d+[.)]\s", re.IGNORECASE | re.MULTILINE)
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
 _MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\n]{1,80})"|\u201c([^\u201d\n]{1,80})\u201d|\u2018([^\u2019\n]{1,80})\u2019'
                      r"|(?<![a-z])'([^'\n]{1,80})'(?![a-z])")
+_NUMBERING = re.compile(r"\bstep\s*\d+\b|^\s*\d{1,2}[.)]\s", re.IGNORECASE | re.MULTILINE)  # "Step 3", "2. "
 _LABEL = re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE)  # "Step 1:", "**Step 2.**"
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -120,9 +122,11 @@ def sentences(text: str) -> int:
 
 def count_steps(text: str) -> int:
     """Written-out steps: distinct lines or sentences that carry arithmetic (a line said again is
-    not another step), and "Step N" labels."""
+    not another step). A "Step N:" label or a list number is not working: the 135M model, told to
+    show every step, writes outlines of "Step 1: Determine the total." with no number worked out,
+    and counting their labels made checked sampling prefer them (docs/experience.md)."""
     pieces = {" ".join(p.split()) for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()}
-    return sum(bool(_OPERATOR.search(p)) for p in pieces) + len(set(_STEP_LABEL.findall(text)))
+    return sum(bool(_OPERATOR.search(p)) for p in pieces)
 
 
 def checks(lessons: Sequence[str]) -> list[Check]:
@@ -255,7 +259,8 @@ def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[floa
     on a tie; and every answer's total."""
     kept = scores(answers, found)
     agree = consensus(answers)
-    totals = [k + CONSENSUS_WEIGHT * a if k > 0 else 0.0 for k, a in zip(kept, agree)]  # empty stays 0
+    # an empty answer stays 0; one last on every relative check (kept 0) still counts its consensus
+    totals = [k + CONSENSUS_WEIGHT * a if words(text) else 0.0 for k, a, text in zip(kept, agree, answers)]
     return max(range(len(answers)), key=lambda i: (totals[i], -i)), totals
 
 
@@ -315,7 +320,9 @@ def rewrite_request(found: Sequence[Check]) -> str:
 
 
 def _final(text: str) -> float | None:
-    numbers = _NUMBER.findall(text)
+    """The answer's last number, not counting "Step N" labels and list numbers (an outline's
+    "Step 3: Give the answer." has no answer)."""
+    numbers = _NUMBER.findall(_NUMBERING.sub(" ", text))
     if not numbers:
         return None
     try:

@@ -259,18 +259,19 @@ async def open_turns(server: Server, spec: TurnSpec) -> Opened:
     group = uuid.uuid4().hex
     if found := _checkable(server, spec, prompt, params):
         return Opened(server, spec, ref, [await _checked(server, spec, ref, prompt, params, group, found)])
-    return Opened(server, spec, ref, await _started(server, spec, ref, prompt, params, group, range(spec.n)))
+    return Opened(server, spec, ref, await _started(server, spec, ref, params, group,
+                                                    [(prompt, choice) for choice in range(spec.n)]))
 
 
-async def _started(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
-                   choices) -> list[TurnInProgress]:
-    """One stream per entry of `choices` (its choice index), the i-th sampled with seed + i when the
+async def _started(server: Server, spec: TurnSpec, ref: SessionRef, params, group: str,
+                   starts: list[tuple[ServedPrompt, int]]) -> list[TurnInProgress]:
+    """One stream per (prompt, choice index) of `starts`, the i-th sampled with seed + i when the
     request has a seed, admitted together so the engine prefills them in one batch; if one cannot
     start, the others are closed and its error raised."""
     started = await asyncio.gather(*(
         _start(server, spec, ref, prompt, params if params.seed is None else replace(params, seed=params.seed + i),
                group, choice)
-        for i, choice in enumerate(choices)), return_exceptions=True)
+        for i, (prompt, choice) in enumerate(starts)), return_exceptions=True)
     turns = [t for t in started if isinstance(t, TurnInProgress)]
     if len(turns) < len(started):
         for turn in turns:
@@ -294,9 +295,11 @@ async def _to_the_end(server: Server, decoding) -> None:
 def _checkable(server: Server, spec: TurnSpec, prompt: ServedPrompt, params) -> tuple[Check, ...]:
     """The checks to pick or rewrite this request's answer by, or () to stream it as decoded: one
     main response in plain text, a block with a checkable lesson, and something to do with it:
-    --lesson-samples > 1 for a sampled request, --lesson-rewrites > 0 (a greedy one too)."""
+    --lesson-samples > 1 for a sampled request, --lesson-plain on or --lesson-rewrites > 0 (a greedy
+    one too)."""
     config = server.config
-    nothing_to_do = (config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites
+    nothing_to_do = ((config.lesson_samples < 2 or params.greedy) and not config.lesson_rewrites
+                     and config.lesson_plain == "off")
     if (spec.n != 1 or spec.kind != "main" or params.constraint is not None or spec.tools_on
             or not prompt.experience_lessons or nothing_to_do):
         return ()
@@ -311,30 +314,37 @@ def _block_checks(lessons: tuple[str, ...]) -> tuple[Check, ...]:
 
 async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
                    found: tuple[Check, ...]) -> TurnInProgress:
-    """K answers decoded to their end (admitted together: one prefill batch; one when greedy), the
-    one that keeps the user's checkable lessons best (the first on a tie), or a rewrite of it, as a
-    turn whose stream replays it."""
-    candidates = await _decoded(server, spec, ref, prompt, params, group, server.config.lesson_samples)
+    """K answers decoded to their end (admitted together: one prefill batch; one when greedy) and,
+    with --lesson-plain on, one more to the conversation without the block; the one that keeps the
+    user's checkable lessons best (the first on a tie, so the plain answer only when it keeps them
+    better), or a rewrite of it, as a turn whose stream replays it. A plain answer is stored as
+    served, with the prompt it was decoded from and no block."""
+    plain = ServedPrompt(await _rendered(server, spec, spec.messages)) if server.config.lesson_plain == "on" else None
+    candidates = await _decoded(server, spec, ref, prompt, params, group, server.config.lesson_samples, plain)
     texts = [turn.text.finish()[0] for turn in candidates]
     best, kept = pick(texts, found)
     chosen = candidates[best]
-    started, steps, reason = chosen.started, chosen.steps, chosen.finish_reason
+    served, started, steps, reason = chosen.prompt, chosen.started, chosen.steps, chosen.finish_reason
     selection = {"of": len(candidates), "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
+    if plain is not None:
+        selection["plain"] = len(candidates) - 1  # the index of the answer decoded without the block
     if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found)):
-        rewritten = await _rewritten(server, spec, ref, prompt, chosen.params, texts[best], group, found, asked)
+        rewritten = await _rewritten(server, spec, ref, served, chosen.params, texts[best], group, found, asked)
         if rewritten is not None:
             started, steps, reason, selection["rewrite"] = rewritten
-    replay = TurnInProgress(server, spec, ref, prompt, chosen.params, started, _replayed(steps, reason), group, 0)
+    replay = TurnInProgress(server, spec, ref, served, chosen.params, started, _replayed(steps, reason), group, 0)
     replay.selection = selection
     return replay
 
 
 async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
-                   k: int) -> list[TurnInProgress]:
+                   k: int, plain: ServedPrompt | None = None) -> list[TurnInProgress]:
     """`k` answers to `prompt` decoded to their end (admitted together: one prefill batch; one
-    when greedy, as k greedy answers would be k copies), their streams closed; nothing committed."""
-    turns = await _started(server, spec, ref, prompt, params, group, [0] * (1 if params.greedy else k))
+    when greedy, as k greedy answers would be k copies), then one to `plain` when given, their
+    streams closed; nothing committed."""
+    starts = [(prompt, 0)] * (1 if params.greedy else k) + ([(plain, 0)] if plain is not None else [])
+    turns = await _started(server, spec, ref, params, group, starts)
     try:
         await _to_the_end(server, (turn.decode() for turn in turns))
     finally:
