@@ -7,14 +7,17 @@ the parent's ask for less ("Answer in one sentence." ...), the student's pull bo
 ("Show every step." beside "no bullet points" and a quoted phrase to leave out). Each asks
 the 8 held-out first messages of their persona through the real HTTP API (the stack
 `openclaw-rl serve` builds, training and the judge off), at temperature 1 (seeded) and
-greedily, one request at a time, under three serving settings, each its own server on a
-copy of the same store: one sample (`--lesson-samples 1 --lesson-rewrites 0`: what a user
-without checkable lessons gets), checked sampling alone (`4, 0`) and the default (`4, 4`).
+greedily, one request at a time, under four serving settings, each its own server on a
+copy of the same store: one sample (`--lesson-samples 1 --lesson-rewrites 0 --lesson-plain
+off`: what a user without checkable lessons gets), checked sampling alone (`4, 0, off`), 4
+samples and 4 rewrites without the plain answer (`4, 4, off`: the default before
+`--lesson-plain`) and the default (`4, 4, on`).
 Settings alternate within each repeat, so drift in the machine's load falls on all of them.
 
 Reported per setting, user and temperature: the median and 90th-percentile wall time of a
 request, the ratio of the medians to one sample, and the share of answers served as a
-rewrite (read from the stored turns' `sampling.selected.rewrite`).
+rewrite and as the answer decoded without the block (read from the stored turns'
+`sampling.selected`).
 
 Writes bench/results/lesson_serving_cost.json.
 """
@@ -51,7 +54,8 @@ LESSONS = {
     "student": ("Show every step.", "Write it as plain sentences, no bullet points.",
                 "Don't say \u201cTo solve this problem\u201d."),
 }
-SETTINGS = {"one sample": (1, 0), "checked sampling": (4, 0), "default (4 samples, 4 rewrites)": (4, 4)}
+SETTINGS = {"one sample": (1, 0, "off"), "checked sampling": (4, 0, "off"), "4 samples, 4 rewrites": (4, 4, "off"),
+            "default (4 samples, 4 rewrites, plain)": (4, 4, "on")}
 
 
 _AXIS = {text: i for i, text in enumerate(t for lessons in LESSONS.values() for t in lessons)}
@@ -79,20 +83,23 @@ def teach(data_dir: Path) -> dict[str, str]:
     return keys
 
 
-def serving(data_dir: Path, model: str | None, samples: int, rewrites: int) -> ServerThread:
+def serving(data_dir: Path, model: str | None, samples: int, rewrites: int, plain: str) -> ServerThread:
     config = {"model": model} if model else {}
     serve = ServeConfig(data_dir=str(data_dir), port=free_port(), status_interval_s=0.0, train=False,
-                        lesson_samples=samples, lesson_rewrites=rewrites, **config)
+                        lesson_samples=samples, lesson_rewrites=rewrites, lesson_plain=plain, **config)
     stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
     return ServerThread(stack.app(), serve.port)
 
 
-def rewritten_share(data_dir: Path, user: str, greedy: bool) -> float:
+def served_shares(data_dir: Path, user: str, greedy: bool) -> tuple[float, float]:
+    """The shares of `user`'s answers served as a rewrite, and as the answer without the block."""
     store = Store(data_dir)
     try:
         turns = [turn for session in store.list_sessions(10_000, 0, user) for turn in store.turns(session.id)
                  if (turn.sampling.get("temperature", 1.0) == 0.0) == greedy]
-        return sum("rewrite" in turn.sampling.get("selected", {}) for turn in turns) / max(1, len(turns))
+        selected = [turn.sampling.get("selected", {}) for turn in turns]
+        plain = sum(s.get("plain") is not None and s.get("picked") == s["plain"] for s in selected)
+        return sum("rewrite" in s for s in selected) / max(1, len(turns)), plain / max(1, len(turns))
     finally:
         store.close()
 
@@ -108,13 +115,13 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="lesson-cost-"))
     keys = teach(root / "seed")
     servers = {}
-    for name, (samples, rewrites) in SETTINGS.items():
-        data_dir = root / name.split()[0]
+    for n, (name, (samples, rewrites, plain)) in enumerate(SETTINGS.items()):
+        data_dir = root / f"setting{n}"
         data_dir.mkdir()
         for path in (root / "seed").iterdir():
             if path.is_file():
                 (data_dir / path.name).write_bytes(path.read_bytes())
-        servers[name] = (serving(data_dir, args.model, samples, rewrites), data_dir)
+        servers[name] = (serving(data_dir, args.model, samples, rewrites, plain), data_dir)
     times: dict[tuple[str, str, bool], list[float]] = {}
     try:
         for repeat in range(args.repeats):
@@ -136,16 +143,17 @@ def main() -> None:
         for thread, _ in servers.values():
             thread.stop()
     rows = []
-    print("| setting | user | request | median s | p90 s | / one sample | served a rewrite |\n"
-          "|---|---|---|---|---|---|---|")
+    print("| setting | user | request | median s | p90 s | / one sample | served a rewrite | served plain |\n"
+          "|---|---|---|---|---|---|---|---|")
     for (name, user, greedy), spent in times.items():
         base = statistics.median(times[("one sample", user, greedy)])
         row = {"setting": name, "user": user, "greedy": greedy, "median_s": statistics.median(spent),
                "p90_s": float(np.percentile(spent, 90)), "ratio": statistics.median(spent) / base,
-               "rewritten": rewritten_share(servers[name][1], user, greedy), "requests": len(spent)}
+               "requests": len(spent)}
+        row["rewritten"], row["plain"] = served_shares(servers[name][1], user, greedy)
         rows.append(row)
         print(f"| {name} | {user} | {'greedy' if greedy else 'temperature 1'} | {row['median_s']:.2f} | "
-              f"{row['p90_s']:.2f} | {row['ratio']:.2f} | {row['rewritten']:.0%} |")
+              f"{row['p90_s']:.2f} | {row['ratio']:.2f} | {row['rewritten']:.0%} | {row['plain']:.0%} |")
     out = ROOT / "bench" / "results" / "lesson_serving_cost.json"
     out.write_text(json.dumps({"machine": platform.platform(), "cpus": torch.get_num_threads(),
                                "max_tokens": args.max_tokens, "repeats": args.repeats, "rows": rows}, indent=2))

@@ -6,7 +6,8 @@
 
 With `--lesson-samples K` > 1 and a block whose lessons can be checked on an answer
 (experience/checks.py), one sampled response is K streams decoded to their end; the one
-that keeps the lessons best (with consensus on the final number: `checks.pick`) is replayed
+that keeps the lessons best (with consensus on the final number: `checks.pick`; with
+`--lesson-plain on`, one more answer decoded without the block is a candidate too) is replayed
 to the API as if it had just been decoded, and committed with how it was picked
 (`sampling.selected`); the others are dropped. With `--lesson-rewrites R` > 0, a picked
 answer (or the one answer of a greedy request or of K = 1) that does not keep lessons asking
