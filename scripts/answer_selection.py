@@ -34,8 +34,11 @@ answer." and the lessons), and `checks.choose_rewrite` over the pick and the rew
 `lesson_checks+rewrite` (4 samples), beside `lesson_checks` on the same 4.
 
 `--greedy` asks only for each problem's greedy answer, served with `--lesson-rewrites` 0 and 4
-(a greedy answer that breaks a checkable lesson is rewritten once): how a run's held-out
-evaluation is served, with and without the rewrite.
+(a greedy answer that breaks a checkable lesson is rewritten once), and with 4 and
+`--lesson-plain on` (the default: an answer decoded without the block is a candidate too): how
+a run's held-out evaluation is served. `--served S` asks what serving sends at temperature 1
+(seeds 0..S-1, 4 samples, 4 rewrites) with `--lesson-plain` off and on: how a user's first
+answers are served.
 
 `--user NAME` samples as NAME of a multi-user run (scripts/two_users.py): the copied users
 file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
@@ -102,10 +105,11 @@ def lessons_of(data_dir: Path, user: str | None) -> list[str]:
         store.close()
 
 
-def _serving(data_dir: Path, out: Path, user: str | None, rewrites: int = 0) -> tuple[ServerThread, dict[str, str]]:
-    """The base model served with a copy of the run's store in `out` (training off, no checked
-    sampling, `--lesson-rewrites rewrites`), and the headers that make a request NAME's (none:
-    the keyless server's local admin)."""
+def _serving(data_dir: Path, out: Path, user: str | None, rewrites: int = 0, samples: int = 1, plain: str = "off"
+             ) -> tuple[ServerThread, dict[str, str]]:
+    """The base model served with a copy of the run's store in `out` (training off, `--lesson-samples
+    samples --lesson-rewrites rewrites --lesson-plain plain`: by default no checked sampling), and the
+    headers that make a request NAME's (none: the keyless server's local admin)."""
     out.mkdir(parents=True, exist_ok=True)
     for path in data_dir.glob("openclaw.db*"):
         shutil.copy(path, out / path.name)
@@ -115,8 +119,8 @@ def _serving(data_dir: Path, out: Path, user: str | None, rewrites: int = 0) -> 
         users = Users(out)
         users.revoke(user)
         headers = {"Authorization": f"Bearer {users.add(user)}"}
-    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False, lesson_samples=1,
-                        lesson_rewrites=rewrites)
+    serve = ServeConfig(data_dir=str(out), port=free_port(), status_interval_s=0.0, train=False,
+                        lesson_samples=samples, lesson_rewrites=rewrites, lesson_plain=plain)
     stack = build_stack(serve, JudgeConfig(judge="off"), TrainConfig())
     return ServerThread(stack.app(), serve.port), headers
 
@@ -172,19 +176,28 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
     return picked, served
 
 
-def greedy(data_dir: Path, out: Path, persona_name: str, max_tokens: int, user: str | None
-           ) -> dict[str, list[float]]:
-    """The rubric of each held-out problem's greedy answer as served with the run's store, with
-    `--lesson-rewrites` 0 and 4 (a greedy answer that breaks a checkable lesson is rewritten
-    once): the served held-out score of a run's evaluations, with and without rewriting."""
+GREEDY_ARMS = {"greedy, rewrites 0": (0, 1, "off"), "greedy, rewrites 4": (4, 1, "off"),
+               "greedy, rewrites 4, plain on (the default)": (4, 1, "on")}
+SAMPLED_ARMS = {"4 samples, 4 rewrites": (4, 4, "off"), "4 samples, 4 rewrites, plain on (the default)": (4, 4, "on")}
+
+
+def served_arms(data_dir: Path, out: Path, persona_name: str, max_tokens: int, user: str | None, seeds: int = 0
+                ) -> dict[str, list[float]]:
+    """The rubric of what serving sends for each held-out problem with the run's store, under each
+    setting of the arms (rewrites, samples, --lesson-plain): greedily (`seeds` 0; the served held-out
+    score of a run's evaluations, `GREEDY_ARMS`) or at temperature 1 with seeds 0..seeds-1 (what a
+    user's first answers are served, `SAMPLED_ARMS`)."""
     persona, served = get_persona(persona_name), {}
-    for rewrites in (0, 4):
-        thread, headers = _serving(data_dir, out / f"greedy-{rewrites}", user, rewrites)
+    arms = SAMPLED_ARMS if seeds else GREEDY_ARMS
+    for n, (name, (rewrites, samples, plain)) in enumerate(arms.items()):
+        thread, headers = _serving(data_dir, out / f"arm-{'sampled' if seeds else 'greedy'}-{n}", user, rewrites,
+                                   samples, plain)
         try:
-            served[f"greedy, rewrites {rewrites}"] = [
+            served[name] = [
                 persona.rubric(problem, _answers(thread, headers, [{"role": "user", "content":
-                               persona.first_message(problem)}], 1, max_tokens, seed=0, temperature=0.0)[0])
-                for problem in heldout_problems(16)]
+                               persona.first_message(problem)}], 1, max_tokens, seed=seed,
+                               temperature=1.0 if seeds else 0.0)[0])
+                for seed in range(max(1, seeds)) for problem in heldout_problems(16)]
         finally:
             thread.stop()
     return served
@@ -269,7 +282,10 @@ def main() -> None:
     parser.add_argument("--analyse-only", action="store_true", help="reuse OUT/selection.json's candidates")
     parser.add_argument("--user", help="sample as this user of a multi-user run (their lessons, their history)")
     parser.add_argument("--greedy", action="store_true", help="only the greedy answers, served with rewrites off "
-                        "and on (what a run's held-out evaluation is served)")
+                        "and on, and with --lesson-plain on (what a run's held-out evaluation is served)")
+    parser.add_argument("--served", type=int, default=0, metavar="SEEDS", help="only what serving sends at "
+                        "temperature 1 (seeds 0..SEEDS-1), with --lesson-plain off and on (what a user's first "
+                        "answers are served)")
     parser.add_argument("--rewrites", type=int, default=0, help="also rewrite the 4-sample pick R times (serve "
                         "--lesson-rewrites R) and print what that serves")
     args = parser.parse_args()
@@ -280,8 +296,9 @@ def main() -> None:
     print(f"lessons ({len(lessons)}), {len(found)} checks read from them:")
     for lesson in lessons:
         print(f"  {lesson}  ->  {[c.kind + (' ' + c.unit if c.unit else '') + (f' {c.limit}' if c.limit else '') for c in found if c.lesson == lesson]}")
-    if args.greedy:
-        for name, chosen in greedy(args.data_dir, args.out, args.persona, args.max_tokens, args.user).items():
+    if args.greedy or args.served:
+        for name, chosen in served_arms(args.data_dir, args.out, args.persona, args.max_tokens, args.user,
+                                        args.served).items():
             print(f"| {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
         return
     saved = args.out / "selection.json"

@@ -17,7 +17,8 @@ The users play in rounds: each round every user plays one session of their own p
 stream, concurrently (their requests share the engine's decode batches). Every
 `--eval-every` rounds, and at the end, each user's greedy first answers to the held-out
 problems are requested **through that user's own key** (side turns), so they are served
-exactly as the user is served (their experience block, their adapter), and scored by that
+with the user's experience block and adapter (as side turns, one greedy answer: serving checks,
+rewrites and compares with an answer without the block only main turns), and scored by that
 user's rubric; the observer's answers are scored by every persona's rubric (the weights
 alone). At the end the script checks from the store that no turn of one user was served
 with another user's lesson.

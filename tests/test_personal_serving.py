@@ -37,7 +37,10 @@ class Running:
         `train_here` False: --no-train, the adapters trained by another process (test_personal_processes.py)."""
         self.flush = Flush()
         serve = ServeConfig(model=str(model_dir), data_dir=str(data_dir), port=free_port(), status_interval_s=0.0,
-                            personal_adapters=personal, train=personal == "on" and train_here)
+                            personal_adapters=personal, train=personal == "on" and train_here,
+                            # the tests read the turns served with a user's block; serving an answer decoded
+                            # without it (--lesson-plain) is tested in test_checked_sampling.py
+                            lesson_plain="off")
         self.stack = build_stack(serve, JudgeConfig(poll_interval_s=0.05),
                                  train or TrainConfig(method="binary", batch_size=4, lr=1e-2, personal_lr=1e-2, gate="off",
                                                       train_poll_interval_s=0.05),
