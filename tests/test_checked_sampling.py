@@ -228,14 +228,21 @@ def test_on_the_real_engine_a_served_rewrite_records_the_served_prompts_logprobs
 OUTLINE = "Step 1: Find the product.\nStep 2: Check it.\nStep 3: Give the answer."
 
 
+def _student_asks(scripted_server, replies: list[str], lessons: tuple[str, ...], body: dict, **config):
+    """A server whose model says `replies` in turn, the student taught `lessons`, and her question
+    asked with `body`: the server and the response."""
+    server = scripted_server(replies, **config)
+    keys = keyed(server, "student")
+    teach(server.server.store, "student", lessons)
+    return server, chat(server, keys["student"], QUESTION, max_tokens=64, **body)
+
+
 def test_an_answer_without_the_block_is_served_when_it_keeps_the_lessons_better(scripted_server):
     """The block derails the model into an outline with nothing worked out; the answer decoded to the
     conversation alone shows the working: it is served, and stored as what it was, the plain prompt's
     answer with the log-probs it was sampled with and no block."""
-    server = scripted_server([OUTLINE, OUTLINE, PLAIN], lesson_samples=2, lesson_rewrites=0)
-    keys = keyed(server, "student")
-    teach(server.server.store, "student", ("Show every step.", "No bullet points."))
-    r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
+    server, r = _student_asks(scripted_server, [OUTLINE, OUTLINE, PLAIN], ("Show every step.", "No bullet points."),
+                              {"temperature": 1.0}, lesson_samples=2, lesson_rewrites=0)
     assert r.json()["choices"][0]["message"]["content"] == PLAIN
     engine, tokenizer = server.engine, server.server.tokenizer
     assert engine.prompts[0] == engine.prompts[1] != engine.prompts[2]
@@ -254,10 +261,8 @@ def test_an_answer_without_the_block_is_served_when_it_keeps_the_lessons_better(
     ("greedy: one answer each way", {"temperature": 0}, [PLAIN, PLAIN], 2),
 ])
 def test_the_answer_with_the_block_wins_a_tie(scripted_server, why, body, replies, decoded):
-    server = scripted_server(replies, lesson_samples=2, lesson_rewrites=0)
-    keys = keyed(server, "student")
-    teach(server.server.store, "student", ("Show every step.",))
-    r = chat(server, keys["student"], QUESTION, max_tokens=64, **body)
+    server, r = _student_asks(scripted_server, replies, ("Show every step.",), body, lesson_samples=2,
+                              lesson_rewrites=0)
     assert len(server.engine.prompts) == decoded, why
     (turn,) = stored_turns(server, r)
     selected = turn.sampling["selected"]
@@ -268,10 +273,8 @@ def test_the_answer_with_the_block_wins_a_tie(scripted_server, why, body, replie
 def test_a_plain_answer_that_breaks_a_lesson_is_rewritten_without_the_block(scripted_server):
     """The plain answer wins on the working but carries a list: it is rewritten, from the conversation
     without the block, and the rewrite is stored under the plain prompt, re-scored there."""
-    server = scripted_server([OUTLINE, LISTED, PLAIN], lesson_samples=1, lesson_rewrites=1)
-    keys = keyed(server, "student")
-    teach(server.server.store, "student", ("Show every step.", "No bullet points."))
-    r = chat(server, keys["student"], QUESTION, max_tokens=64, temperature=1.0)
+    server, r = _student_asks(scripted_server, [OUTLINE, LISTED, PLAIN], ("Show every step.", "No bullet points."),
+                              {"temperature": 1.0}, lesson_samples=1, lesson_rewrites=1)
     assert r.json()["choices"][0]["message"]["content"] == PLAIN
     engine, tokenizer = server.engine, server.server.tokenizer
     rewrite_prompt = tokenizer.decode(engine.prompts[2])
