@@ -375,3 +375,47 @@ def test_a_sequential_user_is_served_every_earlier_sessions_lessons(tiny_model_d
 def test_an_unknown_pace_is_refused_naming_it(capsys):
     assert main(["simulate", "--pace", "fast"]) != 0
     assert "pace" in capsys.readouterr().err
+
+
+def test_the_evaluator_asks_main_turns_served_with_the_users_lessons_and_the_weights_alone_without(tiny_model_dir,
+                                                                                                   tmp_path):
+    """The served score is what serving sends the user: main turns answered with the user's experience
+    (lent to the evaluator's store for the evaluation), checked against the lessons beside an answer
+    without the block; the weights' own score asks side turns with no block. Neither touches the
+    users' store, and the evaluator's store keeps no lesson."""
+    from openclaw_rl.compose import build_server
+    from openclaw_rl.config import ServeConfig, SimulateConfig
+    from openclaw_rl.drivers.simulate import _SnapshotEvaluator
+    from openclaw_rl.eval.personas import get_persona
+    from openclaw_rl.eval.problems import heldout_problems
+    from openclaw_rl.experience import Experience, Lesson
+
+    serving = build_server(ServeConfig(model=str(tiny_model_dir), data_dir=str(tmp_path / "serving"), train=False),
+                           threads=1)
+    lesson = Lesson(id=1, owner=LOCAL.name, text="Answer in one sentence.", support=1, sources=("1",),
+                    created_at=0.0, updated_at=0.0)
+    experience = Experience(LOCAL.name).with_lessons([lesson], 1)
+    scored: list[dict] = []
+    config = SimulateConfig(model=str(tiny_model_dir), heldout=2, eval_max_tokens=8)
+    assert config.lesson_plain == "on"
+    evaluator = _SnapshotEvaluator(config, get_persona("student"), heldout_problems(2), tmp_path / "eval",
+                                   lambda v, score, answers, **extra: scored.append(extra), serving=serving,
+                                   experience=lambda: experience)
+    evaluator.submit(0, None)
+    evaluator.close()
+    assert scored[0]["experience_version"] == 1 and scored[0]["weights_score"] is not None
+    assert serving.store.counts()["turns"] == 0  # the users' store: untouched
+    store = Store(tmp_path / "eval")
+    try:
+        turns = [t for s in store.list_sessions() for t in store.turns(s.id)]
+        side = [t for t in turns if t.kind == "side"]
+        main_turns = [t for t in turns if t.kind == "main"]
+        assert len(side) == 2 and len(main_turns) == 2
+        assert not any(t.experience_block for t in side)  # the weights alone
+        for turn in main_turns:  # checked against the lesson, beside the answer without the block
+            selected = turn.sampling["selected"]
+            assert selected["by"] == "lesson_checks" and selected["plain"] == selected["of"] - 1
+            assert bool(turn.experience_block) == (selected["picked"] != selected["plain"])
+        assert not store.experience(LOCAL.name).lessons  # lent, never stored
+    finally:
+        store.close()

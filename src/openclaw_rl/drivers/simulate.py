@@ -25,7 +25,12 @@ Decisions and why:
   demo's cores). Each answer names the version that produced it; if serving moved on
   before one started, or v is already behind when its turn comes, an engine of the
   evaluator's own (built on first need) loads v's snapshot and answers them all.
-  summary.json says how many versions were scored each way. The model threads get one
+  summary.json says how many versions were scored each way. With the experience on, the
+  held-out answers are what serving sends the user: main turns, with the user's experience as
+  it was when the evaluation began lent to the evaluator's store, so they are checked against
+  the lessons beside an answer without the block and maybe rewritten (serve/pipeline.py); the
+  evaluator's store is never judged or trained. The weights' own score asks side turns
+  without the block. The model threads get one
   core-thread each: a single-threaded torch pool time-slices, where two 2-thread pools on
   2 cores would spin against each other.
 - "Sessions" on a curve point is the number of sessions finished when that version was
@@ -43,6 +48,7 @@ run's config, state and output records, and read best in one place.)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import multiprocessing
@@ -65,6 +71,7 @@ from openclaw_rl.compose import StackSpec, build_engine, build_stack, open_store
 from openclaw_rl.config import JudgeConfig, ServeConfig, SimulateConfig
 from openclaw_rl.engine.base import Weights
 from openclaw_rl.engine.loading import resolve_model_dir
+from openclaw_rl.experience import Experience
 from openclaw_rl.eval.metrics import FirstAnswer, acceptance, first_answers, plot_curves
 from openclaw_rl.eval.oracle import ORACLE_LABEL, OracleJudge
 from openclaw_rl.eval.personas import get_persona
@@ -73,7 +80,7 @@ from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.judge.hint_check import DROPPED_BY_CHECK, RubricComparer
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
-from openclaw_rl.serve.experience_block import experience_block
+from openclaw_rl.serve.experience_block import experience_on
 from openclaw_rl.serve.metrics import Metrics
 from openclaw_rl.serve.server import LoopDied, Server
 from openclaw_rl.train.gate import Scorer
@@ -113,6 +120,30 @@ class _Recorder:
             f.write(json.dumps({"at": time.time(), **record}) + "\n")
 
 
+class _LentExperience:
+    """The evaluator's store: its own turns, and one user's experience lent to it for the length of
+    an evaluation (the users' store's as it was when the evaluation began; none otherwise). The
+    evaluator's store never learns a lesson of its own: nothing judges its turns."""
+
+    def __init__(self, store):
+        self._store, self._lent = store, None
+
+    def __getattr__(self, name: str):
+        return getattr(self._store, name)
+
+    def experience(self, owner: str) -> Experience:
+        lent = self._lent
+        return lent if lent is not None and lent.owner == owner else Experience(owner)
+
+    @contextlib.contextmanager
+    def lent(self, experience: Experience):
+        self._lent = experience
+        try:
+            yield
+        finally:
+            self._lent = None
+
+
 class _SnapshotEvaluator:
     """Scores policy versions, in version order, through the HTTP path a client sees (see the
     module docstring). Two ways to answer: the serving engine itself while it serves the version
@@ -121,13 +152,19 @@ class _SnapshotEvaluator:
     on first need). Every answer names the version that produced it: if serving moved on
     before an answer started, the snapshot engine answers them all again."""
     def __init__(self, config: SimulateConfig, persona, heldout, data_dir: Path, on_score: Callable[..., None],
-                 serving: Server | None = None, experience: Callable[[], tuple[str, int | None]] | None = None,
+                 serving: Server | None = None, experience: Callable[[], Experience] | None = None,
                  persona_now: Callable[[], Any] | None = None):
-        self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0)
+        # serves as the users' server does (the experience, its placement, the lesson checks), never trains
+        self._serve = ServeConfig(model=config.model, data_dir=str(data_dir), train=False, status_interval_s=0.0,
+                                  experience=config.experience, experience_placement=config.experience_placement,
+                                  lesson_samples=config.lesson_samples, lesson_rewrites=config.lesson_rewrites,
+                                  lesson_plain=config.lesson_plain)
         self._config, self._heldout, self._on_score = config, heldout, on_score
         self._serving, self._experience = serving, experience
         self._persona_now = persona_now or (lambda: persona)  # whose rubric scores now (a preference shift)
-        self._store = open_store(self._serve.store, data_dir)  # both ways record here, out of the users' store
+        # both ways record here, out of the users' store; it serves the user's experience as it was when
+        # an evaluation began (lent by _run), so the held-out answers are main turns served as the user's
+        self._store = _LentExperience(open_store(self._serve.store, data_dir))
         self._shared: tuple[ServerThread, openai.OpenAI] | None = None
         if serving is not None:  # the serving engine behind an app of the evaluator's own
             self._shared = self._start(self._server(serving.engine))
@@ -164,48 +201,48 @@ class _SnapshotEvaluator:
         return scored
 
     def _answers(self, client: openai.OpenAI, model_name: str,
-                 block: str) -> tuple[list[FirstAnswer], list[FirstAnswer] | None]:
-        """(the answers served with the user's experience `block`, the weights' own answers without
-        it when there is one: the held-out score of the weights alone)."""
+                 experience: Experience | None) -> tuple[list[FirstAnswer], list[FirstAnswer] | None]:
+        """(the answers the user is served: main turns, with their `experience` in the store; the
+        weights' own answers without it when there is one: the held-out score of the weights alone)."""
         persona = self._persona_now()
         weights = first_answers(client, model_name, persona, self._heldout,
                                 max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout))
-        if not block:
+        if experience is None or not experience.lessons or not experience_on(self._serve, LOCAL):
             return weights, None
-        served = first_answers(client, model_name, persona, self._heldout,
-                               max_tokens=self._config.eval_max_tokens, concurrency=len(self._heldout), block=block,
-                               placement=self._config.experience_placement)
+        with self._store.lent(experience):
+            served = first_answers(client, model_name, persona, self._heldout, max_tokens=self._config.eval_max_tokens,
+                                   concurrency=len(self._heldout), kind="main")
         return served, weights
 
-    def _snapshot_answers(self, version: int, state_dict: Weights | None, block: str):
+    def _snapshot_answers(self, version: int, state_dict: Weights | None, experience: Experience | None):
         if self._own is None:
             server = self._server(build_engine(self._serve, resolve_model_dir(self._serve.model or None), threads=1))
             self._own = (server, *self._start(server))
         server, _, client = self._own
         if state_dict is not None and server.engine.policy_version != version:
             asyncio.run(server.engine.load_weights(state_dict, version))
-        return self._answers(client, server.model_name, block)
+        return self._answers(client, server.model_name, experience)
 
     def _run(self) -> None:
         while (item := self._queue.get()) is not None:
             version, state_dict, sessions, scored = item
             try:
                 found, way = None, "serving"
-                block, experience_version, _ = self._experience() if self._experience else ("", None, ())
+                experience = self._experience() if self._experience else None
                 persona = self._persona_now().name
                 if self._shared is not None and self._serving.engine.policy_version == version:
-                    found = self._answers(self._shared[1], self._serving.model_name, block)
+                    found = self._answers(self._shared[1], self._serving.model_name, experience)
                     if any(a.policy_version != version for a in (found[1] or []) + found[0]):
                         log.info("serving moved past v%d during its evaluation: scored on a snapshot", version)
                         found = None
                 if found is None:
-                    found, way = self._snapshot_answers(version, state_dict, block), "snapshot"
+                    found, way = self._snapshot_answers(version, state_dict, experience), "snapshot"
                 self.answered_by[way] += 1
                 del state_dict  # a full copy of the weights: let it go before the next one arrives
                 answers, weights = found
                 self._on_score(version, sum(a.score for a in answers) / len(answers), answers, sessions=sessions,
                                weights_score=sum(a.score for a in weights) / len(weights) if weights else None,
-                               experience_version=experience_version, persona=persona)
+                               experience_version=experience.version if weights else None, persona=persona)
             except BaseException as error:  # reported by close(), never lost in a thread
                 log.exception("evaluation of policy v%d failed", version)
                 self.error = error
@@ -333,8 +370,7 @@ def run_method(config: SimulateConfig, method: str, recorder: _Recorder, progres
         write_samples=training, training=None if training else "off"))
     server = stack.server
     evaluator = _SnapshotEvaluator(config, persona, heldout, run_dir / "eval-data", on_score, serving=server,
-                                   experience=lambda: experience_block(server.store, server.tokenizer, server.config,
-                                                                       LOCAL),  # the keyless server's one user
+                                   experience=lambda: server.store.experience(LOCAL.name),  # the keyless server's user
                                    persona_now=lambda: persona_at(played))
     thread = ServerThread(stack.app(), port)
     client = openai.OpenAI(base_url=f"{thread.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)

@@ -3,7 +3,12 @@
 The score is the mean rubric score of the policy's *first* answers to a fixed held-out
 set of problems, decoded greedily so that it measures the policy, not the sampler. The
 evaluation requests are sent as `X-Turn-Type: side`: the server answers and logs them
-but never pairs or trains on them, so measuring never leaks into training.
+but never pairs or trains on them, so measuring never leaks into training. A server that
+never trains (the evaluator of `simulate`, with a store of its own) may be asked main
+turns instead (`kind="main"`), which serving answers as it answers the user: the user's
+experience block, and the answer checked against their lessons, compared with one
+decoded without the block and maybe rewritten (serve/pipeline.py); side turns get the
+block but none of that.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from matplotlib.ticker import MaxNLocator
 from openclaw_rl.eval.personas import Persona
 from openclaw_rl.experience import place
 from openclaw_rl.eval.problems import Problem
+from openclaw_rl.types import TurnKind
 
 __all__ = ["FirstAnswer", "curve_title", "first_answers", "personalization_score", "plot_curves"]
 
@@ -42,19 +48,20 @@ class FirstAnswer:
 
 def first_answers(client: openai.OpenAI, model_name: str, persona: Persona, heldout: Sequence[Problem],
                   max_tokens: int = 256, concurrency: int = 4, block: str = "",
-                  placement: str = "user") -> list[FirstAnswer]:
+                  placement: str = "user", kind: TurnKind = "side") -> list[FirstAnswer]:
     """The policy's greedy first answer to each held-out problem, scored by the rubric.
 
     Requests run `concurrency` at a time, because the engine batches concurrent requests.
     `block`, when given, is the user's experience block, put where serving puts it
-    (`experience.place` with serving's `placement`), so the answers are the ones the user is served.
+    (`experience.place` with serving's `placement`): the block's own greedy answer. `kind="main"`
+    asks main turns (see the module docstring): only of a server whose store is never trained on.
     """
 
     def answer(problem: Problem) -> FirstAnswer:
         messages = place([{"role": "user", "content": persona.first_message(problem)}], block, placement)
         raw = client.chat.completions.with_raw_response.create(
             model=model_name, messages=messages,
-            temperature=0.0, max_tokens=max_tokens, extra_headers={"X-Turn-Type": "side"})
+            temperature=0.0, max_tokens=max_tokens, extra_headers={"X-Turn-Type": kind})
         text = raw.parse().choices[0].message.content or ""
         version = raw.headers.get("x-policy-version")
         failed = tuple(c.name for c in persona.failed_checks(problem, text))
