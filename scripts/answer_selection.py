@@ -24,10 +24,8 @@ only what the server knows, the user's own earlier first answers with the judge'
   working", "show every step", "no bullet points" ...), the first sampled on a tie; it
   knows the lessons in the store, not the verdicts. `majority_number`: the first answer
   whose final number is the most common among the samples (self-consistency).
-  `lesson_checks_consensus`: the checks plus half a point for consensus on the final number;
-  `lesson_checks`: what `serve --lesson-samples` serves (`checks.pick`: that, plus half a
-  point times the share of the answer's written equations that hold). The same selectors
-  are also printed picking among each 4 of the samples, as serving picks among 4.
+  `lesson_checks`: what `serve --lesson-samples` serves (`checks.pick`: the checks plus
+  half a point for consensus on the final number).
 
 `--rewrites R` also asks for what `serve --lesson-rewrites R` serves: on each problem where the
 `lesson_checks` pick among the first 4 samples is worth rewriting (`checks.to_rewrite`), R
@@ -70,9 +68,7 @@ from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
-from openclaw_rl.experience.checks import (
-    CONSENSUS_WEIGHT, checks, choose_rewrite, consensus, pick, rewrite_request, scores, to_rewrite,
-)
+from openclaw_rl.experience.checks import checks, choose_rewrite, consensus, pick, rewrite_request, scores, to_rewrite
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store
@@ -216,19 +212,14 @@ def style(text: str) -> np.ndarray:
                      text.count("=") / max(1, words)])
 
 
-def by_lessons(lessons: list[str], mode: str) -> Callable[[list, History], int]:
-    """`checks` (the checks alone), `consensus` (and consensus on the final number) or `serving`
-    (what serving picks by: `checks.pick`, which also counts the written equations that hold)."""
+def by_lessons(lessons: list[str], with_consensus: bool) -> Callable[[list, History], int]:
     found = checks(lessons)
 
     def chosen(answers, history):
         texts = [text for text, _ in answers]
-        if mode == "serving":
+        if with_consensus:
             return pick(texts, found)[0]
         kept = scores(texts, found)
-        if mode == "consensus":
-            agree = consensus(texts)
-            kept = [k + CONSENSUS_WEIGHT * a if text.split() else 0.0 for k, a, text in zip(kept, agree, texts)]
         return max(range(len(answers)), key=lambda i: (kept[i], -i))
     return chosen
 
@@ -274,11 +265,10 @@ def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
             "longest": lambda answers, history: max(range(len(answers)), key=lambda i: len(answers[i][0])),
             "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
             "style_far_rejected": styled(False), "style_both": styled(True),
-            "lesson_checks_only": by_lessons(lessons, "checks"),
+            "lesson_checks_only": by_lessons(lessons, False),
             "majority_number": lambda answers, history: max(
                 range(len(answers)), key=lambda i: (consensus([text for text, _ in answers])[i], -i)),
-            "lesson_checks_consensus": by_lessons(lessons, "consensus"),
-            "lesson_checks": by_lessons(lessons, "serving")}
+            "lesson_checks": by_lessons(lessons, True)}
 
 
 def main() -> None:
@@ -328,12 +318,6 @@ def main() -> None:
         for name, select in picks.items():
             chosen = [answers[select(answers, history[:k])][1] for answers in candidates]
             print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
-    fours = [answers[i:i + 4] for answers in candidates for i in range(0, len(answers) - 3, 4)]
-    print(f"\n| picked among 4 samples ({len(fours)} groups, as serving's --lesson-samples 4) | accepted | "
-          "mean rubric |\n|---|---|---|")
-    for name in ("random", "oracle", "lesson_checks_only", "lesson_checks_consensus", "lesson_checks"):
-        chosen = [group[picks[name](group, history)][1] for group in fours]
-        print(f"| {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
     if args.rewrites:
         first4, served = rewritten(args.data_dir, args.out, args.persona, candidates, lessons, args.rewrites,
                            args.max_tokens, args.user)

@@ -48,16 +48,14 @@ of 16 problems, with consensus on 9 (random: 0-2; the best of the 8 by her rubri
 
 from __future__ import annotations
 
-import ast
-import operator
 import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 
-__all__ = ["ABSOLUTE", "ARITHMETIC_WEIGHT", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "arithmetic", "checks",
-           "choose_rewrite", "consensus", "count_steps", "equations", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
+__all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus",
+           "count_steps", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -78,12 +76,6 @@ _LABEL = re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE)  # "Step 1:", "**St
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 CONSENSUS_WEIGHT = 0.5
-ARITHMETIC_WEIGHT = 0.5
-# "A op B = C": an arithmetic expression (numbers, + - * / x, parentheses) left of "=", a number right of it
-_AMOUNT = r"\$?\d[\d,]*(?:\.\d+)?"
-_TERM = rf"[(\s]*{_AMOUNT}[)\s]*"
-_EQUATION = re.compile(rf"(?<![\w.%$])({_TERM}(?:(?:[-+*/\u00d7\u00f7]|(?<=\s)[xX](?=\s)){_TERM})+)=\s*({_AMOUNT})(?![\d%])")
-_OPERATIONS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
                       "nothing none neither nor instead rather less fewer".split())
@@ -262,43 +254,13 @@ def consensus(answers: Sequence[str]) -> list[bool]:
     return [x is not None and counts[x] == top for x in finals]
 
 
-def equations(text: str) -> tuple[int, int]:
-    """(the written equations "A op B = C" of `text` that hold, all of them): numbers, + - * / x
-    and parentheses on the left of "=" and one number on the right ("12 x 4 = 48", "$1,200 / 3 =
-    $400"); a result rounded to the decimals it is written with holds ("10 / 3 = 3.33"). Units,
-    words and percentages are not read: such an equation is not counted."""
-    held = total = 0
-    for match in _EQUATION.finditer(text):
-        left, right = match.group(1), match.group(2)
-        value = _evaluated(left)
-        if value is None:
-            continue
-        stated = float(right.replace("$", "").replace(",", ""))
-        decimals = len(right.split(".")[1]) if "." in right else 0
-        total += 1
-        held += abs(value - stated) <= 0.5 * 10 ** -decimals + 1e-9 * max(1.0, abs(stated))
-    return held, total
-
-
-def arithmetic(answers: Sequence[str]) -> list[float]:
-    """Each answer's share of written equations that hold (`equations`); 1 for one that writes none."""
-    shares = []
-    for text in answers:
-        held, total = equations(text)
-        shares.append(held / total if total else 1.0)
-    return shares
-
-
 def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[float]]:
-    """The answer to serve: the best by the checks plus `CONSENSUS_WEIGHT` for consensus, less
-    `ARITHMETIC_WEIGHT` times its share of written equations that do not hold, the first on a tie;
-    and every answer's total (at least 0)."""
+    """The answer to serve: the best by the checks plus `CONSENSUS_WEIGHT` for consensus, the first
+    on a tie; and every answer's total."""
     kept = scores(answers, found)
     agree = consensus(answers)
-    right = arithmetic(answers)
     # an empty answer stays 0; one last on every relative check (kept 0) still counts its consensus
-    totals = [max(0.0, k + CONSENSUS_WEIGHT * a - ARITHMETIC_WEIGHT * (1.0 - r)) if words(text) else 0.0
-              for k, a, r, text in zip(kept, agree, right, answers)]
+    totals = [k + CONSENSUS_WEIGHT * a if words(text) else 0.0 for k, a, text in zip(kept, agree, answers)]
     return max(range(len(answers)), key=lambda i: (totals[i], -i)), totals
 
 
@@ -355,31 +317,6 @@ def rewrite_request(found: Sequence[Check]) -> str:
     """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
     came from, in the user's words."""
     return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found)])
-
-
-def _evaluated(expression: str) -> float | None:
-    """The value of an arithmetic expression of numbers, + - * / and parentheses; None when it is
-    not one or divides by zero."""
-    source = expression.replace("$", "").replace(",", "").replace("\u00d7", "*").replace("\u00f7", "/")
-    source = re.sub(r"\s[xX]\s", " * ", source).strip()
-    try:
-        tree = ast.parse(source, mode="eval")
-    except SyntaxError:
-        return None
-
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
-            return float(node.value)
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _OPERATIONS:
-            return _OPERATIONS[type(node.op)](value(node.left), value(node.right))
-        raise ValueError("not arithmetic")
-
-    try:
-        return value(tree.body)
-    except (ValueError, ZeroDivisionError, OverflowError):
-        return None
 
 
 def _final(text: str) -> float | None:
