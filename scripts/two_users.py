@@ -16,10 +16,12 @@ the experience off: the observer's answers are the weights' own (the shared mode
 The users play in rounds: each round every user plays one session of their own problem
 stream, concurrently (their requests share the engine's decode batches). Every
 `--eval-every` rounds, and at the end, each user's greedy first answers to the held-out
-problems are requested **through that user's own key** (side turns), so they are served
-with the user's experience block and adapter (as side turns, one greedy answer: serving checks,
-rewrites and compares with an answer without the block only main turns), and scored by that
-user's rubric; the observer's answers are scored by every persona's rubric (the weights
+problems are requested **through that user's own key** as main turns of an evaluator's server
+(the same engine, so the user's adapter; a store of its own, to which the user's experience is
+lent for the evaluation, and which nothing judges or trains): they are answered as the user's
+own requests are (the block, the checks, the answer without the block, the rewrite), and scored
+by that user's rubric (before, they were side turns: the block's own
+greedy answer); the observer's answers are scored by every persona's rubric (the weights
 alone). At the end the script checks from the store that no turn of one user was served
 with another user's lesson.
 
@@ -61,15 +63,18 @@ from pathlib import Path
 import openai
 
 from openclaw_rl import cli
-from openclaw_rl.compose import StackSpec, build_stack
+from openclaw_rl.compose import StackSpec, build_stack, open_store
 from openclaw_rl.config import ServeConfig, SimulateConfig
-from openclaw_rl.drivers.simulate import CONTROL, _judged_all
+from openclaw_rl.drivers.simulate import CONTROL, LentExperience, _judged_all
 from openclaw_rl.eval.metrics import acceptance, bootstrap_mean_ci, first_answers
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
 from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.judge.hint_check import wilson
+from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
+from openclaw_rl.serve.metrics import Metrics
+from openclaw_rl.serve.server import Server
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.users import Users
 
@@ -119,6 +124,19 @@ class Run:
         self.thread = ServerThread(self.stack.app(), port)
         self.clients = {name: openai.OpenAI(base_url=f"{self.thread.base_url}/v1", api_key=key, max_retries=2,
                                             timeout=1200) for name, key in keys.items()}
+        # the evaluator: a server over the same engine (so each user's adapter too) with a store of its own
+        # and a copy of the users file (the same keys), to which each user's experience is lent while
+        # their held-out answers are asked as main turns: answered as that user's own requests are
+        evaluating = out / "eval-data"
+        evaluating.mkdir(parents=True, exist_ok=True)
+        shutil.copy(data / "users.json", evaluating / "users.json")
+        self.eval_store = LentExperience(open_store(serve.store, evaluating))
+        evaluator = Server(engine=self.server.engine, tokenizer=self.server.tokenizer, store=self.eval_store,
+                           config=replace(serve, data_dir=str(evaluating), train=False),
+                           model_name=self.server.model_name, metrics=Metrics())
+        self.eval_thread = ServerThread(create_app(evaluator, owns_engine=False), free_port())
+        self.eval_clients = {name: openai.OpenAI(base_url=f"{self.eval_thread.base_url}/v1", api_key=keys[name],
+                                                 max_retries=2, timeout=1200) for name in self.personas}
         self.heldout = heldout_problems(config.heldout)
         self.metrics = open(out / "metrics.jsonl", "a", encoding="utf-8")
         self.base_observer: list[str] | None = None
@@ -131,8 +149,10 @@ class Run:
         """Each user's held-out score as served to them, and the observer's under every rubric."""
         found: dict = {"rounds": rounds, "served": {}, "weights": {}}
         for name, persona in self.personas.items():
-            answers = first_answers(self.clients[name], self.server.model_name, persona, self.heldout,
-                                    max_tokens=self.config.eval_max_tokens, concurrency=len(self.heldout))
+            with self.eval_store.lent(self.server.store.experience(name)):
+                answers = first_answers(self.eval_clients[name], self.server.model_name, persona, self.heldout,
+                                        max_tokens=self.config.eval_max_tokens, concurrency=len(self.heldout),
+                                        kind="main")
             found["served"][name] = statistics.mean(a.score for a in answers)
         if self.adapters:
             alone = adapters_alone(self.users, self.clients, self.server.model_name, self.personas, self.heldout,
@@ -199,6 +219,7 @@ class Run:
         return crossed
 
     def close(self) -> None:
+        self.eval_thread.stop()
         self.thread.stop()
         self.metrics.close()
 

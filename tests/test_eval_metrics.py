@@ -210,3 +210,49 @@ def test_two_users_compare_pairs_the_arms_by_seed_and_tests_the_differences(tmp_
     assert "unpaired runs left out: [9]" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="two runs of seed 0"):
         module.compare([a[0], run("again-s0", 0, 0.5, 0.5)], b)
+
+
+def test_two_users_held_out_answers_are_main_turns_of_an_evaluator_served_with_each_users_lessons(tiny_model_dir,
+                                                                                                  tmp_path):
+    """scripts/two_users.py's evaluation: each user's held-out answers are main turns of a server over the
+    same engine whose store holds only its own turns (the user's lessons lent to it while they are asked),
+    answered as the user's own requests are (checked against the lessons beside the answer without the
+    block); the users' store gets no main turn from it, and no lesson crosses users."""
+    import importlib.util
+    from dataclasses import replace
+    from pathlib import Path
+
+    from openclaw_rl.config import JudgeConfig, SimulateConfig
+    from openclaw_rl.store import Store
+    from test_experience_serving import teach
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "two_users.py"
+    spec = importlib.util.spec_from_file_location("two_users", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    config = replace(SimulateConfig(model=str(tiny_model_dir), heldout=2, eval_max_tokens=8, method="off"),
+                     judge=JudgeConfig(judge="off"))
+    run = module.Run(config, {"parent": 0.75, "student": 0.74}, tmp_path / "run", "off")
+    try:
+        teach(run.server.store, "parent", ("Answer in one sentence.",))
+        found = run.evaluate(0)
+    finally:
+        run.close()
+    assert set(found["served"]) == {"parent", "student"}
+    users = Store(tmp_path / "run" / "data")
+    evaluator = Store(tmp_path / "run" / "eval-data")
+    try:
+        assert not [t for s in users.list_sessions() for t in users.turns(s.id) if t.kind == "main"]
+        turns = [t for s in evaluator.list_sessions() for t in evaluator.turns(s.id)]
+        by_owner = {owner: [t for t in turns if t.owner == owner] for owner in ("parent", "student")}
+        assert all(t.kind == "main" for t in turns) and all(len(v) == 2 for v in by_owner.values())
+        for turn in by_owner["parent"]:  # her lesson: checked, beside the answer without the block
+            selected = turn.sampling["selected"]
+            assert selected["plain"] == selected["of"] - 1
+            assert bool(turn.experience_block) == (selected["picked"] != selected["plain"])
+            assert "one sentence" not in turn.experience_block or turn.experience_version == 1
+        assert not any(t.experience_block or t.sampling.get("selected") for t in by_owner["student"])
+        assert not evaluator.experience("parent").lessons  # lent, never stored
+    finally:
+        users.close()
+        evaluator.close()

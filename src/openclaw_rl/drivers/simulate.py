@@ -120,28 +120,28 @@ class _Recorder:
             f.write(json.dumps({"at": time.time(), **record}) + "\n")
 
 
-class _LentExperience:
-    """The evaluator's store: its own turns, and one user's experience lent to it for the length of
-    an evaluation (the users' store's as it was when the evaluation began; none otherwise). The
-    evaluator's store never learns a lesson of its own: nothing judges its turns."""
+class LentExperience:
+    """An evaluator's store: its own turns, and the experience of users lent to it for the length
+    of an evaluation (as the users' store held it when the evaluation began; none otherwise), so
+    a server over it answers their main turns as their own requests are answered. It never
+    learns a lesson of its own: nothing judges its turns."""
 
     def __init__(self, store):
-        self._store, self._lent = store, None
+        self._store, self._lent = store, {}
 
     def __getattr__(self, name: str):
         return getattr(self._store, name)
 
     def experience(self, owner: str) -> Experience:
-        lent = self._lent
-        return lent if lent is not None and lent.owner == owner else Experience(owner)
+        return self._lent.get(owner) or Experience(owner)
 
     @contextlib.contextmanager
-    def lent(self, experience: Experience):
-        self._lent = experience
+    def lent(self, *experiences: Experience):
+        self._lent = {experience.owner: experience for experience in experiences}
         try:
             yield
         finally:
-            self._lent = None
+            self._lent = {}
 
 
 class _SnapshotEvaluator:
@@ -164,7 +164,7 @@ class _SnapshotEvaluator:
         self._persona_now = persona_now or (lambda: persona)  # whose rubric scores now (a preference shift)
         # both ways record here, out of the users' store; it serves the user's experience as it was when
         # an evaluation began (lent by _run), so the held-out answers are main turns served as the user's
-        self._store = _LentExperience(open_store(self._serve.store, data_dir))
+        self._store = LentExperience(open_store(self._serve.store, data_dir))
         self._shared: tuple[ServerThread, openai.OpenAI] | None = None
         if serving is not None:  # the serving engine behind an app of the evaluator's own
             self._shared = self._start(self._server(serving.engine))
