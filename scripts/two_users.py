@@ -65,7 +65,7 @@ import openai
 from openclaw_rl import cli
 from openclaw_rl.compose import StackSpec, build_stack, open_store
 from openclaw_rl.config import ServeConfig, SimulateConfig
-from openclaw_rl.drivers.simulate import CONTROL, LentExperience, _judged_all
+from openclaw_rl.drivers.simulate import CONTROL, LentExperience, _judged_all, evaluator_server
 from openclaw_rl.eval.metrics import acceptance, bootstrap_mean_ci, first_answers
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems, train_problems
@@ -73,8 +73,6 @@ from openclaw_rl.eval.users import SimulatedUser
 from openclaw_rl.judge.hint_check import wilson
 from openclaw_rl.serve.app import create_app
 from openclaw_rl.serve.background import ServerThread, free_port
-from openclaw_rl.serve.metrics import Metrics
-from openclaw_rl.serve.server import Server
 from openclaw_rl.train.runner import Flush
 from openclaw_rl.users import Users
 
@@ -131,9 +129,8 @@ class Run:
         evaluating.mkdir(parents=True, exist_ok=True)
         shutil.copy(data / "users.json", evaluating / "users.json")
         self.eval_store = LentExperience(open_store(serve.store, evaluating))
-        evaluator = Server(engine=self.server.engine, tokenizer=self.server.tokenizer, store=self.eval_store,
-                           config=replace(serve, data_dir=str(evaluating), train=False),
-                           model_name=self.server.model_name, metrics=Metrics())
+        evaluator = evaluator_server(self.server.engine, self.eval_store,
+                                     replace(serve, data_dir=str(evaluating), train=False))
         self.eval_thread = ServerThread(create_app(evaluator, owns_engine=False), free_port())
         self.eval_clients = {name: openai.OpenAI(base_url=f"{self.eval_thread.base_url}/v1", api_key=keys[name],
                                                  max_retries=2, timeout=1200) for name in self.personas}

@@ -144,6 +144,14 @@ class LentExperience:
             self._lent = {}
 
 
+def evaluator_server(engine, store: LentExperience, config: ServeConfig) -> Server:
+    """A server over a running `engine` (its adapters too) that records in the evaluator's `store`
+    and answers as `config` serves (the experience, the lesson checks); start it with
+    `create_app(server, owns_engine=False)`, so closing it leaves the engine to its owner."""
+    return Server(engine=engine, tokenizer=engine.tokenizer, store=store, config=config,
+                  model_name=engine.model_name, metrics=Metrics())
+
+
 class _SnapshotEvaluator:
     """Scores policy versions, in version order, through the HTTP path a client sees (see the
     module docstring). Two ways to answer: the serving engine itself while it serves the version
@@ -178,13 +186,11 @@ class _SnapshotEvaluator:
 
     def _server(self, engine) -> Server:
         """A server over `engine` that records in the evaluator's store."""
-        return Server(engine=engine, tokenizer=engine.tokenizer, store=self._store, config=self._serve,
-                      model_name=engine.model_name, metrics=Metrics())
+        return evaluator_server(engine, self._store, self._serve)
 
     @staticmethod
     def _start(server: Server) -> tuple[ServerThread, openai.OpenAI]:
-        port = free_port()
-        http = ServerThread(create_app(server, owns_engine=False), port)
+        http = ServerThread(create_app(server, owns_engine=False), free_port())
         return http, openai.OpenAI(base_url=f"{http.base_url}/v1", api_key="unused", max_retries=2, timeout=1200)
 
     def submit(self, version: int, state_dict: Weights | None, sessions: int | None = None) -> threading.Event:

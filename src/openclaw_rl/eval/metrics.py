@@ -26,7 +26,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from openclaw_rl.eval.personas import Persona
-from openclaw_rl.experience import place
 from openclaw_rl.eval.problems import Problem
 from openclaw_rl.types import TurnKind
 
@@ -47,20 +46,17 @@ class FirstAnswer:
 
 
 def first_answers(client: openai.OpenAI, model_name: str, persona: Persona, heldout: Sequence[Problem],
-                  max_tokens: int = 256, concurrency: int = 4, block: str = "",
-                  placement: str = "user", kind: TurnKind = "side") -> list[FirstAnswer]:
+                  max_tokens: int = 256, concurrency: int = 4, kind: TurnKind = "side") -> list[FirstAnswer]:
     """The policy's greedy first answer to each held-out problem, scored by the rubric.
 
-    Requests run `concurrency` at a time, because the engine batches concurrent requests.
-    `block`, when given, is the user's experience block, put where serving puts it
-    (`experience.place` with serving's `placement`): the block's own greedy answer. `kind="main"`
-    asks main turns (see the module docstring): only of a server whose store is never trained on.
+    Requests run `concurrency` at a time, because the engine batches concurrent requests. The
+    server adds the caller's experience block as it does to any request; `kind="main"` asks main
+    turns (see the module docstring): only of a server whose store is never trained on.
     """
 
     def answer(problem: Problem) -> FirstAnswer:
-        messages = place([{"role": "user", "content": persona.first_message(problem)}], block, placement)
         raw = client.chat.completions.with_raw_response.create(
-            model=model_name, messages=messages,
+            model=model_name, messages=[{"role": "user", "content": persona.first_message(problem)}],
             temperature=0.0, max_tokens=max_tokens, extra_headers={"X-Turn-Type": kind})
         text = raw.parse().choices[0].message.content or ""
         version = raw.headers.get("x-policy-version")
