@@ -57,7 +57,7 @@ def test_the_answer_that_keeps_the_users_lessons_is_served_streamed_and_recorded
 @pytest.mark.parametrize("why, body, lessons, samples, rewrites", [
     ("greedy, rewrites off", {"temperature": 0}, ("Answer in one sentence.",), 3, 0),
     ("n choices", {"n": 2}, ("Answer in one sentence.",), 3, 4),
-    ("a lesson with nothing to check", {}, ("Be friendly and encouraging.",), 3, 4),
+    ("a lesson with nothing to check", {}, ("Answer in French.",), 3, 4),
     ("no lessons", {}, (), 3, 4),
     ("off", {}, ("Answer in one sentence.",), 1, 0),
 ])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_rl.experience.checks import checks, consensus, count_steps, pick, scores, sentences
+from openclaw_rl.experience.checks import checks, consensus, count_steps, pick, scores, sentences, to_rewrite, warmth
 
 READ = [
     ("Answer in one sentence.", [("at_most", "sentence", 1), ("shorter", "", 0)]),
@@ -34,7 +34,20 @@ READ = [
     ("Drop the \u201cTo solve this problem\u201d part, it sounds like a chatbot.", [("without", "phrase", 0)]),
     ("Skip phrases like 'great question' and just answer.", [("without", "phrase", 0)]),
     ('Start with "Dear".', []),  # a phrase asked for: not read
-    ("Be friendly and encouraging.", []),  # a tone: nothing to read off the text
+    ("Be friendly and encouraging.", [("warmer", "", 0)]),  # a tone: kinds of praise and encouragement
+    ("Less praise, please.", [("cooler", "", 0)]),
+    ("What kind of answer is that? Keep it short.", [("shorter", "", 0)]),  # "kind of" is no tone
+    # "more" asks for length at the end of its clause or before "than" or a word for content, and
+    # a range ("two or three sentences") is kept from its lower end, not read as "short"
+    ("Write a bit more, two or three sentences.", [("between", "sentence", 3), ("longer", "", 0)]),
+    ("Say a little more than that.", [("longer", "", 0)]),
+    ("Give me more detail.", [("longer", "", 0)]),
+    ("Make it more concise.", [("shorter", "", 0)]),
+    ("Keep it shorter, three or four sentences is enough.", [("between", "sentence", 4), ("shorter", "", 0)]),
+    ("Answer in 2-3 sentences.", [("between", "sentence", 3)]),
+    ("Be more friendly.", [("warmer", "", 0)]),  # "more" before a tone word: not length
+    ("Be specific and use the numbers from the problem.", [("more_numbers", "", 0)]),
+    ("Don't repeat the numbers from the question.", [("fewer_numbers", "", 0)]),
     ("Réponds en une seule phrase.", []),  # the rules are English
 ]
 
@@ -168,3 +181,29 @@ def test_a_rewrite_must_fix_what_it_was_asked_to_fix():
     assert choose_rewrite(draft, [more, plain], found, asked)[0] == 1
     fewer = "21 - 4 = 17, and 17 - 1 = 16. So 16."  # the list dropped, and a step with it: no better as a whole
     assert choose_rewrite(draft, [fewer], found, asked)[0] is None
+
+
+def test_a_lesson_that_asks_for_more_picks_the_fuller_comment():
+    """A teacher's "Write a bit more, two or three sentences." once read as "at most three
+    sentences, shorter", so checked sampling served a bare "The answer is 41." over a comment;
+    read as a range and "longer", the comment of two or three sentences is the pick."""
+    found = checks(["Write a bit more, two or three sentences."])
+    bare = "The answer is 41."
+    comment = "Nice work on the first step, 6 x 4 = 24 is right. Then 24 + 17 is 41, not 39. Check that sum again."
+    rambling = " ".join(f"Sentence {i} says 41." for i in range(6))
+    best, totals = pick([bare, comment, rambling], found)
+    assert best == 1 and totals[1] > totals[0] and totals[1] > totals[2]
+    low, high = [c for c in found if c.kind == "between"][0].least, 3
+    assert (low, high) == (2, 3)
+    assert to_rewrite([bare, comment], 0, found)[0].kind == "between"  # the bare answer breaks the range
+
+
+def test_warmth_and_the_requests_numbers_are_counted_relative_to_the_other_answers():
+    assert warmth("Great job! Well done, keep it up. Great.") == 3 and warmth("The answer is 41.") == 0
+    warm = checks(["Be kinder, say something encouraging."])
+    assert scores(["It is wrong.", "Nice try, well done on step one. It is wrong."], warm) == [0.0, 1.0]
+    request = "Problem: 6 boxes of 4 pens and 17 more. Student: 6 x 4 = 24, 24 + 17 = 39."
+    numbers = checks(["Use the numbers from the student's work."])
+    answers = ["Check your sum again.", "Your 6 x 4 = 24 is right, but 24 + 17 is 41, not 39."]
+    assert scores(answers, numbers, request) == [0.0, 1.0]
+    assert scores(answers, numbers) == [1.0, 1.0]  # no request: no number to count, every answer alike

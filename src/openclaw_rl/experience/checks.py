@@ -15,9 +15,19 @@ both negated; "don't show the working": negated):
 - **a count limit**: "one sentence", "a single line", "in N sentences", "under N words",
   "at most N words/lines/sentences" ("a few" is three sentences or lines, ten words): the
   answer passes when it keeps the limit (1 or 0); "one sentence per step" is a rate, not a limit;
-- **length**: the short side ("short", "brief", "concise", a limit) or the long side
-  ("detailed", "longer", "elaborate"): relative, the shortest (longest) of the answers
-  scores 1 and the others by their rank;
+  a **range**, "two or three sentences", "3 to 5 lines", "2-3 sentences", passes from its lower
+  end to its upper;
+- **length**: the short side ("short", "brief", "concise", a limit but not a range) or the long
+  side ("detailed", "longer", "elaborate", and "more" at the end of its clause or before "than"
+  or a word for content: "write a bit more", "say a little more than that", "more detail"; not
+  "more friendly"): relative, the shortest (longest) of the answers scores 1 and the others by
+  their rank;
+- **warmth**: "be kinder", "friendlier", "warm and encouraging", "positive", "praise" (do) or
+  "less praise" (don't): relative, by the kinds of praise and encouragement in the answer
+  ("great", "well done", "keep it up", ...; `warmth`);
+- **the request's numbers**: "use the numbers from the problem", "mention the actual figures",
+  "be specific" (do) or "don't repeat the numbers" (don't): relative, by how many of the
+  numbers in the user's messages the answer carries (the request is passed to `scores`/`pick`);
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
   count of written-out steps (a distinct line or sentence with arithmetic; a "Step N" label
@@ -31,7 +41,7 @@ both negated; "don't show the working": negated):
   part", "skip phrases like 'great question'" (a negator within the four words before the
   quote): 1 when the answer does not contain the phrase (any case).
 
-A lesson it cannot read (a tone, a language, a topic) gives no check; an answer's score
+A lesson it cannot read (a language, a topic, most tones) gives no check; an answer's score
 is over the checks there are, and no checks at all scores every answer alike (0.5), so
 the first answer stays the choice. The rules are English; a lesson in another language
 gives no check.
@@ -55,7 +65,7 @@ from dataclasses import dataclass
 
 
 __all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus",
-           "count_steps", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "words"]
+           "count_steps", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "warmth", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -65,6 +75,8 @@ _UNIT = r"(sentence|line|word|paragraph)s?"
 _LIMITED = re.compile(rf"\b(?:no more than|not more than|at most|up to|under|fewer than|less than|max(?:imum)?|"
                       rf"within)\s+{_COUNT}\s+{_UNIT}\b")
 _EXACT = re.compile(rf"\b{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
+# "two or three sentences", "3 to 5 lines", "2-3 sentences": a range, kept from its lower end to its upper
+_RANGE = re.compile(rf"\b{_COUNT}\s*(?:or|to|-|\u2013)\s*{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
 _RATE = re.compile(r"s?\s+(?:per|for each|for every|each|a)\b")  # "one sentence per step": a rate, not a limit
 _OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d|=\s*\$?\d")
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
@@ -91,12 +103,27 @@ _ABOUT = {"step": "working", "worki": "working", "calcu": "working", "arith": "w
 _A_FEW_WORDS = 10  # "a few words will do": brief, not literally three ("a few sentences" is three)
 _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
+# "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
+# end of its clause or before "than" or a word for content ("more friendly" is about tone, not length)
+# "use the numbers from the problem", "mention the actual figures", "be specific": the request's numbers
+_NUMBERS_CUES = frozenset("numbers figures values specific".split())
+_MORE_BEFORE = frozenset("than detail details words sentences lines text explanation context information "
+                         "examples depth please".split())
+# a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
+_WARM_CUES = frozenset("kind kinder kindly friendly friendlier warm warmer warmth encouraging encourage "
+                       "encouragement positive nicer gentle gentler praise supportive polite cheerful upbeat".split())
+# words of praise and encouragement an answer can carry (English); a warmer answer has more kinds of them
+_WARM_WORDS = re.compile(
+    r"\b(?:great|good|nice|well done|excellent|awesome|wonderful|fantastic|brilliant|amazing|impressive|"
+    r"proud|keep (?:it )?up|keep going|you can do it|good job|nice work|great job|love|glad|happy|thank(?:s| you)|"
+    r"perfect|superb|terrific|lovely|congratulations|bravo|super)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
 class Check:
     """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
-    `limit`), `shorter`/`longer` (relative length), `less_working`/`more_working` (relative
+    `limit`), `between` (a count of `unit` from `least` to `limit`), `shorter`/`longer` (relative
+    length), `warmer`/`cooler` (relative count of kinds of praise and encouragement), `less_working`/`more_working` (relative
     count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label (a
     "Step N:" label), or phrase: `phrase`, compared case-insensitively)."""
 
@@ -105,6 +132,7 @@ class Check:
     unit: str = ""
     limit: int = 0
     phrase: str = ""
+    least: int = 0
 
 
 def words(text: str) -> int:
@@ -129,6 +157,11 @@ def count_steps(text: str) -> int:
     return sum(bool(_OPERATOR.search(p)) for p in pieces)
 
 
+def warmth(text: str) -> int:
+    """Kinds of praise and encouragement in the text ("great", "well done", "keep it up", ...)."""
+    return len({m.group().lower() for m in _WARM_WORDS.finditer(text)})
+
+
 def checks(lessons: Sequence[str]) -> list[Check]:
     """Every check the lessons can be read as, in lesson order (see the module docstring)."""
     found: list[Check] = []
@@ -139,7 +172,7 @@ def checks(lessons: Sequence[str]) -> list[Check]:
 
 def _signs(text: str) -> tuple[dict[str, int], int]:
     """What the lesson's cue words are about, each +1 (do) or -1 (don't; the last mention wins),
-    and its length side (-1 short, +1 long, 0 none)."""
+    warmth among them, and its length side (-1 short, +1 long, 0 none)."""
     about: dict[str, int] = {}
     length = 0
     for clause in _CLAUSE.split(text):
@@ -147,8 +180,13 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
         for i, token in enumerate(tokens):
             negated = any(t in _NEGATORS for t in tokens[max(0, i - _WINDOW):i])
             sign = -1 if negated else 1
-            if token in _SHORT or token in _LONG:
+            following = tokens[i + 1] if i + 1 < len(tokens) else None
+            if token in _SHORT or token in _LONG or (token == "more" and (following is None or following in _MORE_BEFORE)):
                 length = (-1 if token in _SHORT else 1) * sign
+            if token in _WARM_CUES and not (token == "kind" and following == "of"):  # "what kind of": not a tone
+                about["warmth"] = sign
+            if token in _NUMBERS_CUES:
+                about["numbers"] = sign
             word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
             if word == "step" and tokens[i + 1:i + 2] and tokens[i + 1].isdigit():
                 # "Step 1" names a label ("without Step 1, Step 2 labels"), not the working; one
@@ -168,24 +206,40 @@ def _read(lesson: str) -> list[Check]:
     found: list[Check] = []
     negated_limit = re.search(r"\b(?:not|don't|do not|never)\b[^.,;]*\b(?:one|a single|single) (?:sentence|line)",
                               text)
+    ranges = []
+    for match in _RANGE.finditer(text):
+        least, most, unit = match.groups()
+        low, high = (int(c) if c.isdigit() else _NUMBER_WORDS[c] for c in (least, most))
+        if unit == "paragraph" or negated_limit or _RATE.match(text, match.end()) or not 0 < low <= high:
+            continue
+        ranges.append(match.span())
+        if not any(c.kind == "between" and c.unit == unit for c in found):
+            found.append(Check(lesson, "between", unit, high, least=low))
     for pattern in (_LIMITED, _EXACT):
         for match in pattern.finditer(text):
             count, unit = match.groups()
             if unit == "paragraph" or (pattern is _EXACT and negated_limit) or _RATE.match(text, match.end()):
                 continue
+            if any(start <= match.start() < end for start, end in ranges):  # the upper end of a range
+                continue
             limit = int(count) if count.isdigit() else _NUMBER_WORDS[count]
             if count in ("a few", "few") and unit == "word":
                 limit = _A_FEW_WORDS
-            if limit > 0 and not any(c.kind == "at_most" and c.unit == unit for c in found):
+            if limit > 0 and not any(c.kind in ("at_most", "between") and c.unit == unit for c in found):
                 found.append(Check(lesson, "at_most", unit, limit))
         if found:
             break
-    if length == -1 or (found and length != 1):  # a limit is on the short side
+    limited = any(c.kind == "at_most" for c in found)
+    if length == -1 or (limited and length != 1):  # a limit is on the short side (a range is not)
         found.append(Check(lesson, "shorter"))
     elif length == 1:
         found.append(Check(lesson, "longer"))
     if "working" in objects:
         found.append(Check(lesson, "more_working" if objects["working"] > 0 else "less_working"))
+    if "numbers" in objects:
+        found.append(Check(lesson, "more_numbers" if objects["numbers"] > 0 else "fewer_numbers"))
+    if "warmth" in objects:
+        found.append(Check(lesson, "warmer" if objects["warmth"] > 0 else "cooler"))
     for unit in ("list", "markdown", "emoji", "label"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
@@ -205,25 +259,32 @@ def _quoted_to_avoid(text: str) -> list[str]:
     return list(dict.fromkeys(phrases))
 
 
-def scores(answers: Sequence[str], found: Sequence[Check]) -> list[float]:
+def scores(answers: Sequence[str], found: Sequence[Check], request: str = "") -> list[float]:
     """Each answer's mean over the checks, in [0, 1]; relative checks rank the answers among
-    themselves (ties share a rank); an empty answer 0. 0.5 for every answer when there is no check."""
+    themselves (ties share a rank); an empty answer 0. 0.5 for every answer when there is no check.
+    `request`: the text the answers reply to (the user's messages), whose numbers `more_numbers`
+    counts in each answer."""
     if not answers:
         return []
     if not found:
         return [0.5] * len(answers)
     totals = [0.0] * len(answers)
     for check in found:
-        for i, value in enumerate(_one(check, answers)):
+        for i, value in enumerate(_one(check, answers, request)):
             totals[i] += value
     return [t / len(found) if words(a) else 0.0 for t, a in zip(totals, answers)]  # an empty answer keeps nothing
 
 
-def _one(check: Check, answers: Sequence[str]) -> list[float]:
-    if check.kind == "at_most":
+def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]:
+    if check.kind in ("at_most", "between"):
         count = {"word": words, "sentence": sentences, "line": lambda t: len([x for x in t.splitlines() if x.strip()])
                  }[check.unit]
-        return [float(0 < count(a) <= check.limit) for a in answers]
+        return [float(max(1, check.least) <= count(a) <= check.limit) for a in answers]
+    if check.kind in ("more_numbers", "fewer_numbers"):
+        asked = _numbers(request)
+        return _ranked([len(_numbers(a) & asked) for a in answers], lower_is_better=check.kind == "fewer_numbers")
+    if check.kind in ("warmer", "cooler"):
+        return _ranked([warmth(a) for a in answers], lower_is_better=check.kind == "cooler")
     if check.kind in ("shorter", "longer"):
         return _ranked([words(a) for a in answers], lower_is_better=check.kind == "shorter")
     if check.kind in ("less_working", "more_working"):
@@ -243,6 +304,17 @@ def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
     return [1.0 - place[v] / (len(distinct) - 1) for v in values]
 
 
+def _numbers(text: str) -> set[float]:
+    """The distinct numbers written in the text."""
+    found = set()
+    for number in _NUMBER.findall(text):
+        try:
+            found.add(float(number.replace(",", "")))
+        except ValueError:
+            continue
+    return found
+
+
 def consensus(answers: Sequence[str]) -> list[bool]:
     """Whether each answer's final number (its last) is the most common final number among them;
     all False when no answer has a number."""
@@ -254,10 +326,10 @@ def consensus(answers: Sequence[str]) -> list[bool]:
     return [x is not None and counts[x] == top for x in finals]
 
 
-def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[float]]:
+def pick(answers: Sequence[str], found: Sequence[Check], request: str = "") -> tuple[int, list[float]]:
     """The answer to serve: the best by the checks plus `CONSENSUS_WEIGHT` for consensus, the first
-    on a tie; and every answer's total."""
-    kept = scores(answers, found)
+    on a tie; and every answer's total. `request` as for `scores`."""
+    kept = scores(answers, found, request)
     agree = consensus(answers)
     # an empty answer stays 0; one last on every relative check (kept 0) still counts its consensus
     totals = [k + CONSENSUS_WEIGHT * a if words(text) else 0.0 for k, a, text in zip(kept, agree, answers)]
@@ -268,11 +340,11 @@ def pick(answers: Sequence[str], found: Sequence[Check]) -> tuple[int, list[floa
 # Markdown, emojis or a phrase). Asking for more (detail, every step) it cannot: a rewrite of a worked
 # answer into more steps was worse than the answer it rewrote (docs/experiments.md "Rewriting").
 CONDENSING = frozenset({"at_most", "shorter", "less_working", "without"})
-# Of those, the ones an answer keeps or breaks by itself (not relative to other answers).
-ABSOLUTE = frozenset({"at_most", "without"})
+# The ones an answer keeps or breaks by itself (not relative to other answers).
+ABSOLUTE = frozenset({"at_most", "between", "without"})
 
 
-def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> list[Check]:
+def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], request: str = "") -> list[Check]:
     """The checks to ask the picked one of `answers` to be rewritten to ([]: serve it as it is).
 
     When every check asks for less (`CONDENSING`): all of them, if the answer does not keep them
@@ -284,13 +356,13 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check]) -> l
     if not found:
         return []
     if all(c.kind in CONDENSING for c in found):
-        kept = scores(answers, found)[picked] < 1.0 or _final(answers[picked]) is None
+        kept = scores(answers, found, request)[picked] < 1.0 or _final(answers[picked]) is None
         return list(found) if kept else []
-    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]
+    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]], request)[0] < 1.0]
 
 
-def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = ()
-                   ) -> tuple[int | None, list[float]]:
+def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = (),
+                   request: str = "") -> tuple[int | None, list[float]]:
     """Which rewrite to serve instead of `draft` (None: the draft), and the `pick` totals of the
     draft and each rewrite (a rewrite left out scores 0). A rewrite is a candidate only if it
     keeps the lessons it was asked to keep (`asked`, default all of `found`) better than the draft
@@ -300,16 +372,16 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
     asked = asked or found
     needs_number = _final(draft) is not None
     kept = [i for i, text in enumerate(rewrites)
-            if (not needs_number or _final(text) is not None) and _keeps_better(text, draft, asked)]
-    best, totals = pick([draft, *(rewrites[i] for i in kept)], found)
+            if (not needs_number or _final(text) is not None) and _keeps_better(text, draft, asked, request)]
+    best, totals = pick([draft, *(rewrites[i] for i in kept)], found, request)
     every = [totals[0]] + [0.0] * len(rewrites)
     for place, i in enumerate(kept, start=1):
         every[i + 1] = totals[place]
     return (None if best == 0 else kept[best - 1]), every
 
 
-def _keeps_better(text: str, draft: str, found: Sequence[Check]) -> bool:
-    draft_kept, text_kept = scores([draft, text], found)
+def _keeps_better(text: str, draft: str, found: Sequence[Check], request: str) -> bool:
+    draft_kept, text_kept = scores([draft, text], found, request)
     return text_kept > draft_kept
 
 
