@@ -323,17 +323,17 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     plain = ServedPrompt(await _rendered(server, spec, spec.messages)) if server.config.lesson_plain == "on" else None
     candidates = await _decoded(server, spec, ref, prompt, params, group, server.config.lesson_samples, plain)
     texts = [turn.text.finish()[0] for turn in candidates]
-    request = _request_text(spec.messages)
-    best, kept = pick(texts, found, request)
+    user_text = _request_text(spec.messages)
+    best, kept = pick(texts, found, user_text)
     chosen = candidates[best]
     served, started, steps, reason = chosen.prompt, chosen.started, chosen.steps, chosen.finish_reason
     selection = {"of": len(candidates), "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
     if plain is not None:
         selection["plain"] = len(candidates) - 1  # the index of the answer decoded without the block
-    if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found, request)):
+    if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found, user_text)):
         rewritten = await _rewritten(server, spec, ref, served, chosen.params, texts[best], group, found, asked,
-                                     request)
+                                     user_text)
         if rewritten is not None:
             started, steps, reason, selection["rewrite"] = rewritten
     replay = TurnInProgress(server, spec, ref, served, chosen.params, started, _replayed(steps, reason), group, 0)
@@ -363,7 +363,7 @@ async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
 
 
 async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,
-                     draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check], request: str
+                     draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check], user_text: str
                      ) -> tuple[Started, list[TokenStep], str, dict] | None:
     """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
     --lesson-rewrites rewrites keeps them better than the draft and every lesson better as a whole
@@ -379,7 +379,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
         return None
     rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group,
                               server.config.lesson_rewrites)
-    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked, request)
+    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked, user_text)
     if best is None:
         return None
     chosen = rewrites[best]
