@@ -169,6 +169,26 @@ def test_beside_a_lesson_asking_for_more_the_pick_is_rewritten_to_what_it_breaks
     assert selected["rewrite"]["picked"] == 1
 
 
+FULLER = "You asked for 12 times 7. Ten sevens are 70 and two more are 14, so 12 x 7 = 84."
+
+
+def test_a_pick_too_short_for_a_range_is_rewritten_and_the_requests_numbers_count(scripted_server):
+    """"Write a bit more, two or three sentences." and "Use the numbers from the question.": a
+    one-sentence pick breaks the range and is rewritten; of the rewrites, the one of two sentences
+    that carries the question's numbers (12 and 7, read from the user's message) is served."""
+    server = scripted_server([TERSE, TERSE, SHORT, FULLER], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
+    keys = keyed(server, "teacher")
+    teach(server.server.store, "teacher", ("Write a bit more, two or three sentences.",
+                                           "Use the numbers from the question."))
+    r = chat(server, keys["teacher"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == FULLER
+    request = server.server.tokenizer.decode(server.engine.prompts[2]).rsplit("Rewrite your answer.", 1)[1]
+    assert request.split("<|im_end|>")[0].strip() == "Write a bit more, two or three sentences."
+    selected = stored_turns(server, r)[0].sampling["selected"]
+    assert selected["checks"] == ["between sentence", "longer", "more_numbers"]
+    assert selected["rewrite"]["picked"] == 1
+
+
 @pytest.mark.parametrize("why, replies, lessons, rewrites", [
     ("the draft keeps the lessons", [SHORT, LONG], ("Answer in one sentence.",), 2),
     ("a lesson asks for more, the pick breaks none by itself", [LONG, WORDY], ("Keep it short.", "Show every step."), 2),
