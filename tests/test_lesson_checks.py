@@ -207,3 +207,13 @@ def test_warmth_and_the_requests_numbers_are_counted_relative_to_the_other_answe
     answers = ["Check your sum again.", "Your 6 x 4 = 24 is right, but 24 + 17 is 41, not 39."]
     assert scores(answers, numbers, request) == [0.0, 1.0]
     assert scores(answers, numbers) == [1.0, 1.0]  # no request: no number to count, every answer alike
+
+
+def test_asking_for_less_praise_or_fewer_numbers_is_condensing():
+    """A rewrite can take praise or repeated numbers out, as it can take words out: with only such
+    lessons, a pick that keeps them worse than the best answer is rewritten to all of them."""
+    found = checks(["Answer in one sentence.", "Less praise, please."])
+    assert [c.kind for c in found] == ["at_most", "shorter", "cooler"]
+    answers = ["Great job, well done! It is 84.", "It is 84."]
+    assert [c.kind for c in to_rewrite(answers, 0, found)] == ["at_most", "shorter", "cooler"]
+    assert to_rewrite(answers, 1, found) == []

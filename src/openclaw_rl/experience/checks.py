@@ -337,9 +337,10 @@ def pick(answers: Sequence[str], found: Sequence[Check], request: str = "") -> t
 
 
 # The checks a rewrite can satisfy at 135M: asking for less (a limit, shorter, no working, no lists,
-# Markdown, emojis or a phrase). Asking for more (detail, every step) it cannot: a rewrite of a worked
-# answer into more steps was worse than the answer it rewrote (docs/experiments.md "Rewriting").
-CONDENSING = frozenset({"at_most", "shorter", "less_working", "without"})
+# Markdown, emojis or a phrase, less praise, fewer of the request's numbers). Asking for more (detail,
+# every step) it cannot: a rewrite of a worked answer into more steps was worse than the answer it
+# rewrote (docs/experiments.md "Rewriting").
+CONDENSING = frozenset({"at_most", "shorter", "less_working", "without", "cooler", "fewer_numbers"})
 # The ones an answer keeps or breaks by itself (not relative to other answers).
 ABSOLUTE = frozenset({"at_most", "between", "without"})
 
