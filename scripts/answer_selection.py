@@ -44,6 +44,10 @@ answers are served.
 file gets a new key for NAME, so the server puts NAME's lessons in the prompt; the history
 is NAME's sessions.
 
+With `--greedy` or `--served`, OUT_DIR/served.json keeps each arm's rubric per problem (in
+`heldout_problems(16)` order, seed by seed), so two versions of the code can be compared problem
+by problem on one store.
+
 Printed: for each history size, each selector's accepted answers (rubric >= --approve) out
 of 16 and mean rubric. OUT_DIR/selection.json keeps the candidates, so `--analyse-only`
 reruns the selectors without sampling again. docs/experiments.md has what it found.
@@ -297,9 +301,10 @@ def main() -> None:
     for lesson in lessons:
         print(f"  {lesson}  ->  {[c.kind + (' ' + c.unit if c.unit else '') + (f' {c.limit}' if c.limit else '') for c in found if c.lesson == lesson]}")
     if args.greedy or args.served:
-        for name, chosen in served_arms(args.data_dir, args.out, args.persona, args.max_tokens, args.user,
-                                        args.served).items():
+        arms = served_arms(args.data_dir, args.out, args.persona, args.max_tokens, args.user, args.served)
+        for name, chosen in arms.items():
             print(f"| {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
+        (args.out / "served.json").write_text(json.dumps(arms, indent=1))  # per problem, to pair two codes
         return
     saved = args.out / "selection.json"
     if args.analyse_only:

@@ -305,14 +305,8 @@ def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
 
 
 def _numbers(text: str) -> set[float]:
-    """The distinct numbers written in the text."""
-    found = set()
-    for number in _NUMBER.findall(text):
-        try:
-            found.add(float(number.replace(",", "")))
-        except ValueError:
-            continue
-    return found
+    """The distinct numbers written in the text ("1,200" is 1200)."""
+    return {float(number.replace(",", "")) for number in _NUMBER.findall(text)}
 
 
 def consensus(answers: Sequence[str]) -> list[bool]:
