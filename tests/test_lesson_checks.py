@@ -48,6 +48,7 @@ READ = [
     ("Be more friendly.", [("warmer", "", 0)]),  # "more" before a tone word: not length
     ("Be specific and use the numbers from the problem.", [("more_numbers", "", 0)]),
     ("Don't repeat the numbers from the question.", [("fewer_numbers", "", 0)]),
+    ("Write the math with plain numbers, not LaTeX code.", [("more_working", "", 0)]),  # no request numbers
     ("Réponds en une seule phrase.", []),  # the rules are English
 ]
 

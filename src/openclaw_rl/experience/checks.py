@@ -25,8 +25,8 @@ both negated; "don't show the working": negated):
 - **warmth**: "be kinder", "friendlier", "warm and encouraging", "positive", "praise" (do) or
   "less praise" (don't): relative, by the kinds of praise and encouragement in the answer
   ("great", "well done", "keep it up", ...; `warmth`);
-- **the request's numbers**: "use the numbers from the problem", "mention the actual numbers",
-  "be specific" (do) or "don't repeat the numbers" (don't): relative, by how many of the
+- **the request's numbers**: "use the numbers from the problem", "mention the actual numbers"
+  ("the numbers", not "plain numbers"), "be specific" (do) or "don't repeat the numbers" (don't): relative, by how many of the
   numbers in the user's messages the answer carries (the request is passed to `scores`/`pick`);
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
@@ -105,8 +105,6 @@ _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
 # "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
 # end of its clause or before "than" or a word for content ("more friendly" is about tone, not length)
-# "use the numbers from the problem", "mention the actual numbers", "be specific": the request's numbers
-_NUMBERS_CUES = frozenset("numbers specific".split())
 _MORE_BEFORE = frozenset("than detail details words sentences lines text explanation context information "
                          "examples depth please".split())
 # a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
@@ -185,7 +183,7 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
                 length = (-1 if token in _SHORT else 1) * sign
             if token in _WARM_CUES and not (token == "kind" and following == "of"):  # "what kind of": not a tone
                 about["warmth"] = sign
-            if token in _NUMBERS_CUES:
+            if token == "specific" or (token == "numbers" and "the" in tokens[max(0, i - 2):i]):  # not "plain numbers"
                 about["numbers"] = sign
             word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
             if word == "step" and tokens[i + 1:i + 2] and tokens[i + 1].isdigit():
