@@ -26,8 +26,9 @@ both negated; "don't show the working": negated):
   "less praise" (don't): relative, by the kinds of praise and encouragement in the answer
   ("great", "well done", "keep it up", ...; `warmth`);
 - **the request's numbers**: "use the numbers from the problem", "mention the actual numbers"
-  ("the numbers", not "plain numbers"), "be specific" (do) or "don't repeat the numbers" (don't): relative, by how many of the
-  numbers in the user's messages the answer carries (the request is passed to `scores`/`pick`);
+  ("the numbers", not "plain numbers"), "be specific" (do) or "don't repeat the numbers"
+  (don't): relative, by how many of the numbers in the user's messages the answer carries (the
+  request is passed to `scores`/`pick`);
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
   count of written-out steps (a distinct line or sentence with arithmetic; a "Step N" label
@@ -121,7 +122,8 @@ _WARM_WORDS = re.compile(
 class Check:
     """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
     `limit`), `between` (a count of `unit` from `least` to `limit`), `shorter`/`longer` (relative
-    length), `warmer`/`cooler` (relative count of kinds of praise and encouragement), `less_working`/`more_working` (relative
+    length), `warmer`/`cooler` (relative count of kinds of praise and encouragement),
+    `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `less_working`/`more_working` (relative
     count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label (a
     "Step N:" label), or phrase: `phrase`, compared case-insensitively)."""
 
@@ -179,7 +181,8 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
             negated = any(t in _NEGATORS for t in tokens[max(0, i - _WINDOW):i])
             sign = -1 if negated else 1
             following = tokens[i + 1] if i + 1 < len(tokens) else None
-            if token in _SHORT or token in _LONG or (token == "more" and (following is None or following in _MORE_BEFORE)):
+            more = token == "more" and (following is None or following in _MORE_BEFORE)
+            if token in _SHORT or token in _LONG or more:
                 length = (-1 if token in _SHORT else 1) * sign
             if token in _WARM_CUES and not (token == "kind" and following == "of"):  # "what kind of": not a tone
                 about["warmth"] = sign
