@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from openclaw_rl.types import Message
@@ -40,6 +41,11 @@ def content_text(message: Message) -> str:
     if isinstance(content, str):
         return content
     return "\n".join(_part_text(part) for part in content if isinstance(part, dict))
+
+
+def user_text(messages: Sequence[Message]) -> str:
+    """What the user wrote in a conversation: the text of every user message, one per line."""
+    return "\n".join(content_text(m) for m in messages if m.get("role") == "user")
 
 
 def _part_text(part: dict[str, Any]) -> str:

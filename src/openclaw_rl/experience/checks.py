@@ -106,6 +106,7 @@ _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
 # "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
 # end of its clause or before "than" or a word for content ("more friendly" is about tone, not length)
+_NUMBERS_KINDS = frozenset({"more_numbers", "fewer_numbers"})
 _MORE_BEFORE = frozenset("than detail details words sentences lines text explanation context information "
                          "examples depth please".split())
 # a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
@@ -269,20 +270,21 @@ def scores(answers: Sequence[str], found: Sequence[Check], request: str = "") ->
         return []
     if not found:
         return [0.5] * len(answers)
+    asked = _numbers(request) if any(c.kind in _NUMBERS_KINDS for c in found) else set()  # parsed once
     totals = [0.0] * len(answers)
     for check in found:
-        for i, value in enumerate(_one(check, answers, request)):
+        for i, value in enumerate(_one(check, answers, asked)):
             totals[i] += value
     return [t / len(found) if words(a) else 0.0 for t, a in zip(totals, answers)]  # an empty answer keeps nothing
 
 
-def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]:
+def _one(check: Check, answers: Sequence[str], asked: set[float] = frozenset()) -> list[float]:
+    """Each answer's value on one check; `asked`: the numbers of the request (`_numbers`)."""
     if check.kind in ("at_most", "between"):
         count = {"word": words, "sentence": sentences, "line": lambda t: len([x for x in t.splitlines() if x.strip()])
                  }[check.unit]
         return [float(max(1, check.least) <= count(a) <= check.limit) for a in answers]
-    if check.kind in ("more_numbers", "fewer_numbers"):
-        asked = _numbers(request)
+    if check.kind in _NUMBERS_KINDS:
         return _ranked([len(_numbers(a) & asked) for a in answers], lower_is_better=check.kind == "fewer_numbers")
     if check.kind in ("warmer", "cooler"):
         return _ranked([warmth(a) for a in answers], lower_is_better=check.kind == "cooler")
@@ -305,9 +307,13 @@ def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
     return [1.0 - place[v] / (len(distinct) - 1) for v in values]
 
 
+def _values(text: str) -> list[float]:
+    """The numbers written in the text, in order ("1,200" is 1200)."""
+    return [float(number.replace(",", "")) for number in _NUMBER.findall(text)]
+
+
 def _numbers(text: str) -> set[float]:
-    """The distinct numbers written in the text ("1,200" is 1200)."""
-    return {float(number.replace(",", "")) for number in _NUMBER.findall(text)}
+    return set(_values(text))
 
 
 def consensus(answers: Sequence[str]) -> list[bool]:
@@ -354,7 +360,7 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], requ
     if all(c.kind in CONDENSING for c in found):
         kept = scores(answers, found, request)[picked] < 1.0 or _final(answers[picked]) is None
         return list(found) if kept else []
-    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]], request)[0] < 1.0]
+    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]  # none needs the numbers
 
 
 def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = (),
@@ -390,10 +396,5 @@ def rewrite_request(found: Sequence[Check]) -> str:
 def _final(text: str) -> float | None:
     """The answer's last number, not counting "Step N" labels and list numbers (an outline's
     "Step 3: Give the answer." has no answer)."""
-    numbers = _NUMBER.findall(_NUMBERING.sub(" ", text))
-    if not numbers:
-        return None
-    try:
-        return float(numbers[-1].replace(",", ""))
-    except ValueError:
-        return None
+    numbers = _values(_NUMBERING.sub(" ", text))
+    return numbers[-1] if numbers else None

@@ -36,7 +36,7 @@ import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Protocol
 
-from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.chat import content_text, render_prompt, user_text
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.judge.prompts import NEXT_STATE_ROLES, comparison_prompt
 from openclaw_rl.judge.teacher import hinted_messages, personal_adapter, served_messages
@@ -112,7 +112,7 @@ class RubricComparer:
         self.persona, self.problems = persona, problems
 
     def problem_of(self, turn: Turn):
-        text = "\n".join(content_text(m) for m in turn.prompt_messages if m.get("role") == "user")
+        text = user_text(turn.prompt_messages)
         return next((p for p in self.problems if p.question in text), None)
 
     async def compare(self, turn: Turn, hint: str, answer: str) -> Comparison:

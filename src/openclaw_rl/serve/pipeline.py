@@ -38,7 +38,7 @@ from typing import AsyncIterator
 
 from fastapi.concurrency import run_in_threadpool
 
-from openclaw_rl.chat import content_text, render_prompt
+from openclaw_rl.chat import content_text, render_prompt, user_text
 from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, Started, TokenIdError, scoring_adapter,
                                      weights_in_use)
 from openclaw_rl.experience import place
@@ -323,28 +323,21 @@ async def _checked(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
     plain = ServedPrompt(await _rendered(server, spec, spec.messages)) if server.config.lesson_plain == "on" else None
     candidates = await _decoded(server, spec, ref, prompt, params, group, server.config.lesson_samples, plain)
     texts = [turn.text.finish()[0] for turn in candidates]
-    user_text = _request_text(spec.messages)
-    best, kept = pick(texts, found, user_text)
+    said = user_text(spec.messages)  # whose numbers "use the numbers from the problem" counts
+    best, kept = pick(texts, found, said)
     chosen = candidates[best]
     served, started, steps, reason = chosen.prompt, chosen.started, chosen.steps, chosen.finish_reason
     selection = {"of": len(candidates), "by": "lesson_checks", "picked": best, "scores": [round(x, 4) for x in kept],
                  "checks": sorted({c.kind + (f" {c.unit}" if c.unit else "") for c in found})}
     if plain is not None:
         selection["plain"] = len(candidates) - 1  # the index of the answer decoded without the block
-    if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found, user_text)):
-        rewritten = await _rewritten(server, spec, ref, served, chosen.params, texts[best], group, found, asked,
-                                     user_text)
+    if server.config.lesson_rewrites and (asked := to_rewrite(texts, best, found, said)):
+        rewritten = await _rewritten(server, spec, ref, served, chosen.params, texts[best], group, found, asked, said)
         if rewritten is not None:
             started, steps, reason, selection["rewrite"] = rewritten
     replay = TurnInProgress(server, spec, ref, served, chosen.params, started, _replayed(steps, reason), group, 0)
     replay.selection = selection
     return replay
-
-
-def _request_text(messages) -> str:
-    """What the user wrote in this conversation (every user message), whose numbers a lesson such
-    as "use the numbers from the problem" asks the answer to carry."""
-    return "\n".join(content_text(m) for m in messages if m.get("role") == "user")
 
 
 async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params, group: str,
@@ -363,7 +356,7 @@ async def _decoded(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Serv
 
 
 async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: ServedPrompt, params,
-                     draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check], user_text: str
+                     draft_text: str, group: str, found: tuple[Check, ...], asked: list[Check], said: str
                      ) -> tuple[Started, list[TokenStep], str, dict] | None:
     """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
     --lesson-rewrites rewrites keeps them better than the draft and every lesson better as a whole
@@ -379,7 +372,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
         return None
     rewrites = await _decoded(server, spec, ref, replace(prompt, ids=ids), params, group,
                               server.config.lesson_rewrites)
-    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked, user_text)
+    best, totals = choose_rewrite(draft_text, [turn.text.finish()[0] for turn in rewrites], found, asked, said)
     if best is None:
         return None
     chosen = rewrites[best]
