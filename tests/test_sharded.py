@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 from openclaw_rl.config import TrainConfig
 from openclaw_rl.store import make_store
 from openclaw_rl.train import checkpoint
-from openclaw_rl.train.sharded import ShardedTrainer, init_from_env
+from openclaw_rl.train.sharded import ShardedTrainer, end_rank, init_from_env
 from openclaw_rl.train.trainer import Trainer
 from openclaw_rl.train.weights import FilesChannel
 from test_trainer import TEST_LR, make_samples, one_thread, tiny_llama  # noqa: F401 (fixtures used by name)
@@ -76,7 +76,7 @@ def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path
         trainer = ShardedTrainer(model_dir, config("full"))  # a one-process checkpoint, resumed on 2 ranks
         if rank != 0:
             trainer.follow()
-            return
+            end_rank(0)
         try:
             checkpoint.restore(trainer, checkpoint.load_latest(plain))
             result = {"stats": trainer.step(samples), "policy": trainer.policy_state_dict()}
@@ -87,8 +87,10 @@ def _rank(rank: int, port: int, model_dir: Path, out: Path, samples, plain: Path
             torch.save(result, out / "from-plain.pt")
         finally:
             trainer.stop_followers()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    end_rank(0)  # as `openclaw-rl train --nproc` ends its ranks: past a teardown that can abort (seen on CI)
 
 
 def _log_tail(path: Path, lines: int = 40) -> str:

@@ -459,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
                                             personal_resident=part.personal_resident)
             if int(os.environ.get("RANK", "0")) == 0:  # a follower rank of a sharded trainer counts nothing
                 print(f"trained {steps} steps")
+            if ranks > 1:
+                sharded.end_rank(0)
     except (ConfigError, ValueError, FileNotFoundError, StoreError, UserError) as error:
         print(f"openclaw-rl: error: {error}", file=sys.stderr)
         return 2

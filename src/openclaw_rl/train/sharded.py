@@ -49,6 +49,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 from pathlib import Path
 
 import torch
@@ -88,6 +89,20 @@ def init_from_env() -> int:
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
     return dist.get_rank()
+
+
+def end_rank(status: int) -> NoReturn:
+    """Leave the process group (if still in it) and end this rank's process with `status`,
+    skipping the interpreter's teardown: a gloo worker thread still alive while Python
+    finalizes can abort a rank that has finished its work ("terminate called without an active
+    exception", SIGABRT: seen on CI, not reproduced here), and torchrun would report the run
+    as failed. Only on success: an error leaves as usual, with its traceback."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 def launch(nproc: int, argv: Sequence[str]) -> int:
