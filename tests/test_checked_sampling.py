@@ -189,6 +189,22 @@ def test_a_pick_too_short_for_a_range_is_rewritten_and_the_requests_numbers_coun
     assert selected["rewrite"]["picked"] == 1
 
 
+def test_the_answer_that_corrects_the_users_own_working_is_served(scripted_server):
+    """"Mention the actual mistake.": of two comments on a student's working (8 x 8 = 54 does not
+    hold), the one that gives 64 is served; the request's equations are read from the user's message."""
+    vague = "Great effort! Please check your multiplication again, there are not 45 left."  # a number: no consensus edge
+    exact = "Great effort! 8 x 8 is 64, not 54, so there are 55 crayons left."
+    server = scripted_server([vague, exact], lesson_plain="off", lesson_samples=2)
+    keys = keyed(server, "teacher")
+    teach(server.server.store, "teacher", ("Mention the actual mistake.",))
+    working = [{"role": "user", "content": "Write a comment for my student. Tomas has 8 packs of 8 crayons and "
+                                           "gives away 9. Student's answer: 8 x 8 = 54, and 54 - 9 = 45."}]
+    r = chat(server, keys["teacher"], working, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == exact
+    selected = stored_turns(server, r)[0].sampling["selected"]
+    assert (selected["checks"], selected["picked"]) == (["corrects"], 1)
+
+
 @pytest.mark.parametrize("why, replies, lessons, rewrites", [
     ("the draft keeps the lessons", [SHORT, LONG], ("Answer in one sentence.",), 2),
     ("a lesson asks for more, the pick breaks none by itself", [LONG, WORDY], ("Keep it short.", "Show every step."), 2),

@@ -49,6 +49,13 @@ READ = [
     ("Be specific and use the numbers from the problem.", [("more_numbers", "", 0)]),
     ("Don't repeat the numbers from the question.", [("fewer_numbers", "", 0)]),
     ("Write the math with plain numbers, not LaTeX code.", [("more_working", "", 0)]),  # no request numbers
+    # the user's own working: its mistake corrected, what it got right named (experience/arithmetic.py)
+    ("Mention the actual mistake.", [("corrects", "", 0)]),
+    ("Say what is wrong and what it should be.", [("corrects", "", 0)]),
+    ("Start with something they got right.", [("confirms", "", 0)]),
+    ("Mention what they did well, and the error.", [("corrects", "", 0), ("confirms", "", 0)]),
+    ("Don't dwell on mistakes.", []),
+    ("Give me the right answer.", []),  # "right" after no "did"/"got": not what they got right
     ("Réponds en une seule phrase.", []),  # the rules are English
 ]
 
@@ -218,3 +225,13 @@ def test_asking_for_less_praise_or_fewer_numbers_is_condensing():
     answers = ["Great job, well done! It is 84.", "It is 84."]
     assert [c.kind for c in to_rewrite(answers, 0, found)] == ["at_most", "shorter", "cooler"]
     assert to_rewrite(answers, 1, found) == []
+
+
+def test_the_answer_that_corrects_the_users_slip_and_names_a_right_step_is_picked():
+    request = "Grade this. Student's answer: 8 × 8 = 54 crayons, then 54 - 9 = 45 left. So the answer is 45."
+    answers = ["Nice work! You got 54 - 9 = 45 right.",
+               "Good effort! 54 - 9 = 45 is right, but 8 × 8 is 64, so it should be 55.",
+               "Great try, please check your work."]
+    found = checks(["Mention the actual mistake.", "Start with something they got right."])
+    assert scores(answers, found, request) == [0.5, 1.0, 0.0]
+    assert pick(answers, found, request)[0] == 1

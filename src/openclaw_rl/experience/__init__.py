@@ -26,6 +26,9 @@ those import this package):
   working", "no bullet points", "don't say “Absolutely”"), how well each of several answers
   keeps them (serving's `--lesson-samples`), and when a picked answer is worth rewriting to
   them and which rewrite to serve (`--lesson-rewrites`).
+- `arithmetic`: the numbers a text carries and the equations it states ("8 × 8 = 54"), which
+  hold: what a lesson asking for "the actual mistake" or "what they got right" checks against
+  the user's own working.
 - `gate`: the experience gate's rule (`gate_decision`: does a new version make the user's own
   approved answers less likely, or rejected ones more likely?) and `take_back`, the
   change that undoes a rejected version (the scoring is judge/experience_gate.py's).

@@ -29,6 +29,11 @@ both negated; "don't show the working": negated):
   ("the numbers", not "plain numbers"), "be specific" (do) or "don't repeat the numbers"
   (don't): relative, by how many of the numbers in the user's messages the answer carries (the
   request is passed to `scores`/`pick`);
+- **the request's own working**: "mention the actual mistake", "say what is wrong" (`corrects`:
+  1 when the answer gives the right result of an equation of the request that does not hold)
+  and "what they did right", "something they got right" (`confirms`: 1 when it names the result
+  of one that holds); every answer 1 when the request has no such equation
+  (experience/arithmetic.py); "don't dwell on mistakes" gives no check;
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
   count of written-out steps (a distinct line or sentence with arithmetic; a "Step N" label
@@ -50,11 +55,9 @@ gives no check.
 `pick(answers, checks)` adds **consensus** to the checks (self-consistency): half a point
 for an answer whose final number (its last, "Step N" labels and list numbers aside) is the
 most common final number among the answers (any number, when no two agree; nothing when no
-answer has one, as in most chat). Why: the form
-checks alone favour the shortest answers, and at temperature 1 a 135M model's shortest
-answers are often not answers at all. On one run's lessons (scripts/answer_selection.py,
-16 problems, 8 samples each) the checks alone picked an answer the parent accepted on 5
-of 16 problems, with consensus on 9 (random: 0-2; the best of the 8 by her rubric: 12).
+answer has one, as in most chat). Why: the form checks alone favour the shortest answers,
+and at temperature 1 a 135M model's shortest answers are often not answers at all
+(docs/experiments.md, "Picking among sampled answers").
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from openclaw_rl.experience import arithmetic
+from openclaw_rl.experience.arithmetic import last_number, numbers
 
 
 __all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus",
@@ -84,10 +90,8 @@ _LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
 _MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\n]{1,80})"|\u201c([^\u201d\n]{1,80})\u201d|\u2018([^\u2019\n]{1,80})\u2019'
                      r"|(?<![a-z])'([^'\n]{1,80})'(?![a-z])")
-_NUMBERING = re.compile(r"\bstep\s*\d+\b|^\s*\d{1,2}[.)]\s", re.IGNORECASE | re.MULTILINE)  # "Step 3", "2. "
 _LABEL = re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE)  # "Step 1:", "**Step 2.**"
 _EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 CONSENSUS_WEIGHT = 0.5
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
@@ -107,6 +111,8 @@ _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".spli
 # "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
 # end of its clause or before "than" or a word for content ("more friendly" is about tone, not length)
 _NUMBERS_KINDS = frozenset({"more_numbers", "fewer_numbers"})
+_ERROR_CUES = frozenset("mistake error wrong incorrect slip".split())  # "mention the actual mistake"
+_DONE = frozenset("did got get done gets".split())  # "what they did right", "something they got right"
 _MORE_BEFORE = frozenset("than detail details words sentences lines text explanation context information "
                          "examples depth please".split())
 # a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
@@ -124,7 +130,8 @@ class Check:
     """One thing a lesson asks of every answer. `kind`: `at_most` (a count of `unit` at most
     `limit`), `between` (a count of `unit` from `least` to `limit`), `shorter`/`longer` (relative
     length), `warmer`/`cooler` (relative count of kinds of praise and encouragement),
-    `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `less_working`/`more_working` (relative
+    `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `corrects`/`confirms`
+    (the request's equations that do not hold / hold), `less_working`/`more_working` (relative
     count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label (a
     "Step N:" label), or phrase: `phrase`, compared case-insensitively)."""
 
@@ -190,6 +197,10 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
             if token == "specific" or (token == "numbers" and "the" in tokens[max(0, i - 2):i]):  # not "plain numbers"
                 about["numbers"] = sign
             word = token[:-1] if len(token) > 3 and token.endswith("s") and not token.endswith("ss") else token
+            if word in _ERROR_CUES:
+                about["errors"] = sign
+            if word in ("right", "correct", "well") and tokens[i - 1:i] and tokens[i - 1] in _DONE:  # "got right"
+                about["confirms"] = sign
             if word == "step" and tokens[i + 1:i + 2] and tokens[i + 1].isdigit():
                 # "Step 1" names a label ("without Step 1, Step 2 labels"), not the working; one
                 # negated mention negates the lesson's labels (", Step 2" stands in a clause of its own)
@@ -242,6 +253,8 @@ def _read(lesson: str) -> list[Check]:
         found.append(Check(lesson, "more_numbers" if objects["numbers"] > 0 else "fewer_numbers"))
     if "warmth" in objects:
         found.append(Check(lesson, "warmer" if objects["warmth"] > 0 else "cooler"))
+    found += [Check(lesson, kind) for kind, cue in (("corrects", "errors"), ("confirms", "confirms"))
+              if objects.get(cue, 0) > 0]  # "don't dwell on mistakes": no check
     for unit in ("list", "markdown", "emoji", "label"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
@@ -270,22 +283,24 @@ def scores(answers: Sequence[str], found: Sequence[Check], request: str = "") ->
         return []
     if not found:
         return [0.5] * len(answers)
-    asked = _numbers(request) if any(c.kind in _NUMBERS_KINDS for c in found) else set()  # parsed once
     totals = [0.0] * len(answers)
     for check in found:
-        for i, value in enumerate(_one(check, answers, asked)):
+        for i, value in enumerate(_one(check, answers, request)):
             totals[i] += value
     return [t / len(found) if words(a) else 0.0 for t, a in zip(totals, answers)]  # an empty answer keeps nothing
 
 
-def _one(check: Check, answers: Sequence[str], asked: set[float] = frozenset()) -> list[float]:
-    """Each answer's value on one check; `asked`: the numbers of the request (`_numbers`)."""
+def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]:
+    """Each answer's value on one check; `request` as for `scores`."""
     if check.kind in ("at_most", "between"):
         count = {"word": words, "sentence": sentences, "line": lambda t: len([x for x in t.splitlines() if x.strip()])
                  }[check.unit]
         return [float(max(1, check.least) <= count(a) <= check.limit) for a in answers]
     if check.kind in _NUMBERS_KINDS:
-        return _ranked([len(_numbers(a) & asked) for a in answers], lower_is_better=check.kind == "fewer_numbers")
+        asked = arithmetic.request_numbers(request)
+        return _ranked([len(numbers(a) & asked) for a in answers], lower_is_better=check.kind == "fewer_numbers")
+    if check.kind in ("corrects", "confirms"):
+        return getattr(arithmetic, check.kind)(answers, request)
     if check.kind in ("warmer", "cooler"):
         return _ranked([warmth(a) for a in answers], lower_is_better=check.kind == "cooler")
     if check.kind in ("shorter", "longer"):
@@ -307,19 +322,10 @@ def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
     return [1.0 - place[v] / (len(distinct) - 1) for v in values]
 
 
-def _values(text: str) -> list[float]:
-    """The numbers written in the text, in order ("1,200" is 1200)."""
-    return [float(number.replace(",", "")) for number in _NUMBER.findall(text)]
-
-
-def _numbers(text: str) -> set[float]:
-    return set(_values(text))
-
-
 def consensus(answers: Sequence[str]) -> list[bool]:
     """Whether each answer's final number (its last) is the most common final number among them;
     all False when no answer has a number."""
-    finals = [_final(a) for a in answers]
+    finals = [last_number(a) for a in answers]
     counts = Counter(x for x in finals if x is not None)
     if not counts:
         return [False] * len(answers)
@@ -358,7 +364,7 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], requ
     if not found:
         return []
     if all(c.kind in CONDENSING for c in found):
-        kept = scores(answers, found, request)[picked] < 1.0 or _final(answers[picked]) is None
+        kept = scores(answers, found, request)[picked] < 1.0 or last_number(answers[picked]) is None
         return list(found) if kept else []
     return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]  # none needs the numbers
 
@@ -372,9 +378,9 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
     sometimes drops the answer); then `pick` over the draft and the candidates on every check,
     the draft first."""
     asked = asked or found
-    needs_number = _final(draft) is not None
+    needs_number = last_number(draft) is not None
     kept = [i for i, text in enumerate(rewrites)
-            if (not needs_number or _final(text) is not None) and _keeps_better(text, draft, asked, request)]
+            if (not needs_number or last_number(text) is not None) and _keeps_better(text, draft, asked, request)]
     best, totals = pick([draft, *(rewrites[i] for i in kept)], found, request)
     every = [totals[0]] + [0.0] * len(rewrites)
     for place, i in enumerate(kept, start=1):
@@ -391,10 +397,3 @@ def rewrite_request(found: Sequence[Check]) -> str:
     """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
     came from, in the user's words."""
     return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found)])
-
-
-def _final(text: str) -> float | None:
-    """The answer's last number, not counting "Step N" labels and list numbers (an outline's
-    "Step 3: Give the answer." has no answer)."""
-    numbers = _values(_NUMBERING.sub(" ", text))
-    return numbers[-1] if numbers else None
