@@ -22,7 +22,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-__all__ = ["Equation", "confirms", "corrects", "equations", "last_number", "numbers", "request_numbers", "values"]
+__all__ = ["Equation", "checked_note", "confirms", "corrects", "equations", "last_number", "numbers", "request_numbers",
+           "values"]
 
 _NUM = r"\$?\d[\d,]*(?:\.\d+)?"
 _OP = r"(?:[-+*/\u00d7\u00f7\u2212]|(?<=\s)x(?=\s))"
@@ -123,3 +124,24 @@ def confirms(answers: Sequence[str], request: str) -> list[float]:
     if not right:
         return [1.0] * len(answers)
     return [float(bool(numbers(a) & right)) for a in answers]
+
+
+def _shown(value: float, decimals: int) -> str:
+    value = round(value, decimals)
+    return f"{value:,.{decimals}f}" if decimals else f"{int(value):,}"
+
+
+def checked_note(request: str, wrong: bool = True, right: bool = False) -> str:
+    """A sentence for the user's experience block: the request's equations as checked here, those
+    that do not hold with their right result (`wrong`: a lesson asks for the mistake) and those
+    that hold (`right`: one asks for what was right); "" when there are none. A 135M model rarely
+    works out the right result of a user's slip itself: of 128 comments sampled with the lesson
+    "Mention the actual mistake." in its block, 5 gave it (docs/experiments.md)."""
+    said = []
+    for e in equations(request):
+        left = e.text.split("=")[0].strip()
+        if wrong and not e.holds:
+            said.append(f"{e.text} is wrong, {left} = {_shown(e.value, e.decimals)}")
+        elif right and e.holds:
+            said.append(f"{e.text} is right")
+    return f"Checked arithmetic of the message: {'; '.join(said)}." if said else ""

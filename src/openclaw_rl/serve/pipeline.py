@@ -14,6 +14,8 @@ answer (or the one answer of a greedy request or of K = 1) that does not keep le
 for less is rewritten R times to them (once when greedy; `checks.to_rewrite`: to the ones it
 breaks by itself, when another lesson asks for more), and a rewrite that keeps them all better
 is served instead, stored as the answer to the served prompt with log-probs re-scored there.
+A block whose lessons ask for the mistake or for what was right carries what was checked of the
+equations in the user's messages (`_with_checked_arithmetic`, experience/arithmetic.py).
 
 Each API module (chat completions, Responses, Anthropic Messages, completions) only
 translates its request into a `TurnSpec` and formats the events of `Opened`; pairing,
@@ -42,6 +44,7 @@ from openclaw_rl.chat import content_text, render_prompt, user_text
 from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, Started, TokenIdError, scoring_adapter,
                                      weights_in_use)
 from openclaw_rl.experience import place
+from openclaw_rl.experience.arithmetic import checked_note
 from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
@@ -81,6 +84,7 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
         if experience_on(server.config, spec.caller):  # the store read (and a thread hop) only when it can serve
             block, version, lessons = await run_in_threadpool(experience_block, server.store, server.tokenizer,
                                                               server.config, spec.caller)
+            block = _with_checked_arithmetic(block, lessons, spec)
         placement = server.config.experience_placement
         prompt = ServedPrompt(await _rendered(server, spec, place(spec.messages, block, placement)), block, version,
                               placement, lessons)
@@ -92,6 +96,17 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
         raise ApiError(400, f"the prompt is {len(prompt.ids)} tokens but the model's context is {context} tokens; "
                        "shorten the conversation", param="messages", code="context_length_exceeded")
     return prompt
+
+
+def _with_checked_arithmetic(block: str, lessons: tuple[str, ...], spec: TurnSpec) -> str:
+    """The block, and when a lesson asks for the mistake or for what was right (`corrects`,
+    `confirms`) and the user's messages state equations, what was checked of them
+    (`arithmetic.checked_note`): the block of this request, recorded with its turn."""
+    kinds = {c.kind for c in _block_checks(lessons)}
+    if not block or not kinds & {"corrects", "confirms"}:
+        return block
+    note = checked_note(user_text(spec.messages), "corrects" in kinds, "confirms" in kinds)
+    return f"{block} {note}" if note else block
 
 
 async def _rendered(server: Server, spec: TurnSpec, messages: list[Message]) -> list[int]:
