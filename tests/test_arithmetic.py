@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_rl.experience.arithmetic import confirms, corrects, equations, last_number, values
+from openclaw_rl.experience.arithmetic import checked_note, confirms, corrects, equations, last_number, values
 
 STUDENT = ("Student's answer: First, Tomas has 8 × 8 = 54 crayons in total. After giving 9 to Greta, "
            "he has 54 - 9 = 45 crayons left. So the answer is 45.")
@@ -18,6 +18,7 @@ STUDENT = ("Student's answer: First, Tomas has 8 × 8 = 54 crayons in total. Aft
     ("10 / 3 = 3.33", [("10 / 3 = 3.33", 10 / 3, True)]),  # rounded to the stated decimals
     ("10 / 3 = 3.4", [("10 / 3 = 3.4", 10 / 3, False)]),
     ("3 x 4 = 12", [("3 x 4 = 12", 12, True)]),
+    ("She wrote 8 x 8 = 54, then 54 - 9 = 45.", [("8 x 8 = 54", 64, False), ("54 - 9 = 45", 45, True)]),
     ("5 / 0 = 0", []),  # no value: not an equation to judge
     ("The answer is 12 = twelve, 2023-12-04", []),  # no operator on the left, a date
 ])
@@ -40,3 +41,12 @@ def test_the_numbers_of_a_text_and_its_last_one_past_step_labels():
     assert values("Pay $1,200 now and -3 later, 2.5 each.") == [1200, -3, 2.5]
     assert last_number("Step 1: 3 + 4 = 7. Step 2: Give the answer.") == 7
     assert last_number("Step 3: Give the answer.") is None
+
+
+def test_the_note_says_which_of_the_requests_equations_hold_as_the_lessons_ask():
+    assert checked_note(STUDENT) == "Checked arithmetic of the message: 8 × 8 = 54 is wrong, 8 × 8 = 64."
+    assert checked_note(STUDENT, wrong=True, right=True) == (
+        "Checked arithmetic of the message: 8 × 8 = 54 is wrong, 8 × 8 = 64; 54 - 9 = 45 is right.")
+    assert checked_note("Is 1,000 / 8 = 125.5 right?") == (
+        "Checked arithmetic of the message: 1,000 / 8 = 125.5 is wrong, 1,000 / 8 = 125.0.")
+    assert checked_note("What is 8 times 8?", wrong=True, right=True) == ""

@@ -203,6 +203,11 @@ def test_the_answer_that_corrects_the_users_own_working_is_served(scripted_serve
     assert r.json()["choices"][0]["message"]["content"] == exact
     selected = stored_turns(server, r)[0].sampling["selected"]
     assert (selected["checks"], selected["picked"]) == (["corrects"], 1)
+    note = "Checked arithmetic of the message: 8 x 8 = 54 is wrong, 8 x 8 = 64."  # what the block told the model
+    assert note in server.server.tokenizer.decode(server.engine.prompts[-1])
+    assert stored_turns(server, r)[0].experience_block.endswith(note)
+    r = chat(server, keys["teacher"], QUESTION, max_tokens=64, temperature=1.0)  # no working: nothing checked
+    assert "Checked arithmetic" not in server.server.tokenizer.decode(server.engine.prompts[-1])
 
 
 @pytest.mark.parametrize("why, replies, lessons, rewrites", [

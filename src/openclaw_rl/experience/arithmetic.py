@@ -25,9 +25,9 @@ from dataclasses import dataclass
 __all__ = ["Equation", "checked_note", "confirms", "corrects", "equations", "last_number", "numbers", "request_numbers",
            "values"]
 
-_NUM = r"\$?\d[\d,]*(?:\.\d+)?"
+_NUM = r"\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # "1,200", not the comma after "54,"
 _OP = r"(?:[-+*/\u00d7\u00f7\u2212]|(?<=\s)x(?=\s))"
-_EQUATION = re.compile(rf"(?<![\d.,])({_NUM}(?:\s*{_OP}\s*{_NUM})+)\s*=\s*({_NUM})(?![\d,]*\d)")
+_EQUATION = re.compile(rf"(?<![\d.,])({_NUM}(?:\s*{_OP}\s*{_NUM})+)\s*=\s*({_NUM})(?!\.?\d)")
 _TOKEN = re.compile(rf"{_NUM}|{_OP}")
 _OPS = {"\u00d7": "*", "x": "*", "\u00f7": "/", "\u2212": "-"}
 _ANY_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
