@@ -21,6 +21,9 @@ STUDENT = ("Student's answer: First, Tomas has 8 × 8 = 54 crayons in total. Aft
     ("She wrote 8 x 8 = 54, then 54 - 9 = 45.", [("8 x 8 = 54", 64, False), ("54 - 9 = 45", 45, True)]),
     ("5 / 0 = 0", []),  # no value: not an equation to judge
     ("The answer is 12 = twelve, 2023-12-04", []),  # no operator on the left, a date
+    ("Max 3 + 4 = 7", [("3 + 4 = 7", 7, True)]),
+    ("1+2+3+4+5+6+7+8+9+10+11+12+13 = 91", []),  # over 12 terms: not read, and never from inside the chain
+    ("9" * 400 + " × 2 = 3", []),  # past a float's range
 ])
 def test_equations_are_read_and_evaluated_with_precedence(text, expected):
     found = [(e.text, e.value, e.holds) for e in equations(text)]
@@ -50,3 +53,11 @@ def test_the_note_says_which_of_the_requests_equations_hold_as_the_lessons_ask()
     assert checked_note("Is 1,000 / 8 = 125.5 right?") == (
         "Checked arithmetic of the message: 1,000 / 8 = 125.5 is wrong, 1,000 / 8 = 125.0.")
     assert checked_note("What is 8 times 8?", wrong=True, right=True) == ""
+
+
+def test_a_long_chain_without_an_equals_sign_is_read_once():
+    """Each chain is read from its head only: a 100,000-term sum without "=" is linear work (the
+    pattern tried from every term would be quadratic, minutes, not milliseconds)."""
+    assert equations("1+" * 100_000 + "1") == ()
+    assert checked_note("1 + " * 50_000 + "1 = 3, and 2 × 3 = 7") == (
+        "Checked arithmetic of the message: 2 × 3 = 7 is wrong, 2 × 3 = 6.")

@@ -18,6 +18,7 @@ the stated result's decimals ("10 / 3 = 3.33" holds). The numbers of a text (`va
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -27,7 +28,10 @@ __all__ = ["Equation", "checked_note", "confirms", "corrects", "equations", "las
 
 _NUM = r"\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # "1,200", not the comma after "54,"
 _OP = r"(?:[-+*/\u00d7\u00f7\u2212]|(?<=\s)x(?=\s))"
-_EQUATION = re.compile(rf"(?<![\d.,])({_NUM}(?:\s*{_OP}\s*{_NUM})+)\s*=\s*({_NUM})(?!\.?\d)")
+# from the head of a chain of at most 12 terms (never from inside one: each chain is read once,
+# so a long "1+1+1+..." without "=" costs linear time, not quadratic)
+_EQUATION = re.compile(rf"(?<![\d.,$])(?<![-+*/\u00d7\u00f7\u2212]\s)(?<!\sx\s)(?<![-+*/\u00d7\u00f7\u2212])"
+                       rf"({_NUM}(?:\s*{_OP}\s*{_NUM}){{1,11}})\s*=\s*({_NUM})(?!\.?\d)")
 _TOKEN = re.compile(rf"{_NUM}|{_OP}")
 _OPS = {"\u00d7": "*", "x": "*", "\u00f7": "/", "\u2212": "-"}
 _ANY_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
@@ -78,8 +82,8 @@ def equations(text: str) -> tuple[Equation, ...]:
     for match in _EQUATION.finditer(text):
         left, right = match.groups()
         value = _evaluate(_TOKEN.findall(left))
-        if value is None:
-            continue
+        if value is None or not math.isfinite(value) or not math.isfinite(_number(right)):
+            continue  # a division by 0; numbers past a float's range
         decimals = len(right.split(".")[1]) if "." in right else 0
         found.append(Equation(match.group(), value, _number(right), decimals))
     return tuple(found)
