@@ -25,6 +25,10 @@ READ = [
     ("Never use emojis.", [("without", "emoji", 0)]),
     ("Make it much shorter, a few words will do.", [("at_most", "word", 10), ("shorter", "", 0)]),  # brief, not 3
     ("Keep it short, a few sentences is enough.", [("at_most", "sentence", 3), ("shorter", "", 0)]),
+    # "a few" not said short is several, not at most three: the teacher's "write a real comment of a few
+    # sentences" read as a limit on the short side served her bare one-line answers
+    ("Write a real comment of a few sentences for the student.", [("between", "sentence", 4)]),
+    ("No more than a few lines.", [("at_most", "line", 3), ("shorter", "", 0)]),
     ("Remove the # titles.", [("without", "markdown", 0)]),
     ("Show every step of the working, one sentence per step.", [("more_working", "", 0)]),  # a rate, no limit
     ("Two lines for each step.", [("more_working", "", 0)]),  # a rate: no line limit

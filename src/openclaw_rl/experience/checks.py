@@ -13,7 +13,8 @@ leave out, ...) stands within the four words before it ("no intro and no formatt
 both negated; "don't show the working": negated):
 
 - **a count limit**: "one sentence", "a single line", "in N sentences", "under N words",
-  "at most N words/lines/sentences" ("a few" is three sentences or lines, ten words): the
+  "at most N words/lines/sentences" ("a few" is three sentences or lines, ten words, where the
+  lesson says short, else a range of two to four: "write a comment of a few sentences"): the
   answer passes when it keeps the limit (1 or 0); "one sentence per step" is a rate, not a limit;
   a **range**, "two or three sentences", "3 to 5 lines", "2-3 sentences", passes from its lower
   end to its upper;
@@ -40,12 +41,11 @@ both negated; "don't show the working": negated):
   alone is not one); a lesson that
   names "Step 1" is about the label, not the working (a label check below);
 - **lists, Markdown, emojis**: "no bullet points", "no lists", "no formatting", "no
-  Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when
-  absent) and "use a list", "use bullet points" (do: 1 when present); "no Step 1, Step 2
-  labels" (a step label: "Step 1:", "Step 2.");
+  Markdown", "no bold", "no headings", "remove the # titles", "no emojis" (don't: 1 when absent)
+  and "use a list" (do: 1 when present); "no Step 1, Step 2 labels" (a label: "Step 1:");
 - **quoted phrases to leave out**: "Don't say “Absolutely”", "drop the “To solve this problem”
-  part", "skip phrases like 'great question'" (a negator within the four words before the
-  quote): 1 when the answer does not contain the phrase (any case).
+  part" (a negator within the four words before the quote): 1 when the answer does not contain
+  the phrase (any case).
 
 A lesson it cannot read (a language, a topic, most tones) gives no check; an answer's score
 is over the checks there are, and no checks at all scores every answer alike (0.5), so
@@ -105,7 +105,7 @@ _WINDOW = 4  # a negator governs a cue word at most this many words after it
 _ABOUT = {"step": "working", "worki": "working", "calcu": "working", "arith": "working", "math": "working",
           "list": "list", "bulle": "list", "markd": "markdown", "forma": "markdown", "bold": "markdown",
           "headi": "markdown", "heade": "markdown", "title": "markdown", "emoji": "emoji"}
-_A_FEW_WORDS = 10  # "a few words will do": brief, not literally three ("a few sentences" is three)
+_A_FEW_WORDS, _A_FEW_LEAST = 10, 2  # "a few words will do": brief; "a few sentences": 2 to 4, or at most 3 if short
 _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
 # "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
@@ -132,8 +132,7 @@ class Check:
     length), `warmer`/`cooler` (relative count of kinds of praise and encouragement),
     `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `corrects`/`confirms`
     (the request's equations that do not hold / hold), `less_working`/`more_working` (relative
-    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label (a
-    "Step N:" label), or phrase: `phrase`, compared case-insensitively)."""
+    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label, or phrase: `phrase`)."""
 
     lesson: str
     kind: str
@@ -235,11 +234,13 @@ def _read(lesson: str) -> list[Check]:
                 continue
             if any(start <= match.start() < end for start, end in ranges):  # the upper end of a range
                 continue
-            limit = int(count) if count.isdigit() else _NUMBER_WORDS[count]
+            limit, least = (int(count) if count.isdigit() else _NUMBER_WORDS[count]), 0
             if count in ("a few", "few") and unit == "word":
                 limit = _A_FEW_WORDS
+            elif count in ("a few", "few") and length != -1 and pattern is _EXACT:  # "a comment of a few sentences"
+                least = _A_FEW_LEAST
             if limit > 0 and not any(c.kind in ("at_most", "between") and c.unit == unit for c in found):
-                found.append(Check(lesson, "at_most", unit, limit))
+                found.append(Check(lesson, "between" if least else "at_most", unit, limit + bool(least), least=least))
         if found:
             break
     limited = any(c.kind == "at_most" for c in found)
