@@ -210,6 +210,23 @@ def test_the_answer_that_corrects_the_users_own_working_is_served(scripted_serve
     assert "Checked arithmetic" not in server.server.tokenizer.decode(server.engine.prompts[-1])
 
 
+def test_a_comment_that_misses_the_mistake_is_rewritten_with_its_right_result(scripted_server):
+    """Neither sample gives the right result of the student's slip: the pick is rewritten, the
+    rewrite request carries what was checked, and the rewrite that gives 64 is served."""
+    vague = "Great effort! Please check your multiplication again, there are not 45 left."
+    exact = "Great effort! 8 x 8 is 64, not 54, so there are 55 crayons left."
+    server = scripted_server([vague, vague, exact], lesson_plain="off", lesson_samples=2, lesson_rewrites=1)
+    keys = keyed(server, "teacher")
+    teach(server.server.store, "teacher", ("Mention the actual mistake.",))
+    working = [{"role": "user", "content": "Student's answer: 8 x 8 = 54, and 54 - 9 = 45."}]
+    r = chat(server, keys["teacher"], working, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == exact
+    asked = server.server.tokenizer.decode(server.engine.prompts[2]).rsplit("Rewrite your answer.", 1)[1]
+    assert asked.split("<|im_end|>")[0].strip() == (
+        "Mention the actual mistake. Checked arithmetic of the message: 8 x 8 = 54 is wrong, 8 x 8 = 64.")
+    assert stored_turns(server, r)[0].sampling["selected"]["rewrite"]["picked"] == 0
+
+
 @pytest.mark.parametrize("why, replies, lessons, rewrites", [
     ("the draft keeps the lessons", [SHORT, LONG], ("Answer in one sentence.",), 2),
     ("a lesson asks for more, the pick breaks none by itself", [LONG, WORDY], ("Keep it short.", "Show every step."), 2),

@@ -239,3 +239,17 @@ def test_the_answer_that_corrects_the_users_slip_and_names_a_right_step_is_picke
     found = checks(["Mention the actual mistake.", "Start with something they got right."])
     assert scores(answers, found, request) == [0.5, 1.0, 0.0]
     assert pick(answers, found, request)[0] == 1
+
+
+def test_a_pick_that_misses_the_users_mistake_is_rewritten_and_told_its_right_result():
+    from openclaw_rl.experience.checks import rewrite_request
+    request = "Student's answer: 8 × 8 = 54 crayons, then 54 - 9 = 45 left."
+    found = checks(["Mention the actual mistake.", "Be kinder."])  # warmer is relative: not condensing
+    answers = ["Good try, check your work.", "Good try, 8 × 8 = 64."]
+    assert [c.kind for c in to_rewrite(answers, 0, found, request)] == ["corrects"]
+    assert to_rewrite(answers, 1, found, request) == []
+    assert to_rewrite(answers, 0, found) == []  # no request, no working to correct
+    assert rewrite_request(to_rewrite(answers, 0, found, request), request) == (
+        "Rewrite your answer. Mention the actual mistake. "
+        "Checked arithmetic of the message: 8 × 8 = 54 is wrong, 8 × 8 = 64.")
+    assert rewrite_request(found[1:], request) == "Rewrite your answer. Be kinder."

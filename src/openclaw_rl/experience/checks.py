@@ -349,8 +349,9 @@ def pick(answers: Sequence[str], found: Sequence[Check], request: str = "") -> t
 # every step) it cannot: a rewrite of a worked answer into more steps was worse than the answer it
 # rewrote (docs/experiments.md "Rewriting").
 CONDENSING = frozenset({"at_most", "shorter", "less_working", "without", "cooler", "fewer_numbers"})
-# The ones an answer keeps or breaks by itself (not relative to other answers).
-ABSOLUTE = frozenset({"at_most", "between", "without"})
+# The ones an answer keeps or breaks by itself (not relative to other answers); a rewrite asked for
+# the request's mistake is told its right result (`rewrite_request`).
+ABSOLUTE = frozenset({"at_most", "between", "without", "corrects", "confirms"})
 
 
 def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], request: str = "") -> list[Check]:
@@ -367,7 +368,7 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], requ
     if all(c.kind in CONDENSING for c in found):
         kept = scores(answers, found, request)[picked] < 1.0 or last_number(answers[picked]) is None
         return list(found) if kept else []
-    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]])[0] < 1.0]  # none needs the numbers
+    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]], request)[0] < 1.0]
 
 
 def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = (),
@@ -381,7 +382,8 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
     asked = asked or found
     needs_number = last_number(draft) is not None
     kept = [i for i, text in enumerate(rewrites)
-            if (not needs_number or last_number(text) is not None) and _keeps_better(text, draft, asked, request)]
+            if (not needs_number or last_number(text) is not None)
+            and (lambda was, now: now > was)(*scores([draft, text], asked, request))]  # keeps `asked` better
     best, totals = pick([draft, *(rewrites[i] for i in kept)], found, request)
     every = [totals[0]] + [0.0] * len(rewrites)
     for place, i in enumerate(kept, start=1):
@@ -389,12 +391,10 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
     return (None if best == 0 else kept[best - 1]), every
 
 
-def _keeps_better(text: str, draft: str, found: Sequence[Check], request: str) -> bool:
-    draft_kept, text_kept = scores([draft, text], found, request)
-    return text_kept > draft_kept
-
-
-def rewrite_request(found: Sequence[Check]) -> str:
+def rewrite_request(found: Sequence[Check], request: str = "") -> str:
     """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
-    came from, in the user's words."""
-    return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found)])
+    came from, in the user's words, and what was checked of `request`'s equations when one of them
+    asks for the mistake or for what was right (`arithmetic.checked_note`)."""
+    kinds = {c.kind for c in found}
+    note = arithmetic.checked_note(request, "corrects" in kinds, "confirms" in kinds)
+    return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found), note]).strip()

@@ -381,7 +381,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
     ended, and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better,
     the rewrite prompt does not fit, or the weights changed before the re-score)."""
     request = [*spec.messages, {"role": "assistant", "content": draft_text},
-               {"role": "user", "content": rewrite_request(asked)}]
+               {"role": "user", "content": rewrite_request(asked, said)}]
     ids = await _rendered(server, spec, place(request, prompt.experience_block, prompt.experience_placement))
     if len(ids) + params.max_new_tokens > server.engine.max_context:
         return None
