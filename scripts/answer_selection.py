@@ -163,16 +163,16 @@ def rewritten(data_dir: Path, out: Path, persona_name: str, candidates: Candidat
     try:
         picked, served = [], []
         for problem, answers in zip(heldout_problems(16), candidates):
-            texts = [text for text, _ in answers[:4]]
-            best = pick(texts, found)[0]
+            texts, said = [text for text, _ in answers[:4]], persona.first_message(problem)
+            best = pick(texts, found, said)[0]
             picked.append(answers[best][1])
             final = texts[best]
-            if asked := to_rewrite(texts, best, found):
-                messages = [{"role": "user", "content": persona.first_message(problem)},
+            if asked := to_rewrite(texts, best, found, said):
+                messages = [{"role": "user", "content": said},
                             {"role": "assistant", "content": texts[best]},
-                            {"role": "user", "content": rewrite_request(asked)}]
+                            {"role": "user", "content": rewrite_request(asked, said)}]
                 again = _answers(thread, headers, messages, rewrites, max_tokens, seed=3)
-                chosen = choose_rewrite(texts[best], again, found, asked)[0]
+                chosen = choose_rewrite(texts[best], again, found, asked, said)[0]
                 final = texts[best] if chosen is None else again[chosen]
             served.append(persona.rubric(problem, final))
     finally:
