@@ -35,7 +35,8 @@ def test_an_answer_that_gives_the_right_result_of_a_wrong_step_corrects_it():
                "Good work, 54 - 9 = 45 is right.",
                "Nice try, check your multiplication."]
     assert corrects(answers, STUDENT) == [1.0, 0.0, 0.0]
-    assert confirms(answers, STUDENT) == [0.0, 1.0, 0.0]  # 45 is the result of a step that holds
+    assert confirms(answers, STUDENT) == [0.0, 1.0, 0.0]  # 54 - 9 = 45 holds
+    assert confirms(["The answer is 45.", "Taking 9 from 54 leaves 45, well done."], STUDENT) == [0.0, 1.0]
     assert corrects(answers, "What is 8 times 8?") == [1.0, 1.0, 1.0]  # nothing to correct: no signal
     assert confirms(answers, "What is 8 times 8?") == [1.0, 1.0, 1.0]
 

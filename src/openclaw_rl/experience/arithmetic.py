@@ -3,7 +3,7 @@
 What it is for: a user who shows their own working (a teacher pasting a student's answer, a
 learner asking where they went wrong) and whose lessons ask for "the actual mistake" or for
 "what they got right" is served, among sampled answers, the one that gives the right result of
-an equation of theirs that does not hold, or names the result of one that does
+an equation of theirs that does not hold, or names a step that holds
 (experience/checks.py, kinds `corrects` and `confirms`). Only the request's equations are
 judged: whether an answer's own arithmetic holds is no check (docs/experiments.md, "Written
 equations that hold": preferring answers whose equations hold passed over worked answers with
@@ -40,12 +40,14 @@ _NUMBERING = re.compile(r"\bstep\s*\d+\b|^\s*\d{1,2}[.)]\s", re.IGNORECASE | re.
 
 @dataclass(frozen=True)
 class Equation:
-    """`text` as written; `value`: its left side evaluated; `stated`: its right side."""
+    """`text` as written; `value`: its left side evaluated; `stated`: its right side; `terms`: the
+    numbers of its left side."""
 
     text: str
     value: float
     stated: float
     decimals: int
+    terms: tuple[float, ...] = ()
 
     @property
     def holds(self) -> bool:
@@ -85,7 +87,8 @@ def equations(text: str) -> tuple[Equation, ...]:
         if value is None or not math.isfinite(value) or not math.isfinite(_number(right)):
             continue  # a division by 0; numbers past a float's range
         decimals = len(right.split(".")[1]) if "." in right else 0
-        found.append(Equation(match.group(), value, _number(right), decimals))
+        terms = tuple(_number(t) for t in _TOKEN.findall(left)[::2])
+        found.append(Equation(match.group(), value, _number(right), decimals, terms))
     return tuple(found)
 
 
@@ -120,14 +123,16 @@ def corrects(answers: Sequence[str], request: str) -> list[float]:
 
 
 def confirms(answers: Sequence[str], request: str) -> list[float]:
-    """1 for an answer that names the result of an equation of the request that holds (and is no
-    wrong equation's result), else 0; 1 for every answer when the request states no such equation."""
+    """1 for an answer that names a step of the request that holds: its result and one of its
+    terms (a bare "The answer is 45." repeats the user's result, it names no step), not a wrong
+    step's result; else 0. 1 for every answer when the request states no such equation."""
     stated = equations(request)
     wrong = {e.stated for e in stated if not e.holds}
-    right = {e.stated for e in stated if e.holds} - wrong
+    right = [e for e in stated if e.holds and e.stated not in wrong]
     if not right:
         return [1.0] * len(answers)
-    return [float(bool(numbers(a) & right)) for a in answers]
+    return [float(any(e.stated in said and said & set(e.terms) for e in right))
+            for said in map(numbers, answers)]
 
 
 def _shown(value: float, decimals: int) -> str:

@@ -32,8 +32,8 @@ both negated; "don't show the working": negated):
   request is passed to `scores`/`pick`);
 - **the request's own working**: "mention the actual mistake", "say what is wrong" (`corrects`:
   1 when the answer gives the right result of an equation of the request that does not hold)
-  and "what they did right", "something they got right" (`confirms`: 1 when it names the result
-  of one that holds); every answer 1 when the request has no such equation
+  and "what they did right", "something they got right" (`confirms`: 1 when it names a step
+  that holds, its result and a term); every answer 1 when the request has no such equation
   (experience/arithmetic.py); "don't dwell on mistakes" gives no check;
 - **working**: "show every step", "show the working / calculations" (do) or "don't show
   the working", "skip the calculations", "leave out the steps" (don't): relative, by the
