@@ -25,7 +25,8 @@ only what the server knows, the user's own earlier first answers with the judge'
   knows the lessons in the store, not the verdicts. `majority_number`: the first answer
   whose final number is the most common among the samples (self-consistency).
   `lesson_checks`: what `serve --lesson-samples` serves (`checks.pick`: the checks plus
-  half a point for consensus on the final number).
+  half a point for consensus on the final number; the problem's first message is the request
+  whose numbers and equations the checks read).
 
 `--rewrites R` also asks for what `serve --lesson-rewrites R` serves: on each problem where the
 `lesson_checks` pick among the first 4 samples is worth rewriting (`checks.to_rewrite`), R
@@ -216,22 +217,22 @@ def style(text: str) -> np.ndarray:
                      text.count("=") / max(1, words)])
 
 
-def by_lessons(lessons: list[str], with_consensus: bool) -> Callable[[list, History], int]:
+def by_lessons(lessons: list[str], with_consensus: bool) -> Callable[[list, History, str], int]:
     found = checks(lessons)
 
-    def chosen(answers, history):
+    def chosen(answers, history, request):
         texts = [text for text, _ in answers]
         if with_consensus:
-            return pick(texts, found)[0]
-        kept = scores(texts, found)
+            return pick(texts, found, request)[0]
+        kept = scores(texts, found, request)
         return max(range(len(answers)), key=lambda i: (kept[i], -i))
     return chosen
 
 
 def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
-              ) -> dict[str, Callable[[list, History], int]]:
+              ) -> dict[str, Callable[[list, History, str], int]]:
     def embedded(mode: str):
-        def pick(answers, history):
+        def pick(answers, history, request):
             approved = [t for t, r in history if r > 0]
             rejected = [t for t, r in history if r < 0]
             e = encoder.encode([t for t, _ in answers])
@@ -248,7 +249,7 @@ def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
         return pick
 
     def styled(use_approved: bool):
-        def pick(answers, history):
+        def pick(answers, history, request):
             approved = [style(t) for t, r in history if r > 0]
             rejected = [style(t) for t, r in history if r < 0]
             every = np.array([style(t) for t, _ in answers] + approved + rejected)
@@ -263,14 +264,14 @@ def selectors(encoder: SentenceEncoder, rng: random.Random, lessons: list[str]
             return max(range(len(answers)), key=score)
         return pick
 
-    return {"random": lambda answers, history: rng.randrange(len(answers)),
-            "oracle": lambda answers, history: max(range(len(answers)), key=lambda i: answers[i][1]),
-            "shortest": lambda answers, history: min(range(len(answers)), key=lambda i: len(answers[i][0])),
-            "longest": lambda answers, history: max(range(len(answers)), key=lambda i: len(answers[i][0])),
+    return {"random": lambda answers, history, request: rng.randrange(len(answers)),
+            "oracle": lambda answers, history, request: max(range(len(answers)), key=lambda i: answers[i][1]),
+            "shortest": lambda answers, history, request: min(range(len(answers)), key=lambda i: len(answers[i][0])),
+            "longest": lambda answers, history, request: max(range(len(answers)), key=lambda i: len(answers[i][0])),
             "embed_knn3": embedded("knn3"), "embed_centroid": embedded("centroid"),
             "style_far_rejected": styled(False), "style_both": styled(True),
             "lesson_checks_only": by_lessons(lessons, False),
-            "majority_number": lambda answers, history: max(
+            "majority_number": lambda answers, history, request: max(
                 range(len(answers)), key=lambda i: (consensus([text for text, _ in answers])[i], -i)),
             "lesson_checks": by_lessons(lessons, True)}
 
@@ -319,9 +320,11 @@ def main() -> None:
           f"{statistics.mean(every):.3f}")
     print("\n| history | selector | accepted of 16 | mean rubric |\n|---|---|---|---|")
     picks = selectors(SentenceEncoder(), random.Random(0), lessons)
+    requests = [get_persona(args.persona).first_message(problem) for problem in heldout_problems(16)]
     for k in sorted({1, 2, 4, 8, len(history)}):
         for name, select in picks.items():
-            chosen = [answers[select(answers, history[:k])][1] for answers in candidates]
+            chosen = [answers[select(answers, history[:k], said)][1]
+                      for answers, said in zip(candidates, requests)]
             print(f"| {k} | {name} | {sum(s >= args.approve for s in chosen)} | {statistics.mean(chosen):.3f} |")
     if args.rewrites:
         first4, served = rewritten(args.data_dir, args.out, args.persona, candidates, lessons, args.rewrites,
