@@ -20,11 +20,11 @@ from __future__ import annotations
 import functools
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-__all__ = ["Equation", "checked_note", "confirms", "corrects", "equations", "last_number", "numbers", "request_numbers",
-           "values"]
+__all__ = ["Equation", "SCORERS", "checked_note", "confirms", "corrects", "equations", "last_number", "note_for",
+           "numbers", "request_numbers", "values"]
 
 _NUM = r"\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # "1,200", not the comma after "54,"
 _OP = r"(?:[-+*/\u00d7\u00f7\u2212]|(?<=\s)x(?=\s))"
@@ -47,7 +47,7 @@ class Equation:
     value: float
     stated: float
     decimals: int
-    terms: tuple[float, ...] = ()
+    terms: tuple[float, ...]
 
     @property
     def holds(self) -> bool:
@@ -83,12 +83,12 @@ def equations(text: str) -> tuple[Equation, ...]:
     found = []
     for match in _EQUATION.finditer(text):
         left, right = match.groups()
-        value = _evaluate(_TOKEN.findall(left))
-        if value is None or not math.isfinite(value) or not math.isfinite(_number(right)):
+        tokens = _TOKEN.findall(left)
+        value, stated = _evaluate(tokens), _number(right)
+        if value is None or not math.isfinite(value) or not math.isfinite(stated):
             continue  # a division by 0; numbers past a float's range
         decimals = len(right.split(".")[1]) if "." in right else 0
-        terms = tuple(_number(t) for t in _TOKEN.findall(left)[::2])
-        found.append(Equation(match.group(), value, _number(right), decimals, terms))
+        found.append(Equation(match.group(), value, stated, decimals, tuple(_number(t) for t in tokens[::2])))
     return tuple(found)
 
 
@@ -154,3 +154,14 @@ def checked_note(request: str, wrong: bool = True, right: bool = False) -> str:
         elif right and e.holds:
             said.append(f"{e.text} is right")
     return f"Checked arithmetic of the message: {'; '.join(said)}." if said else ""
+
+
+# the checks of experience/checks.py against the request's own equations, by kind
+SCORERS = {"corrects": corrects, "confirms": confirms}
+
+
+def note_for(kinds: Collection[str], request: str) -> str:
+    """`checked_note` for a user's checks of these kinds: the equations that do not hold when
+    `corrects` is among them, those that hold when `confirms` is; "" for neither."""
+    wrong, right = "corrects" in kinds, "confirms" in kinds
+    return checked_note(request, wrong, right) if wrong or right else ""

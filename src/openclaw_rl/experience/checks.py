@@ -62,6 +62,7 @@ and at temperature 1 a 135M model's shortest answers are often not answers at al
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -105,14 +106,14 @@ _WINDOW = 4  # a negator governs a cue word at most this many words after it
 _ABOUT = {"step": "working", "worki": "working", "calcu": "working", "arith": "working", "math": "working",
           "list": "list", "bulle": "list", "markd": "markdown", "forma": "markdown", "bold": "markdown",
           "headi": "markdown", "heade": "markdown", "title": "markdown", "emoji": "emoji"}
-_A_FEW_WORDS, _A_FEW_LEAST = 10, 2  # "a few words will do": brief; "a few sentences": 2 to 4, or at most 3 if short
+_A_FEW_WORDS, _A_FEW_RANGE = 10, (2, 4)  # "a few words will do": brief; "a few sentences": 2 to 4 (3 at most if short)
+_NUMBERS_KINDS = frozenset({"more_numbers", "fewer_numbers"})
+_ERROR_CUES = frozenset("mistake error wrong incorrect slip".split())  # "mention the actual mistake"
+_DONE = frozenset("did got get done gets".split())  # "what they did right", "something they got right"
 _SHORT = frozenset("short shorter brief briefer concise succinct terse".split())
 _LONG = frozenset("long longer lengthy detailed thorough elaborate verbose".split())
 # "write a bit more", "say a little more than that", "more detail": "more" on the long side only at the
 # end of its clause or before "than" or a word for content ("more friendly" is about tone, not length)
-_NUMBERS_KINDS = frozenset({"more_numbers", "fewer_numbers"})
-_ERROR_CUES = frozenset("mistake error wrong incorrect slip".split())  # "mention the actual mistake"
-_DONE = frozenset("did got get done gets".split())  # "what they did right", "something they got right"
 _MORE_BEFORE = frozenset("than detail details words sentences lines text explanation context information "
                          "examples depth please".split())
 # a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
@@ -234,13 +235,13 @@ def _read(lesson: str) -> list[Check]:
                 continue
             if any(start <= match.start() < end for start, end in ranges):  # the upper end of a range
                 continue
-            limit, least = (int(count) if count.isdigit() else _NUMBER_WORDS[count]), 0
+            least, limit = 0, (int(count) if count.isdigit() else _NUMBER_WORDS[count])
             if count in ("a few", "few") and unit == "word":
                 limit = _A_FEW_WORDS
             elif count in ("a few", "few") and length != -1 and pattern is _EXACT:  # "a comment of a few sentences"
-                least = _A_FEW_LEAST
+                least, limit = _A_FEW_RANGE
             if limit > 0 and not any(c.kind in ("at_most", "between") and c.unit == unit for c in found):
-                found.append(Check(lesson, "between" if least else "at_most", unit, limit + bool(least), least=least))
+                found.append(Check(lesson, "between" if least else "at_most", unit, limit, least=least))
         if found:
             break
     limited = any(c.kind == "at_most" for c in found)
@@ -300,8 +301,8 @@ def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]
     if check.kind in _NUMBERS_KINDS:
         asked = arithmetic.request_numbers(request)
         return _ranked([len(numbers(a) & asked) for a in answers], lower_is_better=check.kind == "fewer_numbers")
-    if check.kind in ("corrects", "confirms"):
-        return getattr(arithmetic, check.kind)(answers, request)
+    if check.kind in arithmetic.SCORERS:
+        return arithmetic.SCORERS[check.kind](answers, request)
     if check.kind in ("warmer", "cooler"):
         return _ranked([warmth(a) for a in answers], lower_is_better=check.kind == "cooler")
     if check.kind in ("shorter", "longer"):
@@ -383,7 +384,7 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
     needs_number = last_number(draft) is not None
     kept = [i for i, text in enumerate(rewrites)
             if (not needs_number or last_number(text) is not None)
-            and (lambda was, now: now > was)(*scores([draft, text], asked, request))]  # keeps `asked` better
+            and operator.lt(*scores([draft, text], asked, request))]  # keeps `asked` better than the draft
     best, totals = pick([draft, *(rewrites[i] for i in kept)], found, request)
     every = [totals[0]] + [0.0] * len(rewrites)
     for place, i in enumerate(kept, start=1):
@@ -394,7 +395,6 @@ def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], 
 def rewrite_request(found: Sequence[Check], request: str = "") -> str:
     """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
     came from, in the user's words, and what was checked of `request`'s equations when one of them
-    asks for the mistake or for what was right (`arithmetic.checked_note`)."""
-    kinds = {c.kind for c in found}
-    note = arithmetic.checked_note(request, "corrects" in kinds, "confirms" in kinds)
+    asks for the mistake or for what was right (`arithmetic.note_for`)."""
+    note = arithmetic.note_for({c.kind for c in found}, request)
     return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found), note]).strip()

@@ -44,7 +44,7 @@ from openclaw_rl.chat import content_text, render_prompt, user_text
 from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, Started, TokenIdError, scoring_adapter,
                                      weights_in_use)
 from openclaw_rl.experience import place
-from openclaw_rl.experience.arithmetic import checked_note
+from openclaw_rl.experience.arithmetic import note_for
 from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
@@ -99,13 +99,10 @@ async def served_prompt(server: Server, spec: TurnSpec) -> ServedPrompt:
 
 
 def _with_checked_arithmetic(block: str, lessons: tuple[str, ...], spec: TurnSpec) -> str:
-    """The block, and when a lesson asks for the mistake or for what was right (`corrects`,
-    `confirms`) and the user's messages state equations, what was checked of them
-    (`arithmetic.checked_note`): the block of this request, recorded with its turn."""
-    kinds = {c.kind for c in _block_checks(lessons)}
-    if not block or not kinds & {"corrects", "confirms"}:
-        return block
-    note = checked_note(user_text(spec.messages), "corrects" in kinds, "confirms" in kinds)
+    """The block, and when a lesson asks for the mistake or for what was right and the user's
+    messages state equations, what was checked of them (`arithmetic.note_for`): the block of this
+    request, recorded with its turn."""
+    note = note_for({c.kind for c in _block_checks(lessons)}, user_text(spec.messages)) if block else ""
     return f"{block} {note}" if note else block
 
 

@@ -49,8 +49,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 import torch.distributed as dist
