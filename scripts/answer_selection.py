@@ -29,9 +29,9 @@ only what the server knows, the user's own earlier first answers with the judge'
   whose numbers and equations the checks read).
 
 `--rewrites R` also asks for what `serve --lesson-rewrites R` serves: on each problem where the
-`lesson_checks` pick among the first 4 samples is worth rewriting (`checks.to_rewrite`), R
+`lesson_checks` pick among the first 4 samples is worth rewriting (`rewriting.to_rewrite`), R
 rewrites of it to the lessons (the conversation, the picked answer, then "Rewrite your
-answer." and the lessons), and `checks.choose_rewrite` over the pick and the rewrites; printed as
+answer." and the lessons), and `rewriting.choose_rewrite` over the pick and the rewrites; printed as
 `lesson_checks+rewrite` (4 samples), beside `lesson_checks` on the same 4.
 
 `--greedy` asks only for each problem's greedy answer, served with `--lesson-rewrites` 0 and 4
@@ -73,7 +73,8 @@ from openclaw_rl.compose import build_stack
 from openclaw_rl.config import JudgeConfig, ServeConfig, TrainConfig
 from openclaw_rl.eval.personas import get_persona
 from openclaw_rl.eval.problems import heldout_problems
-from openclaw_rl.experience.checks import checks, choose_rewrite, consensus, pick, rewrite_request, scores, to_rewrite
+from openclaw_rl.experience.checks import checks, consensus, pick, scores
+from openclaw_rl.experience.rewriting import choose_rewrite, rewrite_request, to_rewrite
 from openclaw_rl.judge.backends import SentenceEncoder
 from openclaw_rl.serve.background import ServerThread, free_port
 from openclaw_rl.store import Store

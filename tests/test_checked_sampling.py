@@ -210,6 +210,28 @@ def test_the_answer_that_corrects_the_users_own_working_is_served(scripted_serve
     assert "Checked arithmetic" not in server.server.tokenizer.decode(server.engine.prompts[-1])
 
 
+def test_a_greeting_and_a_closing_question_asked_for_are_served_or_written_in(scripted_server):
+    """"Start with “Hi Sam”." and "End with a question.": the sample that has both is served; when
+    neither has them, the pick is rewritten to both, and the rewrite that adds them is served."""
+    plain, both = "It is 84. Ten sevens and two more.", "Hi Sam! It is 84. Does that make sense?"
+    server = scripted_server([plain, both], lesson_plain="off", lesson_samples=2)
+    keys = keyed(server, "sam")
+    teach(server.server.store, "sam", ("Start with \u201cHi Sam\u201d.", "End with a question."))
+    r = chat(server, keys["sam"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == both
+    assert stored_turns(server, r)[0].sampling["selected"]["checks"] == ["with phrase", "with question"]
+
+    server = scripted_server([plain, plain, plain, both], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
+    keys = keyed(server, "sam")
+    teach(server.server.store, "sam", ("Start with \u201cHi Sam\u201d.", "End with a question."))
+    r = chat(server, keys["sam"], QUESTION, max_tokens=64, temperature=1.0)
+    assert r.json()["choices"][0]["message"]["content"] == both
+    request = server.server.tokenizer.decode(server.engine.prompts[2]).rsplit("Rewrite your answer.", 1)[1]
+    assert sorted(request.split("<|im_end|>")[0].strip().rstrip(".").split(". ")) == [
+        "End with a question", "Start with \u201cHi Sam\u201d"]
+    assert stored_turns(server, r)[0].sampling["selected"]["rewrite"]["picked"] == 1
+
+
 def test_a_comment_that_misses_the_mistake_is_rewritten_with_its_right_result(scripted_server):
     """Neither sample gives the right result of the student's slip: the pick is rewritten, the
     rewrite request carries what was checked, and the rewrite that gives 64 is served."""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from openclaw_rl.experience.checks import checks, consensus, count_steps, pick, scores, sentences, to_rewrite, warmth
+from openclaw_rl.experience.checks import checks, consensus, count_steps, pick, scores, sentences, warmth
+from openclaw_rl.experience.rewriting import to_rewrite
 
 READ = [
     ("Answer in one sentence.", [("at_most", "sentence", 1), ("shorter", "", 0)]),
@@ -37,7 +38,32 @@ READ = [
     ("Do not say \u201cAbsolutely\u201d.", [("without", "phrase", 0)]),
     ("Drop the \u201cTo solve this problem\u201d part, it sounds like a chatbot.", [("without", "phrase", 0)]),
     ("Skip phrases like 'great question' and just answer.", [("without", "phrase", 0)]),
-    ('Start with "Dear".', []),  # a phrase asked for: not read
+    ('Start with "Dear".', [("with", "phrase", 0)]),  # a phrase asked for, in the first sentence
+    ("Always sign off with 'Cheers, Bob'.", [("with", "phrase", 0)]),
+    ('Call me "Captain".', [("with", "phrase", 0)]),
+    ('Don\'t say "Certainly", say "Sure".', [("without", "phrase", 0), ("with", "phrase", 0)]),
+    ('The "total" means the sum.', []),  # a quote neither asked for nor against
+    # a closing question, apologies, examples, tables, code; plainer or more technical wording; the answer first
+    ("End with a question to check I understood.", [("with", "question", 0)]),
+    ("Ask me a follow-up question at the end.", [("with", "question", 0)]),
+    ("Don't ask me questions, just answer.", [("without", "question", 0)]),
+    ("Answer the question directly.", []),  # the request's question, not one asked back
+    ("Stop apologizing.", [("without", "apology", 0)]),
+    ("Don't say sorry all the time.", [("without", "apology", 0)]),
+    ("Give an example.", [("with", "example", 0)]),
+    ("Use plain numbers, for example 3 times 4.", []),  # "for example": the lesson's own aside
+    ("Use a table.", [("with", "table", 0)]),
+    ("No code blocks.", [("without", "code", 0)]),
+    ("Use simple words, no jargon.", [("plainer", "", 0)]),
+    ("Explain it like I'm five.", [("plainer", "", 0)]),
+    ("Less technical, please.", [("plainer", "", 0)]),
+    ("Be more technical.", [("technical", "", 0)]),
+    ("Keep it simple.", []),  # simple what: not read
+    ("Give the answer first, then explain.", [("answer_first", "", 0)]),
+    ("Start with the answer.", [("answer_first", "", 0)]),
+    ("Put the result up front.", [("answer_first", "", 0)]),
+    ("First show the steps, then the answer.", [("more_working", "", 0)]),  # "first" is not the answer's place
+    ("Don't give the answer first.", []),
     ("Be friendly and encouraging.", [("warmer", "", 0)]),  # a tone: kinds of praise and encouragement
     ("Less praise, please.", [("cooler", "", 0)]),
     ("What kind of answer is that? Keep it short.", [("shorter", "", 0)]),  # "kind of" is no tone
@@ -52,7 +78,7 @@ READ = [
     ("Be more friendly.", [("warmer", "", 0)]),  # "more" before a tone word: not length
     ("Be specific and use the numbers from the problem.", [("more_numbers", "", 0)]),
     ("Don't repeat the numbers from the question.", [("fewer_numbers", "", 0)]),
-    ("Write the math with plain numbers, not LaTeX code.", [("more_working", "", 0)]),  # no request numbers
+    ("Write the math with plain numbers, not LaTeX code.", [("more_working", "", 0), ("without", "code", 0)]),
     # the user's own working: its mistake corrected, what it got right named (experience/arithmetic.py)
     ("Mention the actual mistake.", [("corrects", "", 0)]),
     ("Say what is wrong and what it should be.", [("corrects", "", 0)]),
@@ -128,7 +154,7 @@ def test_pick_adds_consensus_to_the_checks_so_a_short_non_answer_loses():
 
 
 def test_only_an_answer_that_breaks_lessons_asking_for_less_is_worth_rewriting():
-    from openclaw_rl.experience.checks import rewrite_request, to_rewrite
+    from openclaw_rl.experience.rewriting import rewrite_request, to_rewrite
 
     condensing = checks(["Answer in one sentence.", "Don't show the working."])
     answers = ["It is 84. Because 12 x 7 = 84.", "It is 84."]
@@ -141,7 +167,7 @@ def test_only_an_answer_that_breaks_lessons_asking_for_less_is_worth_rewriting()
 
 
 def test_beside_a_lesson_asking_for_more_only_what_the_answer_breaks_by_itself_is_rewritten():
-    from openclaw_rl.experience.checks import rewrite_request, to_rewrite
+    from openclaw_rl.experience.rewriting import rewrite_request, to_rewrite
 
     found = checks(["Show every step.", "No bullet points.", "Don't say \u201cTo solve this problem\u201d."])
     listed = "To solve this problem:\n- 12 x 7 = 84\n- so 84."
@@ -165,7 +191,7 @@ def test_a_quoted_phrase_to_leave_out_is_checked_in_any_case():
 
 
 def test_a_rewrite_replaces_the_draft_only_when_it_keeps_the_lessons_better_and_the_number():
-    from openclaw_rl.experience.checks import choose_rewrite
+    from openclaw_rl.experience.rewriting import choose_rewrite
 
     found = checks(["Answer in one sentence."])
     draft = "First 12 x 7 = 84. So it is 84."
@@ -179,7 +205,7 @@ def test_a_rewrite_replaces_the_draft_only_when_it_keeps_the_lessons_better_and_
 def test_a_rewrite_must_fix_what_it_was_asked_to_fix():
     """Asked to drop the list, a rewrite that keeps the list and repeats its lines wins nothing
     for its "more working" (a line said again is not another step)."""
-    from openclaw_rl.experience.checks import choose_rewrite, to_rewrite
+    from openclaw_rl.experience.rewriting import choose_rewrite, to_rewrite
 
     found = checks(["Show every step.", "No bullet points."])
     draft = "- 21 - 4 = 17\n- 17 - 1 = 16\nSo 16."
@@ -242,7 +268,7 @@ def test_the_answer_that_corrects_the_users_slip_and_names_a_right_step_is_picke
 
 
 def test_a_pick_that_misses_the_users_mistake_is_rewritten_and_told_its_right_result():
-    from openclaw_rl.experience.checks import rewrite_request
+    from openclaw_rl.experience.rewriting import rewrite_request
     request = "Student's answer: 8 × 8 = 54 crayons, then 54 - 9 = 45 left."
     found = checks(["Mention the actual mistake.", "Be kinder."])  # warmer is relative: not condensing
     answers = ["Good try, check your work.", "Good try, 8 × 8 = 64."]
@@ -253,3 +279,47 @@ def test_a_pick_that_misses_the_users_mistake_is_rewritten_and_told_its_right_re
         "Rewrite your answer. Mention the actual mistake. "
         "Checked arithmetic of the message: 8 × 8 = 54 is wrong, 8 × 8 = 64.")
     assert rewrite_request(found[1:], request) == "Rewrite your answer. Be kinder."
+
+
+def test_a_phrase_asked_for_is_checked_where_the_lesson_puts_it():
+    start, end, anywhere = (checks([lesson])[0] for lesson in ('Start with "Hi Sam".', "Sign off with 'Cheers'.",
+                                                              'Call me "Captain".'))
+    assert (start.at, end.at, anywhere.at) == ("start", "end", "")
+    answers = ["Hi  Sam! It is 12. Cheers", "It is 12, captain. Hi Sam. Cheers!", "Cheers. It is 12."]
+    assert scores(answers, [start]) == [1.0, 0.0, 0.0]  # any case and spacing, in the first sentence only
+    assert scores(answers, [end]) == [1.0, 1.0, 0.0]
+    assert scores(answers, [anywhere]) == [0.0, 1.0, 0.0]
+
+
+def test_new_features_are_read_off_the_answer():
+    question, apology, example, table, code = (checks([lesson])[0] for lesson in (
+        "End with a question.", "Stop apologizing.", "Give an example.", "Use a table.", "Show the code."))
+    assert scores(["It is 12. Does that make sense? \U0001F642", "Is it 12? It is.", "It is 12."], [question]) == [
+        1.0, 0.0, 0.0]
+    assert scores(["Sorry, it is 12.", "My apologies: 12.", "It is 12."], [apology]) == [0.0, 0.0, 1.0]
+    assert scores(["For example, 3 apples.", "Imagine 3 apples.", "Three apples."], [example]) == [1.0, 1.0, 0.0]
+    assert scores(["| a | b |\n|---|---|\n| 1 | 2 |", "a | b"], [table]) == [1.0, 0.0]
+    assert scores(["```\nprint(1)\n```", "print(1)"], [code]) == [1.0, 0.0]
+
+
+def test_plainer_wording_ranks_answers_by_their_share_of_long_words():
+    (plainer,) = checks(["Use simple words."])
+    (technical,) = checks(["Be more technical."])
+    answers = ["Multiplication approximately yields the calculated result.", "Three times four is twelve."]
+    assert scores(answers, [plainer]) == [0.0, 1.0]
+    assert scores(answers, [technical]) == [1.0, 0.0]
+
+
+def test_the_answer_first_means_the_final_number_in_the_first_sentence():
+    (first,) = checks(["Give the answer first."])
+    assert scores(["It is 12. Three times four is 12.", "Three times four. So it is 12.", "Happy to help."],
+                  [first]) == [1.0, 0.0, 1.0]  # no number: nothing to read, it passes
+
+
+def test_a_pick_missing_a_phrase_or_question_asked_for_is_rewritten_to_them():
+    from openclaw_rl.experience.rewriting import to_rewrite
+
+    found = checks(["Show every step.", 'Start with "Hi Sam".', "End with a question.", "Use a table."])
+    asked = to_rewrite(["3 x 4 = 12, so 12."], 0, found)
+    assert [(c.kind, c.unit) for c in asked] == [("with", "phrase"), ("with", "question")]  # a table is not added
+    assert not to_rewrite(["Hi Sam, 3 x 4 = 12, so 12. Clear?"], 0, found[:3])

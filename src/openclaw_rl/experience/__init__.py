@@ -23,9 +23,11 @@ those import this package):
   it holds), `block_of` (the block of given lessons) and `place` (into the client's messages,
   in front of the first user message or in the system message).
 - `checks`: the lessons that can be read off an answer ("one sentence", "don't show the
-  working", "no bullet points", "don't say “Absolutely”"), how well each of several answers
-  keeps them (serving's `--lesson-samples`), and when a picked answer is worth rewriting to
-  them and which rewrite to serve (`--lesson-rewrites`).
+  working", "no bullet points", "don't say “Absolutely”", "end with a question"), and how
+  well each of several answers keeps them (serving's `--lesson-samples`); `measures`: what
+  those checks read off an answer's text.
+- `rewriting`: when a picked answer is worth rewriting to the lessons, the request that asks
+  for it, and which rewrite to serve (`--lesson-rewrites`).
 - `arithmetic`: the numbers a text carries and the equations it states ("8 × 8 = 54"), which
   hold: what a lesson asking for "the actual mistake" or "what they got right" checks against
   the user's own working.

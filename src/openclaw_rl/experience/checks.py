@@ -45,9 +45,20 @@ both negated; "don't show the working": negated):
   and "use a list" (do: 1 when present); "no Step 1, Step 2 labels" (a label: "Step 1:");
 - **quoted phrases to leave out**: "Don't say “Absolutely”", "drop the “To solve this problem”
   part" (a negator within the four words before the quote): 1 when the answer does not contain
-  the phrase (any case).
+  the phrase (any case); **to say**: a verb that asks for words before the quote ("start with
+  “Hi Sam”", "sign off with “Cheers”", "call me “Captain”"): 1 when the answer says it, in its
+  first sentence after "start/open/begin/greet with", in its last after "end/finish/close/sign";
+- **a closing question**: "end with a question", "ask me a follow-up question" (do: 1 when the
+  answer's last words are a question) or "don't ask me questions" (don't); **apologies** ("stop
+  apologizing", "don't say sorry"), **examples** ("give an example"; not the lesson's own "for
+  example, ..."), **tables** and **code blocks**: present or absent as asked;
+- **wording**: "simple words", "no jargon", "less technical", "like I'm five" (plainer) or
+  "more technical": relative, by the share of words of eight letters or more;
+- **the answer first**: "give the answer first", "start with the answer", "put the result up
+  front": 1 when the answer's final number is in its first sentence (or it has no number).
 
-A lesson it cannot read (a language, a topic, most tones) gives no check; an answer's score
+What is read off an answer lives in experience/measures.py. A lesson it cannot read (a
+language, a topic, most tones) gives no check; an answer's score
 is over the checks there are, and no checks at all scores every answer alike (0.5), so
 the first answer stays the choice. The rules are English; a lesson in another language
 gives no check.
@@ -62,7 +73,6 @@ and at temperature 1 a 135M model's shortest answers are often not answers at al
 
 from __future__ import annotations
 
-import operator
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -70,10 +80,13 @@ from dataclasses import dataclass
 
 from openclaw_rl.experience import arithmetic
 from openclaw_rl.experience.arithmetic import last_number, numbers
+from openclaw_rl.experience.measures import (
+    PRESENT, answer_first, count_steps, has_phrase, long_words, sentences, warmth, words,
+)
 
 
-__all__ = ["ABSOLUTE", "CONSENSUS_WEIGHT", "CONDENSING", "Check", "checks", "choose_rewrite", "consensus",
-           "count_steps", "pick", "rewrite_request", "scores", "sentences", "to_rewrite", "warmth", "words"]
+__all__ = ["CONSENSUS_WEIGHT", "Check", "checks", "consensus", "count_steps", "one_check", "pick", "scores",
+           "sentences", "warmth", "words"]
 
 _NUMBER_WORDS = {"one": 1, "a single": 1, "single": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
                  "seven": 7, "eight": 8, "nine": 9, "ten": 10, "a few": 3, "few": 3}
@@ -86,15 +99,9 @@ _EXACT = re.compile(rf"\b{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_U
 # "two or three sentences", "3 to 5 lines", "2-3 sentences": a range, kept from its lower end to its upper
 _RANGE = re.compile(rf"\b{_COUNT}\s*(?:or|to|-|\u2013)\s*{_COUNT}\s+(?:short\s+|brief\s+|plain\s+|simple\s+)?{_UNIT}\b")
 _RATE = re.compile(r"s?\s+(?:per|for each|for every|each|a)\b")  # "one sentence per step": a rate, not a limit
-_OPERATOR = re.compile(r"\d\s*(?:[-+*/\u00d7\u00f7x^]|\s-\s)\s*\(?\d|\d\s*=\s*\d|=\s*\$?\d")
-_LIST_ITEM = re.compile(r"^\s*(?:[-*+\u2022]|\d{1,2}[.)])\s+\S", re.MULTILINE)
-_MARKDOWN = re.compile(r"\*\*[^*\n]+?\*\*|__[^_\n]+?__|^\s{0,3}#{1,6}\s+\S|`", re.MULTILINE)
 _QUOTED = re.compile(r'"([^"\n]{1,80})"|\u201c([^\u201d\n]{1,80})\u201d|\u2018([^\u2019\n]{1,80})\u2019'
                      r"|(?<![a-z])'([^'\n]{1,80})'(?![a-z])")
-_LABEL = re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE)  # "Step 1:", "**Step 2.**"
-_EMOJI = re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]")
 CONSENSUS_WEIGHT = 0.5
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 _NEGATORS = frozenset("not no never don't dont doesn't avoid skip omit without stop remove drop hide exclude "
                       "nothing none neither nor instead rather less fewer".split())
 _PHRASES = (("do not", "don't"), ("leave out", "omit"), ("cut out", "omit"), ("get rid of", "remove"),
@@ -119,11 +126,24 @@ _MORE_BEFORE = frozenset("than detail details words sentences lines text explana
 # a lesson that asks for warmth ("be kinder", "friendlier", "more encouraging") or for less of it
 _WARM_CUES = frozenset("kind kinder kindly friendly friendlier warm warmer warmth encouraging encourage "
                        "encouragement positive nicer gentle gentler praise supportive polite cheerful upbeat".split())
-# words of praise and encouragement an answer can carry (English); a warmer answer has more kinds of them
-_WARM_WORDS = re.compile(
-    r"\b(?:great|good|nice|well done|excellent|awesome|wonderful|fantastic|brilliant|amazing|impressive|"
-    r"proud|keep (?:it )?up|keep going|you can do it|good job|nice work|great job|love|glad|happy|thank(?:s| you)|"
-    r"perfect|superb|terrific|lovely|congratulations|bravo|super)\b", re.IGNORECASE)
+# whole words (a trailing "s" dropped) -> what they are about; "for example" is a lesson's own aside, not a wish
+_ABOUT_WORDS = {"example": "example", "table": "table", "code": "code", "snippet": "code", "sorry": "apology",
+                "apologize": "apology", "apologise": "apology", "apologie": "apology", "apology": "apology",
+                "apologizing": "apology", "apologising": "apology"}
+_ASK_CUES = frozenset("ask asking end ending finish close follow followup add include".split())  # "... a question"
+# plainer wording: "no jargon", "less technical", "simple words", "plain English", "like I'm five"
+_PLAIN_WORDS = re.compile(r"\b(?:simple|simpler|plain|plainer|easy|easier|everyday|short)\s+(?:words|language|terms|"
+                          r"vocabulary|english)\b|\blike (?:i'm|i am|im|a|to a) (?:five|5|kid|child)\b|\beli5\b|"
+                          r"\blayman'?s?\b")
+_TECHNICAL = frozenset({"jargon", "technical"})  # asked for ("use the technical terms") or against ("no jargon")
+_ANSWER_FIRST = re.compile(
+    r"\b(?:answer|result|conclusion|bottom line|tl;?dr)\b[^.,;:!?]{0,30}?\b(?:first|up ?front|at the (?:top|start|"
+    r"beginning))\b|\b(?:start|begin|lead|open)\w* with (?:the |your |a )?(?:final |short |direct |actual )?"
+    r"(?:answer|result|conclusion|bottom line)\b")
+# verbs that ask for a quoted phrase ("start with "Hi"", "call me "Sam"", "sign off with "Cheers"") and where
+_SAY_VERBS = {"start": "start", "begin": "start", "open": "start", "greet": "start", "end": "end", "finish": "end",
+              "close": "end", "sign": "end", "say": "", "use": "", "call": "", "include": "", "add": "", "write": "",
+              "mention": "", "address": ""}
 
 
 @dataclass(frozen=True)
@@ -133,7 +153,9 @@ class Check:
     length), `warmer`/`cooler` (relative count of kinds of praise and encouragement),
     `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `corrects`/`confirms`
     (the request's equations that do not hold / hold), `less_working`/`more_working` (relative
-    count of written-out steps), `without`/`with` (`unit`: list, markdown, emoji, label, or phrase: `phrase`)."""
+    count of written-out steps), `plainer`/`technical` (relative share of long words), `answer_first`
+    (the final number in the first sentence), `without`/`with` (`unit`: a key of `measures.PRESENT`, or
+    phrase: `phrase`, anywhere or, `at`, in the first or the last sentence)."""
 
     lesson: str
     kind: str
@@ -141,33 +163,7 @@ class Check:
     limit: int = 0
     phrase: str = ""
     least: int = 0
-
-
-def words(text: str) -> int:
-    return len(text.split())
-
-
-def sentences(text: str) -> int:
-    """Sentences, and lines where an answer is laid out in lines (a list has as many)."""
-    body = text.strip()
-    if not body:
-        return 0
-    lines = [line for line in body.splitlines() if line.strip()]
-    return max(len(_SENTENCE_END.split(" ".join(lines))), len(lines))
-
-
-def count_steps(text: str) -> int:
-    """Written-out steps: distinct lines or sentences that carry arithmetic (a line said again is
-    not another step). A "Step N:" label or a list number is not working: the 135M model, told to
-    show every step, writes outlines of "Step 1: Determine the total." with no number worked out,
-    and counting their labels made checked sampling prefer them (docs/experience.md)."""
-    pieces = {" ".join(p.split()) for line in text.splitlines() for p in _SENTENCE_END.split(line) if p.strip()}
-    return sum(bool(_OPERATOR.search(p)) for p in pieces)
-
-
-def warmth(text: str) -> int:
-    """Kinds of praise and encouragement in the text ("great", "well done", "keep it up", ...)."""
-    return len({m.group().lower() for m in _WARM_WORDS.finditer(text)})
+    at: str = ""
 
 
 def checks(lessons: Sequence[str]) -> list[Check]:
@@ -208,6 +204,12 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
                 continue
             if (topic := _ABOUT.get(word[:5])) is not None:
                 about[topic] = sign
+            if (topic := _ABOUT_WORDS.get(word)) is not None and not (word == "example" and tokens[i - 1:i] == ["for"]):
+                about[topic] = sign
+            if word == "question" and _ASK_CUES.intersection(tokens[:i]):  # "end with a question", "ask me one"
+                about["question"] = sign
+            if word in _TECHNICAL:
+                about["plain_words"] = -sign  # "no jargon", "less technical": plainer
     return about, length
 
 
@@ -257,23 +259,42 @@ def _read(lesson: str) -> list[Check]:
         found.append(Check(lesson, "warmer" if objects["warmth"] > 0 else "cooler"))
     found += [Check(lesson, kind) for kind, cue in (("corrects", "errors"), ("confirms", "confirms"))
               if objects.get(cue, 0) > 0]  # "don't dwell on mistakes": no check
-    for unit in ("list", "markdown", "emoji", "label"):
+    if _PLAIN_WORDS.search(text) and not _negated(text, _PLAIN_WORDS.search(text).start()):
+        objects["plain_words"] = 1
+    if "plain_words" in objects:
+        found.append(Check(lesson, "plainer" if objects["plain_words"] > 0 else "technical"))
+    if (first := _ANSWER_FIRST.search(text)) and not _negated(text, first.start()):  # "don't give the answer first"
+        found.append(Check(lesson, "answer_first"))
+    for unit in ("list", "markdown", "emoji", "label", "question", "apology", "example", "table", "code"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
-    found += [Check(lesson, "without", "phrase", phrase=phrase) for phrase in _quoted_to_avoid(text)]
+    found += [Check(lesson, "with" if at is not None else "without", "phrase", phrase=phrase, at=at or "")
+              for phrase, at in _quoted(text)]
     return found
 
 
-def _quoted_to_avoid(text: str) -> list[str]:
-    """The quoted phrases a (lower-cased) lesson asks to leave out: a negator within the four words
-    before the quote, in its clause ("don't say "certainly"", "drop the "to solve this" part")."""
-    phrases = []
+def _negated(text: str, start: int) -> bool:
+    """Whether a negator stands within the four words before `start`, in its clause."""
+    return any(t in _NEGATORS for t in _TOKEN.findall(_CLAUSE.split(text[:start])[-1])[-_WINDOW:])
+
+
+def _quoted(text: str) -> list[tuple[str, str | None]]:
+    """The quoted phrases a (lower-cased) lesson asks to leave out (at None: a negator within the four
+    words before the quote, in its clause: "don't say "certainly"", "drop the "to solve this" part")
+    or to say (a verb that asks for words before it in its clause; at "start" for "start/open/greet
+    with", "end" for "end/finish/close/sign off with", "" anywhere: "call me "Sam""). A quote that
+    is neither ("the "total" is wrong") gives no check."""
+    phrases: dict[str, str | None] = {}
     for match in _QUOTED.finditer(text):
         phrase = " ".join(next(g for g in match.groups() if g is not None).strip(" .,!?").split())
-        before = _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])[-_WINDOW:]
-        if phrase and any(t in _NEGATORS for t in before):
-            phrases.append(phrase)
-    return list(dict.fromkeys(phrases))
+        before = _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])
+        if not phrase:
+            continue
+        if any(t in _NEGATORS for t in before[-_WINDOW:]):
+            phrases[phrase] = None
+        elif verbs := [_SAY_VERBS[t] for t in before if t in _SAY_VERBS]:
+            phrases.setdefault(phrase, verbs[-1])
+    return list(phrases.items())
 
 
 def scores(answers: Sequence[str], found: Sequence[Check], request: str = "") -> list[float]:
@@ -287,12 +308,12 @@ def scores(answers: Sequence[str], found: Sequence[Check], request: str = "") ->
         return [0.5] * len(answers)
     totals = [0.0] * len(answers)
     for check in found:
-        for i, value in enumerate(_one(check, answers, request)):
+        for i, value in enumerate(one_check(check, answers, request)):
             totals[i] += value
     return [t / len(found) if words(a) else 0.0 for t, a in zip(totals, answers)]  # an empty answer keeps nothing
 
 
-def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]:
+def one_check(check: Check, answers: Sequence[str], request: str = "") -> list[float]:
     """Each answer's value on one check; `request` as for `scores`."""
     if check.kind in ("at_most", "between"):
         count = {"word": words, "sentence": sentences, "line": lambda t: len([x for x in t.splitlines() if x.strip()])
@@ -309,10 +330,13 @@ def _one(check: Check, answers: Sequence[str], request: str = "") -> list[float]
         return _ranked([words(a) for a in answers], lower_is_better=check.kind == "shorter")
     if check.kind in ("less_working", "more_working"):
         return _ranked([count_steps(a) for a in answers], lower_is_better=check.kind == "less_working")
+    if check.kind in ("plainer", "technical"):
+        return _ranked([long_words(a) for a in answers], lower_is_better=check.kind == "plainer")
+    if check.kind == "answer_first":
+        return [float(answer_first(a)) for a in answers]
     if check.unit == "phrase":
-        return [float((check.phrase in a.lower()) == (check.kind == "with")) for a in answers]
-    present = {"list": _LIST_ITEM, "markdown": _MARKDOWN, "emoji": _EMOJI, "label": _LABEL}[check.unit]
-    return [float(bool(present.search(a)) == (check.kind == "with")) for a in answers]
+        return [float(has_phrase(a, check.phrase, check.at) == (check.kind == "with")) for a in answers]
+    return [float(bool(PRESENT[check.unit](a)) == (check.kind == "with")) for a in answers]
 
 
 def _ranked(values: list[int], lower_is_better: bool) -> list[float]:
@@ -343,58 +367,3 @@ def pick(answers: Sequence[str], found: Sequence[Check], request: str = "") -> t
     # an empty answer stays 0; one last on every relative check (kept 0) still counts its consensus
     totals = [k + CONSENSUS_WEIGHT * a if words(text) else 0.0 for k, a, text in zip(kept, agree, answers)]
     return max(range(len(answers)), key=lambda i: (totals[i], -i)), totals
-
-
-# The checks a rewrite can satisfy at 135M: asking for less (a limit, shorter, no working, no lists,
-# Markdown, emojis or a phrase, less praise, fewer of the request's numbers). Asking for more (detail,
-# every step) it cannot: a rewrite of a worked answer into more steps was worse than the answer it
-# rewrote (docs/experiments.md "Rewriting").
-CONDENSING = frozenset({"at_most", "shorter", "less_working", "without", "cooler", "fewer_numbers"})
-# The ones an answer keeps or breaks by itself (not relative to other answers); a rewrite asked for
-# the request's mistake is told its right result (`rewrite_request`).
-ABSOLUTE = frozenset({"at_most", "between", "without", "corrects", "confirms"})
-
-
-def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], request: str = "") -> list[Check]:
-    """The checks to ask the picked one of `answers` to be rewritten to ([]: serve it as it is).
-
-    When every check asks for less (`CONDENSING`): all of them, if the answer does not keep them
-    as well as the best of `answers` does, or carries no number. When some lesson asks for more
-    ("Show every step"): only the checks the answer breaks by itself among `ABSOLUTE` (a list, a
-    heading, a quoted phrase, a count over its limit), so the rewrite is an edit of what is wrong,
-    and `choose_rewrite`, which scores every check, keeps the draft unless the edit lost nothing
-    else of the same weight."""
-    if not found:
-        return []
-    if all(c.kind in CONDENSING for c in found):
-        kept = scores(answers, found, request)[picked] < 1.0 or last_number(answers[picked]) is None
-        return list(found) if kept else []
-    return [c for c in found if c.kind in ABSOLUTE and _one(c, [answers[picked]], request)[0] < 1.0]
-
-
-def choose_rewrite(draft: str, rewrites: Sequence[str], found: Sequence[Check], asked: Sequence[Check] = (),
-                   request: str = "") -> tuple[int | None, list[float]]:
-    """Which rewrite to serve instead of `draft` (None: the draft), and the `pick` totals of the
-    draft and each rewrite (a rewrite left out scores 0). A rewrite is a candidate only if it
-    keeps the lessons it was asked to keep (`asked`, default all of `found`) better than the draft
-    does, and has a number if the draft has one (a rewrite changes the form, and a 135M model's
-    sometimes drops the answer); then `pick` over the draft and the candidates on every check,
-    the draft first."""
-    asked = asked or found
-    needs_number = last_number(draft) is not None
-    kept = [i for i, text in enumerate(rewrites)
-            if (not needs_number or last_number(text) is not None)
-            and operator.lt(*scores([draft, text], asked, request))]  # keeps `asked` better than the draft
-    best, totals = pick([draft, *(rewrites[i] for i in kept)], found, request)
-    every = [totals[0]] + [0.0] * len(rewrites)
-    for place, i in enumerate(kept, start=1):
-        every[i + 1] = totals[place]
-    return (None if best == 0 else kept[best - 1]), every
-
-
-def rewrite_request(found: Sequence[Check], request: str = "") -> str:
-    """The user turn that asks for the rewrite: the lessons the checks to rewrite to (`to_rewrite`)
-    came from, in the user's words, and what was checked of `request`'s equations when one of them
-    asks for the mistake or for what was right (`arithmetic.note_for`)."""
-    note = arithmetic.note_for({c.kind for c in found}, request)
-    return " ".join(["Rewrite your answer.", *dict.fromkeys(c.lesson.strip() for c in found), note]).strip()

@@ -11,7 +11,7 @@ that keeps the lessons best (with consensus on the final number: `checks.pick`; 
 to the API as if it had just been decoded, and committed with how it was picked
 (`sampling.selected`); the others are dropped. With `--lesson-rewrites R` > 0, a picked
 answer (or the one answer of a greedy request or of K = 1) that does not keep lessons asking
-for less is rewritten R times to them (once when greedy; `checks.to_rewrite`: to the ones it
+for less is rewritten R times to them (once when greedy; `rewriting.to_rewrite`: to the ones it
 breaks by itself, when another lesson asks for more), and a rewrite that keeps them all better
 is served instead, stored as the answer to the served prompt with log-probs re-scored there.
 A block whose lessons ask for the mistake or for what was right carries what was checked of the
@@ -45,7 +45,8 @@ from openclaw_rl.engine.base import (ContextLengthError, EngineError, Finished, 
                                      weights_in_use)
 from openclaw_rl.experience import place
 from openclaw_rl.experience.arithmetic import note_for
-from openclaw_rl.experience.checks import Check, checks, choose_rewrite, pick, rewrite_request, to_rewrite
+from openclaw_rl.experience.checks import Check, checks, pick
+from openclaw_rl.experience.rewriting import choose_rewrite, rewrite_request, to_rewrite
 from openclaw_rl.serve.completion import ServedPrompt, TurnInProgress, TurnSpec
 from openclaw_rl.serve.experience_block import experience_block, experience_on
 from openclaw_rl.serve.schema import ApiError
@@ -372,7 +373,7 @@ async def _rewritten(server: Server, spec: TurnSpec, ref: SessionRef, prompt: Se
                      ) -> tuple[Started, list[TokenStep], str, dict] | None:
     """The draft (sampled with `params`) rewritten to the lessons of `asked`, when one of
     --lesson-rewrites rewrites keeps them better than the draft and every lesson better as a whole
-    (`checks.choose_rewrite`: the draft on a tie, and no rewrite that drops the draft's number):
+    (`rewriting.choose_rewrite`: the draft on a tie, and no rewrite that drops the draft's number):
     its `Started`, its steps with log-probs re-scored under the served prompt (what the answer's
     tokens have there, so training sees the distribution of the prompt it is stored with), how it
     ended, and what `sampling.selected.rewrite` records. None: the draft stays (no rewrite better,
