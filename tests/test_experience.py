@@ -274,6 +274,12 @@ def test_a_lesson_never_crosses_users():
     ("mention the actual mistake: the student wrote 3 × 4 = 13 but it should be 12", "Mention the actual mistake."),
     ("mention the actual numbers, like 3 and 4", "Mention the actual numbers."),
     ("don't say \u201cCertainly!\u201d, nobody I know talks like that", "Don't say \u201cCertainly!\u201d."),
+    # a phrase in single quotes keeps both of them; an apostrophe in a word opens no quote
+    ("Always start with 'Hi Sam'.", "Always start with 'Hi Sam'."),
+    ("please sign off with 'Cheers'", "Sign off with 'Cheers'."),
+    ("don't say 'absolutely', it's annoying", "Don't say 'absolutely'."),
+    ("It's the students' work, don't rewrite it.", "Don't rewrite it."),
+    ("Lead with the bottom line.", "Lead with the bottom line."),
     ("Do not use markdown headings; write plain sentences.", "Do not use markdown headings, write plain sentences."),
     ("The response should not use bullet points.", "Don't use bullet points."),
     ("The response should be shorter and use plain text.", "Make the response shorter and use plain text."),

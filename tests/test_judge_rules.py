@@ -41,6 +41,9 @@ FAILED tests/test_io.py::test_write - PermissionError: out.csv"""
             ["Stop apologizing; write plain sentences instead of bullet points."],
         ),
         ('"You shouldn\'t guess the units."', "user", ["Do not guess the units."]),
+        # an interjection with no comma before "but": still a lead-in; "sign off" is a request
+        ("ok but start with 'Hi Sam' next time", "user", ["Start with 'Hi Sam' next time."]),
+        ("sign off with 'Cheers' like a friend would", "user", ["Sign off with 'Cheers' like a friend would."]),
         # separate corrections stay separate hints
         (
             "Use metric units. That is not what I meant at all. You should cite the source.",

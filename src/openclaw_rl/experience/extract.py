@@ -44,8 +44,8 @@ MAX_LESSON_CHARS = 160
 
 _RULE_VERBS = frozenset("""add address always answer apply ask avoid be begin bold break call change check cite
     close convert cut delete do don't double-check drop emphasise emphasize end explain finish focus follow format
-    give greet group highlight include keep label leave limit list make mention move name never number only open
-    phrase point prefer put quote refer remove rename replace reply respond rewrite round say show skip sort sound
+    give greet group highlight include keep label lead leave limit list make mention move name never number only open
+    phrase point prefer put quote refer remove rename replace reply respond rewrite round say show sign skip sort sound
     spell split start state stay stick stop summarise summarize switch talk tell translate try use walk
     write""".split())
 _STYLE_WORDS = frozenset("""short shorter brief concise long longer detailed clear simple plain friendly friendlier kind
@@ -54,7 +54,9 @@ _STYLE_WORDS = frozenset("""short shorter brief concise long longer detailed cle
 _MARKERS = re.compile(r"\[/?hint\]", re.IGNORECASE)
 _LABEL = re.compile(r"^(?:hint|lesson|rule|correction|feedback|note|tip|suggestion|instruction)\s*:\s*", re.IGNORECASE)
 _BULLET = re.compile(r"^(?:[-*\u2022>]+|\d+[.)])\s+")
-_QUOTED = re.compile(r"\u201c[^\u201d]*\u201d|\u2018[^\u2019]*\u2019|\"[^\"]*\"")
+# "..." and “...”; ‘...’ and '...' (an apostrophe inside a word, "don't", opens none;
+# `_clean` has made every ’ a straight one)
+_QUOTED = re.compile(r"\u201c[^\u201d]*\u201d|\u2018[^\u2019'\n]*['\u2019]|\"[^\"]*\"|(?<![\w'])'[^'\n]{1,80}'(?![\w'])")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 _CLAUSE = re.compile(r"\s*(?:[,;]|\s[\u2013\u2014]\s)\s*")  # not " - ": "54 - 9 = 45" is one clause
 _QUOTES = "\"'`\u201c\u201d\u2018\u2019"

@@ -54,7 +54,7 @@ _IMPERATIVE_VERBS = frozenset(
     substitute swap switch tell translate trim try update use write lose ditch tone rephrase reword split merge
     combine expand elaborate clarify capitalise capitalize lowercase uppercase round double halve divide multiply
     scale insert append prepend flip reverse lower raise increase decrease bump drop name label
-    mark address open close end finish begin cap""".split()
+    mark address open close end finish begin cap sign greet""".split()
 )
 
 # Sentence openings that are lower case in the middle of a joined hint.
@@ -79,7 +79,7 @@ _NEGATION = re.compile(r"\b(?:not|no|never|wrong|instead)\b|n't\b", re.IGNORECAS
 _LEADING_INTERJECTION = re.compile(
     r"^(?:thanks|thank you|thx|ty|hm+|uh+|um+|ugh+|no+|nope|nah|ok(?:ay)?|k|well|hey|hi|"
     r"hello|oh+|ah+|yes|yeah|yep|sure|great|good|nice|cool|perfect|alright|right|sorry|"
-    r"wait|lol|hint|note|tip|suggestion)\b\s*[,.!:;\u2026\u2013\u2014-]+\s*",
+    r"wait|lol|hint|note|tip|suggestion)\b(?:\s*[,.!:;\u2026\u2013\u2014-]+\s*|\s+(?=(?:but|and|so|then)\b))",
     re.IGNORECASE,
 )
 _LEADING_FILLER = re.compile(
