@@ -254,6 +254,27 @@ def test_the_documented_example_persona_loads_rubrics_and_replies():
     assert not reply.satisfied
 
 
+
+def test_sam_wants_his_name_first_a_closing_question_and_a_short_plain_answer():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, as the docs say
+    try:
+        sam = get_persona("docs.examples.sam_persona:SAM")
+    finally:
+        sys.path.pop(0)
+    problem = CRAYONS
+    assert sam.rubric(problem, f"Hi Sam! Tomas has {problem.answer} crayons left. Does that make sense?") == 1.0
+    assert sam.rubric(problem, f"Tomas has {problem.answer} left. Hi Sam. Clear?") == pytest.approx(0.875)  # name late
+    assert sam.rubric(problem, f"Hi Sam! Tomas has {problem.answer} crayons left.") == pytest.approx(0.75)
+    assert sam.rubric(problem, "Hi Sam! Tomas has 54 crayons left. Does that make sense?") == pytest.approx(0.8)
+    listed = f"- 8 x 8 = 64\n- 64 - 9 = {problem.answer}\nHi Sam, got it?"
+    assert sam.rubric(problem, listed) == pytest.approx(0.775)  # the name is not in the opening line
+    reply = sam.reply(problem, f"Tomas has {problem.answer} crayons left.", 0, random.Random(0))
+    assert not reply.satisfied and reply.kind in ("correct", "reask")
+
+
 # -- the parent (issue 38's own persona: only the result, in one sentence) --------------------
 
 PARENT_GOOD = "Tomas has 55 crayons left."
