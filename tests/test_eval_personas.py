@@ -236,15 +236,20 @@ def test_a_persona_from_outside_the_package_by_module_and_attribute():
         get_persona("no_such_module_here:USER")
 
 
-def test_the_documented_example_persona_loads_rubrics_and_replies():
+def _example_persona(name: str):
+    """A persona of docs/examples, loaded from the repository root as the docs say."""
     import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, as the docs say
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     try:
-        brief = get_persona("docs.examples.brief_persona:BRIEF")
+        return get_persona(f"docs.examples.{name}")
     finally:
         sys.path.pop(0)
+
+
+def test_the_documented_example_persona_loads_rubrics_and_replies():
+    brief = _example_persona("brief_persona:BRIEF")
     problem = CRAYONS
     good = f"The answer is {problem.answer}."
     assert brief.rubric(problem, good) == pytest.approx(1.0)
@@ -256,14 +261,7 @@ def test_the_documented_example_persona_loads_rubrics_and_replies():
 
 
 def test_sam_wants_his_name_first_a_closing_question_and_a_short_plain_answer():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository root, as the docs say
-    try:
-        sam = get_persona("docs.examples.sam_persona:SAM")
-    finally:
-        sys.path.pop(0)
+    sam = _example_persona("sam_persona:SAM")
     problem = CRAYONS
     assert sam.rubric(problem, f"Hi Sam! Tomas has {problem.answer} crayons left. Does that make sense?") == 1.0
     assert sam.rubric(problem, f"Tomas has {problem.answer} left. Hi Sam. Clear?") == pytest.approx(0.875)  # name late
