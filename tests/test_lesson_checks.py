@@ -48,6 +48,7 @@ READ = [
     ("Ask me a follow-up question at the end.", [("with", "question", 0)]),
     ("Don't ask me questions, just answer.", [("without", "question", 0)]),
     ("Answer the question directly.", []),  # the request's question, not one asked back
+    ("Include the original question at the top.", []),
     ("Stop apologizing.", [("without", "apology", 0)]),
     ("Don't say sorry all the time.", [("without", "apology", 0)]),
     ("Give an example.", [("with", "example", 0)]),

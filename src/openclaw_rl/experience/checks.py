@@ -131,6 +131,7 @@ _ABOUT_WORDS = {"example": "example", "table": "table", "code": "code", "snippet
                 "apologize": "apology", "apologise": "apology", "apologie": "apology", "apology": "apology",
                 "apologizing": "apology", "apologising": "apology"}
 _ASK_CUES = frozenset("ask asking end ending finish close follow followup add include".split())  # "... a question"
+_THE_REQUESTS = frozenset("the my this that original same".split())  # "include the question": the request's own
 # plainer wording: "no jargon", "less technical", "simple words", "plain English", "like I'm five"
 _PLAIN_WORDS = re.compile(r"\b(?:simple|simpler|plain|plainer|easy|easier|everyday|short)\s+(?:words|language|terms|"
                           r"vocabulary|english)\b|\blike (?:i'm|i am|im|a|to a) (?:five|5|kid|child)\b|\beli5\b|"
@@ -206,7 +207,7 @@ def _signs(text: str) -> tuple[dict[str, int], int]:
                 about[topic] = sign
             if (topic := _ABOUT_WORDS.get(word)) is not None and not (word == "example" and tokens[i - 1:i] == ["for"]):
                 about[topic] = sign
-            if word == "question" and _ASK_CUES.intersection(tokens[:i]):  # "end with a question", "ask me one"
+            if word == "question" and _ASK_CUES.intersection(tokens[:i]) and tokens[i - 1] not in _THE_REQUESTS:
                 about["question"] = sign
             if word in _TECHNICAL:
                 about["plain_words"] = -sign  # "no jargon", "less technical": plainer
