@@ -219,7 +219,7 @@ def test_a_greeting_and_a_closing_question_asked_for_are_served_or_written_in(sc
     teach(server.server.store, "sam", ("Start with \u201cHi Sam\u201d.", "End with a question."))
     r = chat(server, keys["sam"], QUESTION, max_tokens=64, temperature=1.0)
     assert r.json()["choices"][0]["message"]["content"] == both
-    assert stored_turns(server, r)[0].sampling["selected"]["checks"] == ["with phrase", "with question"]
+    assert stored_turns(server, r)[0].sampling["selected"]["checks"] == ["with greeting", "with phrase", "with question"]
 
     server = scripted_server([plain, plain, plain, both], lesson_plain="off", lesson_samples=2, lesson_rewrites=2)
     keys = keyed(server, "sam")

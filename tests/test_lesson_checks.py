@@ -39,6 +39,9 @@ READ = [
     ("Drop the \u201cTo solve this problem\u201d part, it sounds like a chatbot.", [("without", "phrase", 0)]),
     ("Skip phrases like 'great question' and just answer.", [("without", "phrase", 0)]),
     ('Start with "Dear".', [("with", "phrase", 0)]),  # a phrase asked for, in the first sentence
+    ("Start with 'Hi Sam'.", [("with", "greeting", 0), ("with", "phrase", 0)]),
+    ("Greet me first.", [("with", "greeting", 0)]),
+    ("Don't say hi, just answer.", [("without", "greeting", 0)]),
     ("Always sign off with 'Cheers, Bob'.", [("with", "phrase", 0)]),
     ('Call me "Captain".', [("with", "phrase", 0)]),
     ('Don\'t say "Certainly", say "Sure".', [("without", "phrase", 0), ("with", "phrase", 0)]),
@@ -283,8 +286,8 @@ def test_a_pick_that_misses_the_users_mistake_is_rewritten_and_told_its_right_re
 
 
 def test_a_phrase_asked_for_is_checked_where_the_lesson_puts_it():
-    start, end, anywhere = (checks([lesson])[0] for lesson in ('Start with "Hi Sam".', "Sign off with 'Cheers'.",
-                                                              'Call me "Captain".'))
+    start, end, anywhere = (checks([lesson])[-1] for lesson in ('Start with "Hi Sam".', "Sign off with 'Cheers'.",
+                                                               'Call me "Captain".'))
     assert (start.at, end.at, anywhere.at) == ("start", "end", "")
     answers = ["Hi  Sam! It is 12. Cheers", "It is 12, captain. Hi Sam. Cheers!", "Cheers. It is 12."]
     assert scores(answers, [start]) == [1.0, 0.0, 0.0]  # any case and spacing, in the first sentence only
@@ -293,8 +296,11 @@ def test_a_phrase_asked_for_is_checked_where_the_lesson_puts_it():
 
 
 def test_new_features_are_read_off_the_answer():
-    question, apology, example, table, code = (checks([lesson])[0] for lesson in (
-        "End with a question.", "Stop apologizing.", "Give an example.", "Use a table.", "Show the code."))
+    question, greeting, apology, example, table, code = (checks([lesson])[0] for lesson in (
+        "End with a question.", "Greet me first.", "Stop apologizing.", "Give an example.", "Use a table.",
+        "Show the code."))
+    assert scores(["Hi Sam! 12.", "Good morning. 12", "It is 12. Hello!", "**Dear Sam**, 12"], [greeting]) == [
+        1.0, 1.0, 0.0, 1.0]
     assert scores(["It is 12. Does that make sense? \U0001F642", "Is it 12? It is.", "It is 12."], [question]) == [
         1.0, 0.0, 0.0]
     assert scores(["Sorry, it is 12.", "My apologies: 12.", "It is 12."], [apology]) == [0.0, 0.0, 1.0]
@@ -322,5 +328,6 @@ def test_a_pick_missing_a_phrase_or_question_asked_for_is_rewritten_to_them():
 
     found = checks(["Show every step.", 'Start with "Hi Sam".', "End with a question.", "Use a table."])
     asked = to_rewrite(["3 x 4 = 12, so 12."], 0, found)
-    assert [(c.kind, c.unit) for c in asked] == [("with", "phrase"), ("with", "question")]  # a table is not added
+    assert [(c.kind, c.unit) for c in asked] == [("with", "greeting"), ("with", "phrase"), ("with", "question")
+                                                 ]  # a table is not added
     assert not to_rewrite(["Hi Sam, 3 x 4 = 12, so 12. Clear?"], 0, found[:3])

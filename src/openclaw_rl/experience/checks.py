@@ -49,7 +49,8 @@ both negated; "don't show the working": negated):
   “Hi Sam”", "sign off with “Cheers”", "call me “Captain”"): 1 when the answer says it, in its
   first sentence after "start/open/begin/greet with", in its last after "end/finish/close/sign";
 - **a closing question**: "end with a question", "ask me a follow-up question" (do: 1 when the
-  answer's last words are a question) or "don't ask me questions" (don't); **apologies** ("stop
+  answer's last words are a question) or "don't ask me questions" (don't); **a greeting** ("greet
+  me first", "say hello": the answer opens with hi, hello, dear, good morning ...); **apologies** ("stop
   apologizing", "don't say sorry"), **examples** ("give an example"; not the lesson's own "for
   example, ..."), **tables** and **code blocks**: present or absent as asked;
 - **wording**: "simple words", "no jargon", "less technical", "like I'm five" (plainer) or
@@ -128,6 +129,7 @@ _WARM_CUES = frozenset("kind kinder kindly friendly friendlier warm warmer warmt
                        "encouragement positive nicer gentle gentler praise supportive polite cheerful upbeat".split())
 # whole words (a trailing "s" dropped) -> what they are about; "for example" is a lesson's own aside, not a wish
 _ABOUT_WORDS = {"example": "example", "table": "table", "code": "code", "snippet": "code", "sorry": "apology",
+                "greet": "greeting", "greeting": "greeting", "hello": "greeting", "hi": "greeting",
                 "apologize": "apology", "apologise": "apology", "apologie": "apology", "apology": "apology",
                 "apologizing": "apology", "apologising": "apology"}
 _ASK_CUES = frozenset("ask asking end ending finish close follow followup add include".split())  # "... a question"
@@ -266,7 +268,7 @@ def _read(lesson: str) -> list[Check]:
         found.append(Check(lesson, "plainer" if objects["plain_words"] > 0 else "technical"))
     if (first := _ANSWER_FIRST.search(text)) and not _negated(text, first.start()):  # "don't give the answer first"
         found.append(Check(lesson, "answer_first"))
-    for unit in ("list", "markdown", "emoji", "label", "question", "apology", "example", "table", "code"):
+    for unit in ("list", "markdown", "emoji", "label", "question", "greeting", "apology", "example", "table", "code"):
         if unit in objects:
             found.append(Check(lesson, "with" if objects[unit] > 0 else "without", unit))
     found += [Check(lesson, "with" if at is not None else "without", "phrase", phrase=phrase, at=at or "")

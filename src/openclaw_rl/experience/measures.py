@@ -2,7 +2,7 @@
 
 Counts (`words`, `sentences`, `count_steps`, `warmth`, `long_words`), whether a feature is
 present (`PRESENT`: a list, Markdown, an emoji, a "Step N" label, a closing question, an
-apology, an example, a table, a code block) and where a wanted phrase stands
+opening greeting, an apology, an example, a table, a code block) and where a wanted phrase stands
 (`has_phrase`). Each is a pure function of the text, English where it reads words.
 """
 
@@ -33,6 +33,8 @@ PRESENT: dict[str, Callable[[str], bool]] = {
     "emoji": re.compile("[\U0001F300-\U0001FAFF\u2600-\u27BF]").search,
     "label": re.compile(r"\bstep\s*\d+\s*[:.)-]", re.IGNORECASE).search,  # "Step 1:", "**Step 2.**"
     "question": lambda text: bool(_QUESTION_AT_END.search(text.strip())),  # ends with a question to the user
+    "greeting": re.compile(r"\A\W*(?:hi|hello|hey|dear|greetings|howdy|good (?:morning|afternoon|evening))\b",
+                           re.IGNORECASE).search,  # opens with a greeting
     "apology": re.compile(r"\b(?:sorry|apolog(?:y|ies|ise|ize|ised|ized|ising|izing))\b", re.IGNORECASE).search,
     "example": re.compile(r"\b(?:for (?:example|instance)|e\.g\.|(?:an|another|one|this|my|the) example|"
                           r"examples?:|imagine|suppose)", re.IGNORECASE).search,

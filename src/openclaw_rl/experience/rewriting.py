@@ -17,7 +17,7 @@ from openclaw_rl.experience.checks import Check, one_check, pick, scores
 __all__ = ["ABSOLUTE", "CONDENSING", "choose_rewrite", "rewrite_request", "to_rewrite"]
 
 # the checks whose "with" (the feature asked for) an answer keeps or breaks by itself, and a rewrite can add
-_ADDABLE = frozenset({"phrase", "question", "example"})
+_ADDABLE = frozenset({"phrase", "question", "greeting", "example"})
 
 # The checks a rewrite can satisfy at 135M: asking for less (a limit, shorter, no working, no lists,
 # Markdown, emojis or a phrase, less praise, fewer of the request's numbers). Asking for more (detail,
@@ -25,7 +25,7 @@ _ADDABLE = frozenset({"phrase", "question", "example"})
 # rewrote (docs/experiments.md "Rewriting").
 CONDENSING = frozenset({"at_most", "shorter", "less_working", "without", "cooler", "fewer_numbers"})
 # The ones an answer keeps or breaks by itself (not relative to other answers), and "with" a phrase, a
-# closing question or an example (`_ADDABLE`); a rewrite asked for the request's mistake is told its
+# closing question, a greeting or an example (`_ADDABLE`); a rewrite asked for the request's mistake is told its
 # right result (`rewrite_request`).
 ABSOLUTE = frozenset({"at_most", "between", "without", "corrects", "confirms", "answer_first"})
 
