@@ -1,6 +1,6 @@
 """Does serving keep a user's wish more often once its lesson can be checked? (a study, not a test)
 
-    .venv/bin/python scripts/wish_checks.py [--prompts 10] [--max-tokens 128] [--threads 2] [--out DIR]
+    .venv/bin/python scripts/wish_checks.py [--prompts 10] [--max-tokens 128] [--threads 2] [--out DIR] [--wishes a,b]
 
 One user per wish, each with that one lesson in their experience (saved as the judge's learning
 saves it), on one server through the real HTTP API (training and the judge off), under two
@@ -11,8 +11,8 @@ sampling and rewriting, experience/checks.py and experience/rewriting.py). Each 
 student persona's first `--prompts` held-out homework questions and as many everyday requests,
 at temperature 1 with a seed per prompt, so the one sample is the default's first candidate.
 
-Scored per served answer: whether it keeps the wish as its check reads it (`checks.one_check`,
-1 or 0; "plainer" is relative, so for it the answer's share of words of 8 letters or more,
+Scored per served answer: whether it keeps the wish as its checks read it (`checks.one_check`,
+1 or 0, all of the lesson's checks; "plainer" is relative, so for it the answer's share of words of 8 letters or more,
 negated: higher is plainer), and on the homework questions whether it still ends with a
 number. "Give the answer first" is scored on the homework questions only (an everyday answer
 has no result to read). Printed: per wish, the mean under each setting and the paired
@@ -51,6 +51,7 @@ from openclaw_rl.users import Users  # noqa: E402
 WISHES = {
     "question": "End with a question to check I understood.",
     "start": "Start with \u201cHi Sam\u201d.",
+    "greet": "Greet me first.",
     "end": "Sign off with \u201cCheers\u201d.",
     "example": "Give an example.",
     "answer_first": "Give the answer first, then explain.",
@@ -99,7 +100,9 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--wishes", default=",".join(WISHES), help=f"which of {', '.join(WISHES)}")
     args = parser.parse_args()
+    wishes = {name: WISHES[name] for name in args.wishes.split(",")}
     torch.set_num_threads(args.threads)
     student = get_persona("student")
     homework = [student.first_message(p) for p in heldout_problems(args.prompts)]
@@ -116,7 +119,7 @@ def main() -> None:
         servers[name] = serving(data_dir, *setting)
     answers: dict[tuple[str, str], list[str]] = {}
     try:
-        for wish in WISHES:
+        for wish in wishes:
             for i, prompt in enumerate(prompts):
                 for name, thread in servers.items():
                     r = httpx.post(f"{thread.base_url}/v1/chat/completions", timeout=600,
@@ -132,8 +135,8 @@ def main() -> None:
     rows = []
     print("| wish (the lesson) | prompts | kept: one sample | kept: default | default - one sample [95 % CI] |"
           " homework answers ending in a number: one / default |\n|---|---|---|---|---|---|")
-    for wish, lesson in WISHES.items():
-        (check,) = checks([lesson])
+    for wish, lesson in wishes.items():
+        found = checks([lesson])
         on = range(args.prompts) if wish == "answer_first" else range(len(prompts))  # a result to put first
         kept = {}
         for name in SETTINGS:
@@ -141,7 +144,7 @@ def main() -> None:
             if wish == "plainer":  # relative: the share of long words, lower is plainer (per mille)
                 kept[name] = [-long_words(texts[i]) / 1000 for i in on]
             else:
-                kept[name] = [one_check(check, [texts[i]], prompts[i])[0] for i in on]
+                kept[name] = [min(one_check(c, [texts[i]], prompts[i])[0] for c in found) for i in on]
         diffs = [b - a for a, b in zip(kept["one sample"], kept["default"])]
         low, high = interval(diffs)
         numbered = {name: sum(last_number(t) is not None for t in answers[(wish, name)][:args.prompts])

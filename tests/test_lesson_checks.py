@@ -317,10 +317,15 @@ def test_plainer_wording_ranks_answers_by_their_share_of_long_words():
     assert scores(answers, [technical]) == [1.0, 0.0]
 
 
-def test_the_answer_first_means_the_final_number_in_the_first_sentence():
+def test_the_answer_first_means_the_result_in_the_first_sentence():
     (first,) = checks(["Give the answer first."])
-    assert scores(["It is 12. Three times four is 12.", "Three times four. So it is 12.", "Happy to help."],
-                  [first]) == [1.0, 0.0, 1.0]  # no number: nothing to read, it passes
+    request = "Tomas has 8 packs of 8 crayons and gives away 9. How many are left?"
+    answers = ["It is 55. Eight packs of 8 are 64, minus 9.", "8 x 8 = 64, 64 - 9 = 55. So 55.",
+               "Tomas has 8 packs and gives 9.", "Happy to help."]
+    # the second works it out first; the third states only the request's numbers and the fourth none: no
+    # result, so they lose to one that has
+    assert scores(answers, [first], request) == [1.0, 0.0, 0.0, 0.0]
+    assert scores(answers[2:], [first], request) == [1.0, 1.0]  # none has a result: nothing to read
 
 
 def test_a_pick_missing_a_phrase_or_question_asked_for_is_rewritten_to_them():

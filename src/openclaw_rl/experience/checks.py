@@ -56,7 +56,9 @@ both negated; "don't show the working": negated):
 - **wording**: "simple words", "no jargon", "less technical", "like I'm five" (plainer) or
   "more technical": relative, by the share of words of eight letters or more;
 - **the answer first**: "give the answer first", "start with the answer", "put the result up
-  front": 1 when the answer's final number is in its first sentence (or it has no number).
+  front": 1 when the answer's first sentence states a number that is not one of the request's and
+  works nothing out ("It is 55."; not "8 x 8 = 64, ..."); an answer with no such number anywhere
+  scores 0 beside one that has one, 1 when none has.
 
 What is read off an answer lives in experience/measures.py. A lesson it cannot read (a
 language, a topic, most tones) gives no check; an answer's score
@@ -335,8 +337,9 @@ def one_check(check: Check, answers: Sequence[str], request: str = "") -> list[f
         return _ranked([count_steps(a) for a in answers], lower_is_better=check.kind == "less_working")
     if check.kind in ("plainer", "technical"):
         return _ranked([long_words(a) for a in answers], lower_is_better=check.kind == "plainer")
-    if check.kind == "answer_first":
-        return [float(answer_first(a)) for a in answers]
+    if check.kind == "answer_first":  # an answer with no result passes only when none of them has one
+        first = [answer_first(a, arithmetic.request_numbers(request)) for a in answers]
+        return [float(f if f is not None else all(x is None for x in first)) for f in first]
     if check.unit == "phrase":
         return [float(has_phrase(a, check.phrase, check.at) == (check.kind == "with")) for a in answers]
     return [float(bool(PRESENT[check.unit](a)) == (check.kind == "with")) for a in answers]

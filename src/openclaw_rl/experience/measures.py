@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from openclaw_rl.experience.arithmetic import last_number, values
+from openclaw_rl.experience.arithmetic import values
 
 __all__ = ["PRESENT", "answer_first", "count_steps", "has_phrase", "long_words", "sentence_list", "sentences",
            "warmth", "words"]
@@ -91,9 +91,12 @@ def has_phrase(text: str, phrase: str, at: str = "") -> bool:
     return bool(re.search(pattern, text.lower()))
 
 
-def answer_first(text: str) -> bool:
-    """Whether the answer's result comes first: its final number (its last) is in its first
-    sentence; an answer with no number passes (what its result is cannot be read)."""
-    final = last_number(text)
+def answer_first(text: str, asked: frozenset[float] = frozenset()) -> bool | None:
+    """Whether the answer states a result before its working: its first sentence carries a number
+    that is not one of the request's (`asked`) and works nothing out (no "8 x 8 = 64"); None when
+    the answer has no such number anywhere (no result to read)."""
+    if not set(values(text)) - asked:
+        return None
     said = sentence_list(text)
-    return final is None or final in values(said[0] if said else "")
+    first = said[0] if said else ""
+    return bool(set(values(first)) - asked) and not _OPERATOR.search(first)
