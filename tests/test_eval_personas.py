@@ -269,6 +269,8 @@ def test_sam_wants_his_name_first_a_closing_question_and_a_short_plain_answer():
     assert sam.rubric(problem, "Hi Sam! Tomas has 54 crayons left. Does that make sense?") == pytest.approx(0.8)
     listed = f"- 8 x 8 = 64\n- 64 - 9 = {problem.answer}\nHi Sam, got it?"
     assert sam.rubric(problem, listed) == pytest.approx(0.775)  # the name is not in the opening line
+    echo = f"Hi Sam. {problem.question}"  # his question parroted back ends in "?", but asks him nothing
+    assert sam.rubric(problem, echo) == pytest.approx(0.55)
     reply = sam.reply(problem, f"Tomas has {problem.answer} crayons left.", 0, random.Random(0))
     assert not reply.satisfied and reply.kind in ("correct", "reask")
 

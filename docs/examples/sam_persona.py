@@ -26,12 +26,17 @@ def greets_sam(problem: Problem, response: str) -> tuple[float, list[str]]:
 
 
 def asks_back(problem: Problem, response: str) -> tuple[float, list[str]]:
-    """The last thing said is a question to Sam."""
-    if response.strip().rstrip(" )\"'").endswith("?"):
-        return 1.0, []
-    return 0.0, ["end with a question so I can tell you if I got it",
-                 "ask me a question at the end to check I understood",
-                 "finish by asking me something"]
+    """The last thing said is a question to Sam, not his own question repeated back."""
+    text = response.strip().rstrip(" )\"'")
+    if not text.endswith("?"):
+        return 0.0, ["end with a question so I can tell you if I got it",
+                     "ask me a question at the end to check I understood",
+                     "finish by asking me something"]
+    asked = set(re.findall(r"\w+", problem.question.lower()))
+    last = re.findall(r"\w+", re.split(r"(?<=[.!?])\s+", text)[-1].lower())
+    if last and sum(w in asked for w in last) / len(last) >= 0.6:  # mostly the problem's own words
+        return 0.0, ["don't just repeat my question, ask me something about the answer"]
+    return 1.0, []
 
 
 def short(problem: Problem, response: str) -> tuple[float, list[str]]:
