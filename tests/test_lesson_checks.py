@@ -326,6 +326,7 @@ def test_the_answer_first_means_the_result_in_the_first_sentence():
     # result, so they lose to one that has
     assert scores(answers, [first], request) == [1.0, 0.0, 0.0, 0.0]
     assert scores(answers[2:], [first], request) == [1.0, 1.0]  # none has a result: nothing to read
+    assert scores(["1. Let us see.\n2. Minus 9 is 55.", "It is 55."], [first], request) == [0.0, 1.0]  # "1. " is no result
 
 
 def test_a_pick_missing_a_phrase_or_question_asked_for_is_rewritten_to_them():

@@ -24,7 +24,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 __all__ = ["Equation", "SCORERS", "checked_note", "confirms", "corrects", "equations", "last_number", "note_for",
-           "numbers", "request_numbers", "values"]
+           "numbers", "request_numbers", "unnumbered", "values"]
 
 _NUM = r"\$?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # "1,200", not the comma after "54,"
 _OP = r"(?:[-+*/\u00d7\u00f7\u2212]|(?<=\s)x(?=\s))"
@@ -106,10 +106,15 @@ def request_numbers(request: str) -> frozenset[float]:
     return frozenset(values(request))
 
 
+def unnumbered(text: str) -> str:
+    """The text without "Step N" labels and list numbers ("2. "), which count nothing."""
+    return _NUMBERING.sub(" ", text)
+
+
 def last_number(text: str) -> float | None:
     """The text's last number, not counting "Step N" labels and list numbers (an outline's
     "Step 3: Give the answer." has no answer)."""
-    found = values(_NUMBERING.sub(" ", text))
+    found = values(unnumbered(text))
     return found[-1] if found else None
 
 

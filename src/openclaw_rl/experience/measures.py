@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from openclaw_rl.experience.arithmetic import values
+from openclaw_rl.experience.arithmetic import unnumbered, values
 
 __all__ = ["PRESENT", "answer_first", "count_steps", "has_phrase", "long_words", "sentence_list", "sentences",
            "warmth", "words"]
@@ -95,6 +95,7 @@ def answer_first(text: str, asked: frozenset[float] = frozenset()) -> bool | Non
     """Whether the answer states a result before its working: its first sentence carries a number
     that is not one of the request's (`asked`) and works nothing out (no "8 x 8 = 64"); None when
     the answer has no such number anywhere (no result to read)."""
+    text = unnumbered(text)  # a list's "1. " states no result
     if not set(values(text)) - asked:
         return None
     said = sentence_list(text)
