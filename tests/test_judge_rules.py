@@ -44,6 +44,8 @@ FAILED tests/test_io.py::test_write - PermissionError: out.csv"""
         # an interjection with no comma before "but": still a lead-in; "sign off" is a request
         ("ok but start with 'Hi Sam' next time", "user", ["Start with 'Hi Sam' next time."]),
         ("sign off with 'Cheers' like a friend would", "user", ["Sign off with 'Cheers' like a friend would."]),
+        ("please start with 'Hi Sam'", "user", ["Start with 'Hi Sam'."]),  # the quote closed, not cut
+        ('"Use plain text."', "user", ["Use plain text."]),
         # separate corrections stay separate hints
         (
             "Use metric units. That is not what I meant at all. You should cite the source.",

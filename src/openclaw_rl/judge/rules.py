@@ -183,12 +183,25 @@ def _as_instruction(sentence: str) -> str | None:
     instruction = _YOU_SHOULD.sub("", instruction)
     instruction = _DONT.sub("do not", instruction)
     instruction = _TRAILING_FILLER.sub("", instruction)
-    instruction = instruction.rstrip(" .!?,;:" + _QUOTES).strip()
+    instruction = instruction.rstrip(" .!?,;:").strip()
+    if not _closes_a_quote(instruction):  # "start with 'Hi Sam'" keeps its closing quote; a stray one goes
+        instruction = instruction.rstrip(" .!?,;:" + _QUOTES).strip()
     if not instruction:
         return None
     if len(instruction) > MAX_SENTENCE_CHARS:
         instruction = instruction[:MAX_SENTENCE_CHARS].rsplit(" ", 1)[0] + "..."
-    return instruction[0].upper() + instruction[1:] + ("" if instruction.endswith("...") else ".")
+    ended = instruction.endswith("...") or (instruction[-1:] in _QUOTES and instruction[-2:-1] in (".", "!", "?"))
+    return instruction[0].upper() + instruction[1:] + ("" if ended else ".")
+
+
+def _closes_a_quote(text: str) -> bool:
+    """Whether the text ends with a quote mark that closes a quotation opened in it."""
+    last = text[-1:]
+    if last in ("\u201d", "\u2019"):
+        return {"\u201d": "\u201c", "\u2019": "\u2018"}[last] in text
+    if last == '"':
+        return text.count('"') % 2 == 0
+    return last == "'" and re.search(r"(?<![\w'])'[^'\n]+'$", text) is not None
 
 
 def _strip_lead(sentence: str) -> str:
