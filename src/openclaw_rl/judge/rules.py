@@ -197,11 +197,9 @@ def _as_instruction(sentence: str) -> str | None:
 def _closes_a_quote(text: str) -> bool:
     """Whether the text ends with a quote mark that closes a quotation opened in it."""
     last = text[-1:]
-    if last in ("\u201d", "\u2019"):
-        return {"\u201d": "\u201c", "\u2019": "\u2018"}[last] in text
-    if last == '"':
-        return text.count('"') % 2 == 0
-    return last == "'" and re.search(r"(?<![\w'])'[^'\n]+'$", text) is not None
+    if last == "'":
+        return re.search(r"(?<![\w'])'[^'\n]+'$", text) is not None
+    return (last == '"' and text.count('"') % 2 == 0) or {"\u201d": "\u201c", "\u2019": "\u2018"}.get(last, "\0") in text
 
 
 def _strip_lead(sentence: str) -> str:
