@@ -159,7 +159,7 @@ class Check:
     `more_numbers`/`fewer_numbers` (relative count of the request's numbers), `corrects`/`confirms`
     (the request's equations that do not hold / hold), `less_working`/`more_working` (relative
     count of written-out steps), `plainer`/`technical` (relative share of long words), `answer_first`
-    (the final number in the first sentence), `without`/`with` (`unit`: a key of `measures.PRESENT`, or
+    (a result stated in the first sentence, before any working), `without`/`with` (`unit`: a key of `measures.PRESENT`, or
     phrase: `phrase`, anywhere or, `at`, in the first or the last sentence)."""
 
     lesson: str
@@ -264,7 +264,7 @@ def _read(lesson: str) -> list[Check]:
         found.append(Check(lesson, "warmer" if objects["warmth"] > 0 else "cooler"))
     found += [Check(lesson, kind) for kind, cue in (("corrects", "errors"), ("confirms", "confirms"))
               if objects.get(cue, 0) > 0]  # "don't dwell on mistakes": no check
-    if _PLAIN_WORDS.search(text) and not _negated(text, _PLAIN_WORDS.search(text).start()):
+    if (plain := _PLAIN_WORDS.search(text)) and not _negated(text, plain.start()):
         objects["plain_words"] = 1
     if "plain_words" in objects:
         found.append(Check(lesson, "plainer" if objects["plain_words"] > 0 else "technical"))
@@ -292,12 +292,12 @@ def _quoted(text: str) -> list[tuple[str, str | None]]:
     phrases: dict[str, str | None] = {}
     for match in _QUOTED.finditer(text):
         phrase = " ".join(next(g for g in match.groups() if g is not None).strip(" .,!?").split())
-        before = _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])
         if not phrase:
             continue
-        if any(t in _NEGATORS for t in before[-_WINDOW:]):
+        if _negated(text, match.start()):
             phrases[phrase] = None
-        elif verbs := [_SAY_VERBS[t] for t in before if t in _SAY_VERBS]:
+        elif verbs := [_SAY_VERBS[t] for t in _TOKEN.findall(_CLAUSE.split(text[:match.start()])[-1])
+                       if t in _SAY_VERBS]:
             phrases.setdefault(phrase, verbs[-1])
     return list(phrases.items())
 
@@ -338,7 +338,8 @@ def one_check(check: Check, answers: Sequence[str], request: str = "") -> list[f
     if check.kind in ("plainer", "technical"):
         return _ranked([long_words(a) for a in answers], lower_is_better=check.kind == "plainer")
     if check.kind == "answer_first":  # an answer with no result passes only when none of them has one
-        first = [answer_first(a, arithmetic.request_numbers(request)) for a in answers]
+        asked = arithmetic.request_numbers(request)
+        first = [answer_first(a, asked) for a in answers]
         return [float(f if f is not None else all(x is None for x in first)) for f in first]
     if check.unit == "phrase":
         return [float(has_phrase(a, check.phrase, check.at) == (check.kind == "with")) for a in answers]

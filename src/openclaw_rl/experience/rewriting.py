@@ -24,9 +24,9 @@ _ADDABLE = frozenset({"phrase", "question", "greeting", "example"})
 # every step) it cannot: a rewrite of a worked answer into more steps was worse than the answer it
 # rewrote (docs/experiments.md "Rewriting").
 CONDENSING = frozenset({"at_most", "shorter", "less_working", "without", "cooler", "fewer_numbers"})
-# The ones an answer keeps or breaks by itself (not relative to other answers), and "with" a phrase, a
-# closing question, a greeting or an example (`_ADDABLE`); a rewrite asked for the request's mistake is told its
-# right result (`rewrite_request`).
+# The ones an answer keeps or breaks by itself (not relative to other answers), and "with" a phrase,
+# a closing question, a greeting or an example (`_ADDABLE`); a rewrite asked for the request's
+# mistake is told its right result (`rewrite_request`).
 ABSOLUTE = frozenset({"at_most", "between", "without", "corrects", "confirms", "answer_first"})
 
 
@@ -40,9 +40,9 @@ def to_rewrite(answers: Sequence[str], picked: int, found: Sequence[Check], requ
     When every check asks for less (`CONDENSING`): all of them, if the answer does not keep them
     as well as the best of `answers` does, or carries no number. When some lesson asks for more
     ("Show every step"): only the checks the answer breaks by itself (`ABSOLUTE`: a list, a heading,
-    a quoted phrase, a count over its limit, a phrase or closing question asked for and missing), so the rewrite is an edit of what is wrong,
-    and `choose_rewrite`, which scores every check, keeps the draft unless the edit lost nothing
-    else of the same weight."""
+    a quoted phrase, a count over its limit, a phrase, closing question, greeting or example asked
+    for and missing), so the rewrite is an edit of what is wrong, and `choose_rewrite`, which scores
+    every check, keeps the draft unless the edit lost nothing else of the same weight."""
     if not found:
         return []
     if all(c.kind in CONDENSING for c in found):
